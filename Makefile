@@ -1,0 +1,37 @@
+# kv-relay: `make run` and `make test` do all the set-up on a fresh Debian 12 machine.
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+BUILD_TYPE ?= RelWithDebInfo
+CCACHE := $(shell command -v ccache 2>/dev/null)
+CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+  $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
+CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
+
+.PHONY: deps build build-asan test test-normal test-asan bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j $(JOBS)
+
+build-asan: deps
+	@cmake -S . -B build-asan $(CMAKE_FLAGS) -DKVRELAY_SANITIZE=ON -DKVRELAY_BENCHMARKS=OFF >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+
+test-normal: build
+	@cd build && ctest $(CTEST_FLAGS)
+
+test-asan: build-asan
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest $(CTEST_FLAGS)
+
+# The whole suite twice: the normal build, then AddressSanitizer + UBSan.
+test: test-normal test-asan
+
+bench: build
+	@bash scripts/run-benchmarks.sh build/bin
+
+clean:
+	rm -rf build build-asan

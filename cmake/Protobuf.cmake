@@ -1,0 +1,33 @@
+# Generates C++ message code (protoc) and gRPC service code (grpc_cpp_plugin) for the
+# schemas under proto/. Outputs land in the build tree, mirroring the proto paths.
+find_program(KVRELAY_PROTOC protoc REQUIRED)
+find_program(KVRELAY_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+# kvrelay_generate_proto(<messages-out-var> <services-out-var> <proto relative to proto/> ...)
+function(kvrelay_generate_proto messages_var services_var)
+  set(proto_root "${PROJECT_SOURCE_DIR}/proto")
+  set(out_root "${PROJECT_BINARY_DIR}/generated")
+  set(messages)
+  set(services)
+  foreach(rel IN LISTS ARGN)
+    string(REGEX REPLACE "\\.proto$" "" stem "${rel}")
+    set(msg_cc "${out_root}/${stem}.pb.cc")
+    set(msg_h "${out_root}/${stem}.pb.h")
+    set(svc_cc "${out_root}/${stem}.grpc.pb.cc")
+    set(svc_h "${out_root}/${stem}.grpc.pb.h")
+    add_custom_command(
+      OUTPUT "${msg_cc}" "${msg_h}" "${svc_cc}" "${svc_h}"
+      COMMAND ${CMAKE_COMMAND} -E make_directory "${out_root}"
+      COMMAND ${KVRELAY_PROTOC} -I "${proto_root}"
+              --cpp_out "${out_root}" --grpc_out "${out_root}"
+              --plugin=protoc-gen-grpc=${KVRELAY_GRPC_CPP_PLUGIN}
+              "${proto_root}/${rel}"
+      DEPENDS "${proto_root}/${rel}"
+      COMMENT "protoc ${rel}"
+      VERBATIM)
+    list(APPEND messages "${msg_cc}")
+    list(APPEND services "${svc_cc}")
+  endforeach()
+  set(${messages_var} ${messages} PARENT_SCOPE)
+  set(${services_var} ${services} PARENT_SCOPE)
+endfunction()

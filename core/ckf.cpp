@@ -1,0 +1,101 @@
+#include "core/ckf.hpp"
+
+#include <algorithm>
+#include <bit>
+
+namespace kvrelay::ckf {
+
+std::string_view to_string(ConfigError error) {
+  switch (error) {
+    case ConfigError::kExpectedCapacityZero: return "ExpectedCapacityZero";
+    case ConfigError::kCapacityOverflow: return "CapacityOverflow";
+    case ConfigError::kInvalidMaxKicks: return "InvalidMaxKicks";
+  }
+  return "Unknown";
+}
+
+std::expected<std::uint64_t, ConfigError> bucket_count_for(std::uint64_t expected_blocks) {
+  if (expected_blocks == 0) return std::unexpected(ConfigError::kExpectedCapacityZero);
+  if (expected_blocks > kMaxExpectedBlocks) return std::unexpected(ConfigError::kCapacityOverflow);
+  const std::uint64_t required = std::max<std::uint64_t>((5 * expected_blocks + 15) / 16, 2);
+  return std::bit_ceil(required);
+}
+
+std::uint64_t lane_rng_seed(std::uint64_t seed, std::uint64_t lane) {
+  return SplitMix64(seed ^ ((lane + 1) * kGolden)).next();
+}
+
+std::size_t prefix_hits(std::span<const std::uint64_t> words, const Addressing& addressing,
+                        std::span<const std::uint64_t> sequence_hashes) {
+  std::size_t hits = 0;
+  while (hits < sequence_hashes.size() && contains(words, addressing.probe(sequence_hashes[hits]))) {
+    ++hits;
+  }
+  return hits;
+}
+
+Filter::Filter(std::uint64_t bucket_count, std::uint64_t seed, std::uint32_t max_kicks)
+    : addressing_(seed, bucket_count),
+      max_kicks_(max_kicks),
+      rng_(lane_rng_seed(seed, 0)),
+      words_(bucket_count, 0) {}
+
+void Filter::write_slot(std::uint64_t bucket, unsigned slot_index, std::uint16_t fingerprint,
+                        std::vector<BucketWrite>& writes) {
+  writes.push_back({bucket, words_[bucket]});
+  words_[bucket] = with_slot(words_[bucket], slot_index, fingerprint);
+}
+
+bool Filter::place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint,
+                                 std::vector<BucketWrite>& writes) {
+  const int empty = first_slot(words_[bucket], 0);
+  if (empty < 0) return false;
+  write_slot(bucket, static_cast<unsigned>(empty), fingerprint, writes);
+  return true;
+}
+
+InsertOutcome Filter::insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks,
+                                        std::vector<BucketWrite>& writes) {
+  writes.clear();
+  const Probe p = addressing_.probe(hash);
+  if (place_in_empty_slot(p.bucket_a, p.fingerprint, writes) ||
+      place_in_empty_slot(p.bucket_b, p.fingerprint, writes)) {
+    return InsertOutcome::kInserted;
+  }
+  std::uint16_t fingerprint = p.fingerprint;
+  std::uint64_t bucket = (rng_.next() & 1) == 0 ? p.bucket_a : p.bucket_b;
+  for (std::uint32_t kick = 0; kick < max_kicks; ++kick) {
+    const auto victim_slot = static_cast<unsigned>(rng_.next() & 3);
+    const std::uint16_t victim = slot(words_[bucket], victim_slot);
+    write_slot(bucket, victim_slot, fingerprint, writes);
+    fingerprint = victim;
+    bucket = addressing_.alternate(bucket, fingerprint);
+    if (place_in_empty_slot(bucket, fingerprint, writes)) return InsertOutcome::kInserted;
+  }
+  for (auto it = writes.rbegin(); it != writes.rend(); ++it) words_[it->bucket] = it->before;
+  writes.clear();
+  return InsertOutcome::kCapacityExhausted;
+}
+
+std::optional<BucketWrite> Filter::remove(std::uint64_t hash) {
+  const Probe p = addressing_.probe(hash);
+  for (std::uint64_t bucket : {p.bucket_a, p.bucket_b}) {
+    const int found = first_slot(words_[bucket], p.fingerprint);
+    if (found >= 0) {
+      const BucketWrite write{bucket, words_[bucket]};
+      words_[bucket] = with_slot(words_[bucket], static_cast<unsigned>(found), 0);
+      return write;
+    }
+  }
+  return std::nullopt;
+}
+
+std::uint64_t Filter::occupied_slots() const {
+  std::uint64_t occupied = 0;
+  for (std::uint64_t word : words_) {
+    for (unsigned i = 0; i < kSlotsPerBucket; ++i) occupied += slot(word, i) != 0;
+  }
+  return occupied;
+}
+
+}  // namespace kvrelay::ckf

@@ -1,0 +1,183 @@
+#include "core/pool_index.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/token_hashing.hpp"
+
+namespace kvrelay {
+
+std::string_view to_string(EventError error) {
+  switch (error) {
+    case EventError::kParentBlockNotFound: return "ParentBlockNotFound";
+    case EventError::kInvalidBlockSequence: return "InvalidBlockSequence";
+    case EventError::kCapacityExhausted: return "CapacityExhausted";
+    case EventError::kOwnershipDegreeOverflow: return "OwnershipDegreeOverflow";
+    case EventError::kIndexerInvariantViolation: return "IndexerInvariantViolation";
+  }
+  return "Unknown";
+}
+
+PoolIndex::PoolIndex(const PoolIndexConfig& config)
+    : filter_(config.bucket_count, config.seed, config.max_kicks), window_(config.bucket_count) {}
+
+bool PoolIndex::admit(std::uint64_t canonical, bool relocate) {
+  const auto outcome =
+      filter_.insert_with_kicks(canonical, relocate ? filter_.max_kicks() : 0, scratch_writes_);
+  if (outcome != ckf::InsertOutcome::kInserted) return false;
+  window_.mark(scratch_writes_);
+  owners_[canonical].resident = true;
+  return true;
+}
+
+namespace {
+
+void append_unique(std::vector<std::uint64_t>& list, std::uint64_t value) {
+  if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+}
+
+}  // namespace
+
+std::optional<EventError> PoolIndex::store(SourceKey source,
+                                           std::optional<std::uint64_t> parent_engine_id,
+                                           std::optional<std::uint32_t> start_position,
+                                           std::span<const StoredBlockRef> blocks) {
+  if (blocks.empty()) return std::nullopt;  // checked before the parent lookup
+  const auto lineage_it = lineage_.find(source);
+  const Lineage* lineage = lineage_it == lineage_.end() ? nullptr : &lineage_it->second;
+  auto mapped = [&](std::uint64_t engine_id) -> std::optional<std::uint64_t> {
+    if (lineage == nullptr) return std::nullopt;
+    const auto it = lineage->find(engine_id);
+    if (it == lineage->end()) return std::nullopt;
+    return it->second;
+  };
+
+  std::optional<std::uint64_t> previous;
+  if (parent_engine_id) {
+    previous = mapped(*parent_engine_id);
+    if (!previous) return EventError::kParentBlockNotFound;
+  } else if (start_position.value_or(0) != 0) {
+    return EventError::kInvalidBlockSequence;
+  }
+
+  // Resolve the whole event before touching anything.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> new_mappings;  // engine id, canonical
+  std::vector<std::uint64_t> candidates;
+  std::vector<std::uint64_t> reoffers;
+  for (const StoredBlockRef& block : blocks) {
+    const std::uint64_t canonical =
+        previous ? hashing::next_sequence_hash(*previous, block.local_hash) : block.local_hash;
+    previous = canonical;
+    std::optional<std::uint64_t> known = mapped(block.engine_id);
+    if (!known) {
+      for (const auto& [engine_id, mapped_canonical] : new_mappings) {
+        if (engine_id == block.engine_id) known = mapped_canonical;
+      }
+    }
+    if (known && *known != canonical) return EventError::kInvalidBlockSequence;
+    if (known) {
+      append_unique(reoffers, canonical);
+    } else {
+      new_mappings.emplace_back(block.engine_id, canonical);
+      append_unique(candidates, canonical);
+    }
+  }
+  std::erase_if(reoffers, [&](std::uint64_t c) {
+    return std::find(candidates.begin(), candidates.end(), c) != candidates.end();
+  });
+  for (const auto& [engine_id, canonical] : new_mappings) {
+    const auto it = owners_.find(canonical);
+    const std::uint64_t existing = it == owners_.end() ? 0 : it->second.mappings;
+    if (existing + new_mappings.size() <= std::numeric_limits<std::uint32_t>::max()) continue;
+    const auto added = std::count_if(new_mappings.begin(), new_mappings.end(),
+                                     [&](const auto& m) { return m.second == canonical; });
+    if (existing + static_cast<std::uint64_t>(added) > std::numeric_limits<std::uint32_t>::max()) {
+      return EventError::kOwnershipDegreeOverflow;
+    }
+  }
+
+  // Commit lineage and owner counts, then admit.
+  if (!new_mappings.empty()) {
+    Lineage& target = lineage_[source];
+    for (const auto& [engine_id, canonical] : new_mappings) {
+      target.emplace(engine_id, canonical);
+      ++owners_[canonical].mappings;
+    }
+  }
+  std::optional<EventError> first_error;
+  for (std::uint64_t canonical : candidates) {
+    if (!owners_[canonical].resident && !admit(canonical, /*relocate=*/true)) {
+      ++capacity_failures_;
+      if (!first_error) first_error = EventError::kCapacityExhausted;
+    }
+  }
+  // The only retry path for a capacity-omitted block: direct placement, silent on failure.
+  for (std::uint64_t canonical : reoffers) {
+    if (!owners_[canonical].resident) admit(canonical, /*relocate=*/false);
+  }
+  return first_error;
+}
+
+std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& lineage,
+                                                Lineage::iterator entry) {
+  const std::uint64_t canonical = entry->second;
+  const auto owner = owners_.find(canonical);
+  if (owner->second.mappings == 1) {
+    if (owner->second.resident) {
+      const auto write = filter_.remove(canonical);
+      if (!write) return EventError::kIndexerInvariantViolation;  // entry left unchanged
+      window_.mark(*write);
+    }
+    owners_.erase(owner);
+  } else {
+    --owner->second.mappings;
+  }
+  lineage.erase(entry);
+  if (lineage.empty()) lineage_.erase(source);
+  return std::nullopt;
+}
+
+std::optional<EventError> PoolIndex::remove(SourceKey source,
+                                            std::span<const std::uint64_t> engine_ids) {
+  std::optional<EventError> first_error;
+  for (std::uint64_t engine_id : engine_ids) {
+    const auto lineage = lineage_.find(source);
+    const auto entry =
+        lineage == lineage_.end() ? std::nullopt : std::optional{lineage->second.find(engine_id)};
+    if (!entry || *entry == lineage->second.end()) {
+      ++unknown_removals_;
+      continue;
+    }
+    const auto error = remove_one(source, lineage->second, *entry);
+    if (error && !first_error) first_error = error;
+  }
+  return first_error;
+}
+
+std::optional<EventError> PoolIndex::clear(SourceKey source) {
+  // remove_one drops the source's lineage map with its last entry.
+  for (auto lineage = lineage_.find(source); lineage != lineage_.end();
+       lineage = lineage_.find(source)) {
+    if (const auto error = remove_one(source, lineage->second, lineage->second.begin())) {
+      return error;  // as upstream: the clear stops at the first invariant violation
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t PoolIndex::lineage_entries(SourceKey source) const {
+  const auto it = lineage_.find(source);
+  return it == lineage_.end() ? 0 : it->second.size();
+}
+
+std::uint32_t PoolIndex::owner_count(std::uint64_t canonical) const {
+  const auto it = owners_.find(canonical);
+  return it == owners_.end() ? 0 : it->second.mappings;
+}
+
+bool PoolIndex::is_resident(std::uint64_t canonical) const {
+  const auto it = owners_.find(canonical);
+  return it != owners_.end() && it->second.resident;
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,97 @@
+#pragma once
+// The producer state of one pool (spec ckf-and-cbi1.md §4): per-source lineage (engine block
+// id -> canonical sequence hash), owner counts so that a canonical hash holds exactly one
+// fingerprint while it has owners, and the publication window of touched buckets.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ckf.hpp"
+#include "core/publication_window.hpp"
+
+namespace kvrelay {
+
+// One KV event source of a pool: a dp rank of one worker.
+struct SourceKey {
+  std::uint64_t worker_id = 0;
+  std::uint32_t dp_rank = 0;
+  friend bool operator==(const SourceKey&, const SourceKey&) = default;
+  friend auto operator<=>(const SourceKey&, const SourceKey&) = default;
+};
+
+struct SourceKeyHash {
+  std::size_t operator()(const SourceKey& key) const {
+    return std::hash<std::uint64_t>{}(key.worker_id * 0x9E3779B97F4A7C15 ^ key.dp_rank);
+  }
+};
+
+// A stored block as the engine reports it: its own id and Dynamo's local block hash.
+struct StoredBlockRef {
+  std::uint64_t engine_id;
+  std::uint64_t local_hash;
+};
+
+enum class EventError {
+  kParentBlockNotFound,
+  kInvalidBlockSequence,
+  kCapacityExhausted,
+  kOwnershipDegreeOverflow,
+  kIndexerInvariantViolation,
+};
+std::string_view to_string(EventError error);
+
+struct PoolIndexConfig {
+  std::uint64_t bucket_count = 0;
+  std::uint64_t seed = ckf::kDefaultSeed;
+  std::uint32_t max_kicks = ckf::kDefaultMaxKicks;
+};
+
+class PoolIndex {
+ public:
+  explicit PoolIndex(const PoolIndexConfig& config);
+
+  // Every check happens before any mutation: a lineage error rejects the whole event.
+  std::optional<EventError> store(SourceKey source, std::optional<std::uint64_t> parent_engine_id,
+                                  std::optional<std::uint32_t> start_position,
+                                  std::span<const StoredBlockRef> blocks);
+  // Each engine id independently; unknown ids are counted, never deleted by fingerprint.
+  std::optional<EventError> remove(SourceKey source, std::span<const std::uint64_t> engine_ids);
+  // Drops every block of one source (a Cleared event, or a cold reset of the source).
+  std::optional<EventError> clear(SourceKey source);
+
+  // The net-changed bucket images since the last drain, in first-touch order.
+  std::vector<BucketImage> drain_publication() { return window_.drain(filter_.words()); }
+  bool publication_pending() const { return !window_.empty(); }
+
+  const ckf::Filter& filter() const { return filter_; }
+  std::uint64_t unique_blocks() const { return owners_.size(); }
+  std::uint64_t capacity_failures() const { return capacity_failures_; }
+  std::uint64_t unknown_removals() const { return unknown_removals_; }
+  std::size_t lineage_entries(SourceKey source) const;
+  std::uint32_t owner_count(std::uint64_t canonical) const;
+  bool is_resident(std::uint64_t canonical) const;
+
+ private:
+  struct Owner {
+    std::uint32_t mappings = 0;  // (source, engine id) lineage entries mapping to this hash
+    bool resident = false;       // holds its one physical fingerprint copy
+  };
+  using Lineage = std::unordered_map<std::uint64_t, std::uint64_t>;  // engine id -> canonical
+
+  bool admit(std::uint64_t canonical, bool relocate);
+  std::optional<EventError> remove_one(SourceKey source, Lineage& lineage,
+                                       Lineage::iterator entry);
+
+  ckf::Filter filter_;
+  PublicationWindow window_;
+  std::vector<ckf::BucketWrite> scratch_writes_;
+  std::unordered_map<SourceKey, Lineage, SourceKeyHash> lineage_;
+  std::unordered_map<std::uint64_t, Owner> owners_;
+  std::uint64_t capacity_failures_ = 0;
+  std::uint64_t unknown_removals_ = 0;
+};
+
+}  // namespace kvrelay

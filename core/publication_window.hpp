@@ -1,0 +1,52 @@
+#pragma once
+// Buckets touched since the last publication, each with its word at first touch, so that a
+// publication carries only net changes: a bucket written back to its old value is dropped.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/ckf.hpp"
+
+namespace kvrelay {
+
+// An absolute bucket image: "bucket now holds word". A final removal is an image of 0.
+struct BucketImage {
+  std::uint64_t bucket;
+  std::uint64_t word;
+  friend bool operator==(const BucketImage&, const BucketImage&) = default;
+};
+
+class PublicationWindow {
+ public:
+  explicit PublicationWindow(std::uint64_t bucket_count)
+      : touched_bits_((bucket_count + 63) / 64, 0) {}
+
+  void mark(std::span<const ckf::BucketWrite> writes) {
+    for (const ckf::BucketWrite& write : writes) mark(write);
+  }
+  void mark(const ckf::BucketWrite& write) {
+    std::uint64_t& bits = touched_bits_[write.bucket / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (write.bucket % 64);
+    if ((bits & bit) != 0) return;
+    bits |= bit;
+    first_touch_.push_back(write);
+  }
+
+  bool empty() const { return first_touch_.empty(); }
+
+  std::vector<BucketImage> drain(std::span<const std::uint64_t> words) {
+    std::vector<BucketImage> images;
+    for (const ckf::BucketWrite& touch : first_touch_) {
+      touched_bits_[touch.bucket / 64] = 0;
+      if (words[touch.bucket] != touch.before) images.push_back({touch.bucket, words[touch.bucket]});
+    }
+    first_touch_.clear();
+    return images;
+  }
+
+ private:
+  std::vector<std::uint64_t> touched_bits_;
+  std::vector<ckf::BucketWrite> first_touch_;
+};
+
+}  // namespace kvrelay

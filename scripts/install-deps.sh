@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that kv-relay's build, tests and benchmarks need.
+# Idempotent: runs `apt-get update` and `apt-get install` only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libcaf-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libspdlog-dev libfmt-dev
+  prometheus-cpp-dev
+  catch2
+  libxxhash-dev
+  libyaml-cpp-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  libbenchmark-dev nlohmann-json3-dev
+  python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack
+  curl unzip
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
