@@ -1,0 +1,116 @@
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "core/ckf.hpp"
+#include "tests/unit/vectors.hpp"
+
+using namespace kvrelay;
+
+TEST_CASE("bucket counts follow the 80 % sizing rule", "[ckf]") {
+  for (const auto& v : test::vectors()["bucket_counts"]) {
+    const auto count = ckf::bucket_count_for(v["expected_blocks"].get<std::uint64_t>());
+    REQUIRE(count.has_value());
+    CHECK(*count == v["bucket_count"].get<std::uint64_t>());
+  }
+  CHECK(ckf::bucket_count_for(0).error() == ckf::ConfigError::kExpectedCapacityZero);
+  // One more block would need 2^25 buckets, which CBI1 cannot carry.
+  CHECK(ckf::bucket_count_for(ckf::kMaxExpectedBlocks + 1).error() == ckf::ConfigError::kCapacityOverflow);
+}
+
+TEST_CASE("addressing reproduces the reference probes", "[ckf]") {
+  for (const auto& v : test::vectors()["addressing"]) {
+    const ckf::Addressing addressing(test::u64(v["seed"]), v["bucket_count"].get<std::uint64_t>());
+    const ckf::Probe probe = addressing.probe(test::u64(v["hash"]));
+    CHECK(probe.fingerprint == v["fingerprint"].get<std::uint16_t>());
+    CHECK(probe.bucket_a == v["bucket_a"].get<std::uint64_t>());
+    CHECK(probe.bucket_b == v["bucket_b"].get<std::uint64_t>());
+    // alternate() is an involution and never returns its input.
+    CHECK(addressing.alternate(probe.bucket_b, probe.fingerprint) == probe.bucket_a);
+    CHECK(probe.bucket_a != probe.bucket_b);
+  }
+}
+
+TEST_CASE("bucket word layout matches the protocol README", "[ckf]") {
+  const std::uint64_t word = 0x0001ABCD00001234;
+  CHECK(ckf::slot(word, 0) == 0x1234);
+  CHECK(ckf::slot(word, 1) == 0);
+  CHECK(ckf::slot(word, 2) == 0xABCD);
+  CHECK(ckf::slot(word, 3) == 1);
+  CHECK(ckf::first_slot(word, 0) == 1);
+  CHECK(ckf::with_slot(word, 1, 0x7777) == 0x0001ABCD77771234);
+}
+
+TEST_CASE("SWAR membership agrees with the scalar slot loop", "[ckf]") {
+  ckf::SplitMix64 rng(42);
+  for (int i = 0; i < 20000; ++i) {
+    std::uint64_t word = rng.next();
+    if (i % 3 == 0) word &= 0xFFFF0000FFFF0000;  // empty slots too
+    const auto fingerprint = static_cast<std::uint16_t>(i % 7 == 0 ? ckf::slot(word, i % 4) : rng.next());
+    if (fingerprint == 0) continue;
+    CHECK(ckf::bucket_holds(word, fingerprint) == (ckf::first_slot(word, fingerprint) >= 0));
+  }
+}
+
+TEST_CASE("the relocation RNG reproduces its reference stream", "[ckf]") {
+  const auto& v = test::vectors()["rng"];
+  const std::uint64_t initial = ckf::lane_rng_seed(test::u64(v["seed"]), 0);
+  CHECK(initial == test::u64(v["lane0_initial_state"]));
+  ckf::SplitMix64 rng(initial);
+  for (const auto& expected : v["first_outputs"]) CHECK(rng.next() == test::u64(expected));
+}
+
+TEST_CASE("the tiny-table trace: placement, relocation, rollback, removal", "[ckf]") {
+  const auto& v = test::vectors()["cuckoo_tiny_table"];
+  ckf::Filter filter(v["bucket_count"].get<std::uint64_t>(), test::u64(v["seed"]),
+                     v["max_kicks"].get<std::uint32_t>());
+  REQUIRE(filter.rng_state() == test::u64(v["initial_rng_state"]));
+  for (const auto& [hash, probe] : v["probes"].items()) {
+    const ckf::Probe p = filter.addressing().probe(std::stoull(hash));
+    CHECK(std::vector<std::uint64_t>{p.fingerprint, p.bucket_a, p.bucket_b} ==
+          probe.get<std::vector<std::uint64_t>>());
+  }
+  std::vector<ckf::BucketWrite> writes;
+  std::set<std::uint64_t> attempted;
+  for (const auto& step : v["steps"]) {
+    const std::uint64_t hash = step["hash"].get<std::uint64_t>();
+    INFO(step["op"].get<std::string>() << " " << hash);
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> touched;
+    bool ok = false;
+    if (step["op"] == "remove") {
+      const auto write = filter.remove(hash);
+      ok = write.has_value();
+      if (write) touched.emplace_back(write->bucket, write->before);
+    } else {
+      // The trace retries an already attempted hash without relocation (max_kicks 0).
+      const bool retry = !attempted.insert(hash).second;
+      const auto outcome = retry ? filter.insert_with_kicks(hash, 0, writes) : filter.insert(hash, writes);
+      ok = outcome == ckf::InsertOutcome::kInserted;
+      for (const auto& w : writes) touched.emplace_back(w.bucket, w.before);
+    }
+    CHECK(ok == step["ok"].get<bool>());
+    if (ok) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> expected;
+      for (const auto& t : step["touched"]) expected.emplace_back(t[0].get<std::uint64_t>(), test::u64(t[1]));
+      CHECK(touched == expected);
+    }
+    CHECK(filter.rng_state() == test::u64(step["rng_state_after"]));
+    CHECK(std::vector<std::uint64_t>(filter.words().begin(), filter.words().end()) ==
+          test::u64_list(step["words_after"]));
+  }
+  for (const auto& [hash, present] : v["contains_after"].items()) {
+    CHECK(filter.contains(std::stoull(hash)) == present.get<bool>());
+  }
+}
+
+TEST_CASE("prefix hits count leading resident hashes only", "[ckf]") {
+  ckf::Filter filter(1024);
+  std::vector<ckf::BucketWrite> writes;
+  const std::vector<std::uint64_t> prompt{11, 22, 33, 44, 55};
+  for (std::uint64_t h : {11, 22, 33, 55}) REQUIRE(filter.insert(h, writes) == ckf::InsertOutcome::kInserted);
+  CHECK(filter.prefix_hits(prompt) == 3);
+  CHECK(filter.prefix_hits(std::span(prompt).subspan(4)) == 1);
+  CHECK(filter.prefix_hits({}) == 0);
+  REQUIRE(filter.remove(11).has_value());
+  CHECK(filter.prefix_hits(prompt) == 0);
+}

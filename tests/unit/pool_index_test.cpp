@@ -1,0 +1,168 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "core/cbi1.hpp"
+#include "core/pool_index.hpp"
+#include "core/token_hashing.hpp"
+#include "tests/unit/vectors.hpp"
+
+using namespace kvrelay;
+
+namespace {
+
+std::vector<BucketImage> sorted(std::vector<BucketImage> images) {
+  std::sort(images.begin(), images.end(), [](auto& a, auto& b) { return a.bucket < b.bucket; });
+  return images;
+}
+
+std::optional<EventError> apply_reference_event(PoolIndex& index, const nlohmann::json& event) {
+  const SourceKey source{event["member"][0].get<std::uint64_t>(), event["member"][1].get<std::uint32_t>()};
+  const auto& args = event["args"];
+  if (event["op"] == "store") {
+    std::vector<StoredBlockRef> blocks;
+    for (const auto& b : args["blocks"]) blocks.push_back({test::u64(b[0]), test::u64(b[1])});
+    std::optional<std::uint64_t> parent;
+    if (args.contains("parent")) parent = test::u64(args["parent"]);
+    return index.store(source, parent, std::nullopt, blocks);
+  }
+  if (event["op"] == "remove") return index.remove(source, test::u64_list(args["externals"]));
+  return index.clear(source);
+}
+
+}  // namespace
+
+TEST_CASE("the producer example reproduces owners, deltas and CBI1 bytes", "[pool]") {
+  const auto& v = test::vectors()["producer_example"];
+  const auto& config = v["config"];
+  const std::uint64_t bucket_count = *ckf::bucket_count_for(config["expected_blocks"].get<std::uint64_t>());
+  REQUIRE(bucket_count == config["bucket_count"].get<std::uint64_t>());
+  PoolIndex index({bucket_count, test::u64(config["seed"]), config["max_kicks"].get<std::uint32_t>()});
+  const auto format = *cbi1::FilterFormat::make(test::u64(config["seed"]), bucket_count);
+  const std::uint64_t dc_id = config["dc_id"].get<std::uint64_t>();
+
+  // Canonical hashes of the token prefix equal the query-side sequence hashes.
+  hashing::BlockHashOptions options;
+  options.kv_block_size = v["kv_block_size"].get<std::uint32_t>();
+  const auto local = hashing::block_hashes(v["tokens"].get<std::vector<std::uint32_t>>(), options);
+  CHECK(local == test::u64_list(v["local_hashes"]));
+  CHECK(hashing::sequence_hashes(local) == test::u64_list(v["canonical_hashes"]));
+
+  const auto& initial = v["initial_snapshot"];
+  std::uint64_t sequence = initial["sequence"].get<std::uint64_t>();
+  const auto chunks = cbi1::encode_snapshot(format, dc_id, sequence, index.filter().words());
+  REQUIRE(chunks.has_value());
+  CHECK(test::to_hex(chunks->front()) == initial["chunks_hex"][0].get<std::string>());
+
+  for (const auto& event : v["events"]) {
+    INFO(event.dump());
+    const auto error = apply_reference_event(index, event);
+    CHECK((error ? std::string(to_string(*error)) : "null") ==
+          (event["error"].is_null() ? "null" : event["error"].get<std::string>()));
+    for (const auto& [hash, count] : event["owners_after"].items()) {
+      CHECK(index.owner_count(test::u64(hash)) == count.get<std::uint32_t>());
+    }
+    CHECK(index.unique_blocks() == event["owners_after"].size());
+
+    const auto images = index.drain_publication();
+    if (!event.contains("delta")) {
+      CHECK(images.empty());
+      continue;
+    }
+    const auto& delta = event["delta"];
+    std::vector<BucketImage> expected;
+    for (const auto& image : delta["images"]) expected.push_back({image[0].get<std::uint64_t>(), test::u64(image[1])});
+    // Image order inside a clear follows upstream hash-map iteration: any order is valid.
+    CHECK(sorted(images) == sorted(expected));
+    REQUIRE(delta["base_sequence"].get<std::uint64_t>() == sequence);
+    if (images == expected) {
+      const auto frame = cbi1::encode_delta(format, dc_id, sequence, sequence + 1, images);
+      CHECK(test::to_hex(*frame) == delta["cbi1_hex"].get<std::string>());
+    }
+    ++sequence;
+  }
+  CHECK(std::all_of(index.filter().words().begin(), index.filter().words().end(),
+                    [](std::uint64_t w) { return w == 0; }));
+}
+
+TEST_CASE("lineage errors reject the whole event and change nothing", "[pool]") {
+  PoolIndex index({64});
+  const SourceKey a{1, 0};
+  const std::vector<StoredBlockRef> chain{{100, 0xA}, {101, 0xB}};
+  REQUIRE_FALSE(index.store(a, std::nullopt, std::nullopt, chain));
+  index.drain_publication();
+
+  SECTION("unknown parent") {
+    const std::vector<StoredBlockRef> child{{102, 0xC}};
+    CHECK(index.store(a, 999, std::nullopt, child) == EventError::kParentBlockNotFound);
+  }
+  SECTION("non-zero start position without a parent") {
+    const std::vector<StoredBlockRef> block{{103, 0xD}};
+    CHECK(index.store(a, std::nullopt, 4, block) == EventError::kInvalidBlockSequence);
+  }
+  SECTION("an engine id remapped to another hash, even after valid blocks") {
+    const std::vector<StoredBlockRef> remap{{200, 0xE}, {100, 0xF}};
+    CHECK(index.store(a, std::nullopt, std::nullopt, remap) == EventError::kInvalidBlockSequence);
+    CHECK(index.lineage_entries(a) == 2);
+  }
+  SECTION("one engine id twice in one event with different hashes") {
+    const std::vector<StoredBlockRef> twice{{300, 0x1}, {300, 0x2}};
+    CHECK(index.store(a, std::nullopt, std::nullopt, twice) == EventError::kInvalidBlockSequence);
+  }
+  CHECK(index.unique_blocks() == 2);
+  CHECK(index.lineage_entries(a) == 2);
+  CHECK_FALSE(index.publication_pending());
+}
+
+TEST_CASE("an empty store naming an unknown parent is a no-op, not an error", "[pool]") {
+  PoolIndex index({64});
+  CHECK_FALSE(index.store({1, 0}, 12345, std::nullopt, {}));
+}
+
+TEST_CASE("owners keep one fingerprint; the last owner removes it", "[pool]") {
+  PoolIndex index({64});
+  const std::vector<StoredBlockRef> root{{7, 0x77}};
+  REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, root));
+  REQUIRE_FALSE(index.store({2, 0}, std::nullopt, std::nullopt, root));
+  CHECK(index.owner_count(0x77) == 2);
+  CHECK(index.filter().occupied_slots() == 1);
+  const std::vector<std::uint64_t> ids{7};
+  REQUIRE_FALSE(index.remove({1, 0}, ids));
+  CHECK(index.filter().contains(0x77));
+  REQUIRE_FALSE(index.remove({2, 0}, ids));
+  CHECK_FALSE(index.filter().contains(0x77));
+  CHECK(index.unique_blocks() == 0);
+  REQUIRE_FALSE(index.remove({2, 0}, ids));  // unknown now: counted, harmless
+  CHECK(index.unknown_removals() == 1);
+}
+
+TEST_CASE("a re-offered block retries a capacity omission without relocation", "[pool]") {
+  // Two buckets of four slots hold eight fingerprints at most.
+  PoolIndex index({2, ckf::kDefaultSeed, 4});
+  std::vector<StoredBlockRef> blocks;
+  for (std::uint64_t i = 1; i <= 12; ++i) blocks.push_back({i, i * 0x1000193});
+  const SourceKey source{1, 0};
+  for (const auto& block : blocks) index.store(source, std::nullopt, std::nullopt, std::span(&block, 1));
+  CHECK(index.capacity_failures() == 4);
+  CHECK(index.unique_blocks() == 12);
+  const auto omitted = std::find_if(blocks.begin(), blocks.end(),
+                                    [&](const auto& b) { return !index.is_resident(b.local_hash); });
+  REQUIRE(omitted != blocks.end());
+  // Free a slot, then re-offer the omitted block under its known engine id.
+  const auto resident = std::find_if(blocks.begin(), blocks.end(),
+                                     [&](const auto& b) { return index.is_resident(b.local_hash); });
+  const std::vector<std::uint64_t> removed{resident->engine_id};
+  REQUIRE_FALSE(index.remove(source, removed));
+  REQUIRE_FALSE(index.store(source, std::nullopt, std::nullopt, std::span(&*omitted, 1)));
+  CHECK(index.is_resident(omitted->local_hash));
+  CHECK(index.owner_count(omitted->local_hash) == 1);  // a re-offer adds no owner
+}
+
+TEST_CASE("net-reverted buckets are not published", "[pool]") {
+  PoolIndex index({64});
+  const std::vector<StoredBlockRef> block{{5, 0x55}};
+  REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, block));
+  REQUIRE_FALSE(index.clear({1, 0}));
+  CHECK(index.drain_publication().empty());
+}
