@@ -1,0 +1,152 @@
+// Throughput of the core formats: CKF insert / contains / remove at a fixed load, the
+// prefix query, and CBI1 snapshot and delta encoding. Run through `make bench`.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <random>
+
+#include "core/cbi1.hpp"
+#include "core/ckf.hpp"
+#include "core/token_hashing.hpp"
+
+using namespace kvrelay;
+
+namespace {
+
+constexpr std::uint64_t kBuckets = std::uint64_t{1} << 19;
+constexpr std::uint64_t kSlots = kBuckets * ckf::kSlotsPerBucket;
+
+std::vector<std::uint64_t> random_keys(std::size_t count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> keys(count);
+  for (auto& key : keys) key = rng();
+  return keys;
+}
+
+ckf::Filter filled_to(double load, std::span<const std::uint64_t> keys) {
+  ckf::Filter filter(kBuckets);
+  std::vector<ckf::BucketWrite> writes;
+  const auto count = static_cast<std::size_t>(load * kSlots);
+  for (std::size_t i = 0; i < count; ++i) filter.insert(keys[i], writes);
+  return filter;
+}
+
+// Inserts the keys that raise the load from (load - 2 %) to load, on a fresh copy each time.
+void BM_CkfInsert(benchmark::State& state) {
+  const double load = static_cast<double>(state.range(0)) / 100.0;
+  const auto keys = random_keys(kSlots, 1);
+  const auto base = filled_to(load - 0.02, keys);
+  const auto first = static_cast<std::size_t>((load - 0.02) * kSlots);
+  const auto batch = std::span(keys).subspan(first, static_cast<std::size_t>(0.02 * kSlots));
+  std::vector<ckf::BucketWrite> writes;
+  for (auto _ : state) {
+    ckf::Filter filter = base;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint64_t key : batch) benchmark::DoNotOptimize(filter.insert(key, writes));
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch.size()));
+}
+
+// Removes 2 % of the slots' worth of resident keys from a filter at `load`.
+void BM_CkfRemove(benchmark::State& state) {
+  const double load = static_cast<double>(state.range(0)) / 100.0;
+  const auto keys = random_keys(kSlots, 1);
+  const auto base = filled_to(load, keys);
+  const auto batch = std::span(keys).first(static_cast<std::size_t>(0.02 * kSlots));
+  for (auto _ : state) {
+    ckf::Filter filter = base;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint64_t key : batch) benchmark::DoNotOptimize(filter.remove(key));
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch.size()));
+}
+
+// Lookups at `load`, half of them for resident keys and half for absent ones.
+void BM_CkfContains(benchmark::State& state) {
+  const double load = static_cast<double>(state.range(0)) / 100.0;
+  const auto keys = random_keys(kSlots, 1);
+  const auto filter = filled_to(load, keys);
+  auto probes = random_keys(1 << 16, 2);
+  for (std::size_t i = 0; i < probes.size(); i += 2) probes[i] = keys[i % static_cast<std::size_t>(load * kSlots)];
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(filter.contains(probes[i]));
+    i = (i + 1) & (probes.size() - 1);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+
+// How many leading blocks of a 64-block prompt are cached, in a filter at 50 % load.
+void BM_PrefixQuery64(benchmark::State& state) {
+  const auto keys = random_keys(kSlots, 1);
+  ckf::Filter filter = filled_to(0.5, keys);
+  std::mt19937_64 rng(3);
+  std::vector<std::vector<std::uint64_t>> prompts(256);
+  std::vector<ckf::BucketWrite> writes;
+  for (auto& prompt : prompts) {
+    std::vector<std::uint64_t> local(64);
+    for (auto& h : local) h = rng();
+    prompt = hashing::sequence_hashes(local);
+    const std::size_t cached = rng() % 65;  // a random cached prefix
+    for (std::size_t b = 0; b < cached; ++b) filter.insert(prompt[b], writes);
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(filter.prefix_hits(prompts[i]));
+    i = (i + 1) % prompts.size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+
+std::vector<std::uint64_t> lane_words(std::uint64_t bucket_count) {
+  std::mt19937_64 rng(4);
+  std::vector<std::uint64_t> words(bucket_count);
+  for (auto& word : words) word = rng() & 0xFFFF0000FFFFFFFF;
+  return words;
+}
+
+void BM_SnapshotEncode(benchmark::State& state) {
+  const auto bucket_count = static_cast<std::uint64_t>(state.range(0));
+  const auto words = lane_words(bucket_count);
+  const auto format = *cbi1::FilterFormat::make(ckf::kDefaultSeed, bucket_count);
+  for (auto _ : state) {
+    for (std::uint32_t c = 0; c < cbi1::chunk_count_for(bucket_count); ++c) {
+      benchmark::DoNotOptimize(cbi1::encode_snapshot_chunk(format, 1, 1, c, words));
+    }
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bucket_count * 8));
+}
+
+void BM_SnapshotDecode(benchmark::State& state) {
+  const auto bucket_count = static_cast<std::uint64_t>(state.range(0));
+  const auto format = *cbi1::FilterFormat::make(ckf::kDefaultSeed, bucket_count);
+  const auto chunks = *cbi1::encode_snapshot(format, 1, 1, lane_words(bucket_count));
+  for (auto _ : state) {
+    for (const auto& chunk : chunks) benchmark::DoNotOptimize(cbi1::decode(chunk, format));
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bucket_count * 8));
+}
+
+void BM_DeltaEncode(benchmark::State& state) {
+  const auto image_count = static_cast<std::size_t>(state.range(0));
+  const auto format = *cbi1::FilterFormat::make(ckf::kDefaultSeed, kBuckets);
+  std::mt19937_64 rng(5);
+  std::vector<BucketImage> images(image_count);
+  for (auto& image : images) image = {rng() % kBuckets, rng()};
+  for (auto _ : state) benchmark::DoNotOptimize(cbi1::encode_delta(format, 1, 1, 2, images));
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * image_count));
+}
+
+}  // namespace
+
+BENCHMARK(BM_CkfInsert)->Arg(50)->Arg(80)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CkfRemove)->Arg(50)->Arg(80)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CkfContains)->Arg(50)->Arg(80);
+BENCHMARK(BM_PrefixQuery64);
+BENCHMARK(BM_SnapshotEncode)->Arg(1 << 19)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SnapshotDecode)->Arg(1 << 19)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DeltaEncode)->Arg(16)->Arg(4096);
+
+BENCHMARK_MAIN();
