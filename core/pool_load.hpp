@@ -1,0 +1,52 @@
+#pragma once
+// KV occupancy of one pool generation (spec inputs-topology-load.md §2.2–§2.4): the ranks
+// its workers declare, each rank's capacity, the latest kv_used_blocks per rank, and the
+// aggregate a load window publishes. Sums saturate; partial coverage is never zero load.
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <string>
+
+#include "core/topology_model.hpp"
+
+namespace kvrelay {
+
+inline constexpr std::uint32_t kMaxLoadRanksPerWorker = 4096;
+
+struct RankKey {
+  std::uint64_t worker_id = 0;
+  std::uint32_t dp_rank = 0;
+  friend auto operator<=>(const RankKey&, const RankKey&) = default;
+};
+
+struct PoolLoadSnapshot {
+  std::uint64_t kv_used_blocks = 0;   // 0 unless every declared rank has reported
+  std::uint64_t total_kv_blocks = 0;  // 0 unless every declared rank has a known capacity
+  std::uint32_t observed_ranks = 0;
+  std::uint32_t expected_ranks = 0;
+  friend bool operator==(const PoolLoadSnapshot&, const PoolLoadSnapshot&) = default;
+};
+
+// Declared ranks and their capacity (nullopt = unknown) from the workers' runtime configs.
+using DeclaredRanks = std::map<RankKey, std::optional<std::uint64_t>>;
+std::expected<DeclaredRanks, std::string> declared_ranks(
+    const std::map<std::uint64_t, RuntimeConfig>& runtime_configs);
+
+class PoolLoad {
+ public:
+  // Keeps only the observations of ranks whose capacity is unchanged. An invalid
+  // configuration clears capacity and observations (an empty-coverage entry).
+  std::expected<void, std::string> set_capacity(const std::map<std::uint64_t, RuntimeConfig>& configs);
+
+  // false for a rank the pool does not declare (the report is ignored).
+  bool observe(RankKey rank, std::uint64_t kv_used_blocks);
+  void clear_observations() { observed_.clear(); }
+
+  PoolLoadSnapshot snapshot() const;
+
+ private:
+  DeclaredRanks declared_;
+  std::map<RankKey, std::uint64_t> observed_;
+};
+
+}  // namespace kvrelay
