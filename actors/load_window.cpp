@@ -1,0 +1,97 @@
+#include "actors/load_window.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace kvrelay {
+
+namespace {
+
+using Self = caf::stateful_actor<LoadWindowState>;
+
+LoadUpdatePtr build_window(const LoadWindowState& state) {
+  auto update = std::make_shared<v1::KvPoolLoadUpdate>();
+  update->set_protocol_version(wire::kProtocolVersion);
+  *update->mutable_relay() = state.relay;
+  update->set_window_sequence(state.window_sequence);
+  update->set_observed_ms(wall_clock_ms());
+  update->set_window_ms(static_cast<std::uint64_t>(state.window.count()));
+  std::map<wire::PoolKey, const LoadWindowState::Pool*> by_pool_id;
+  for (const auto& [endpoint, pool] : state.pools) by_pool_id[wire::pool_key(pool.producer.pool_id())] = &pool;
+  for (const auto& [key, pool] : by_pool_id) {
+    const PoolLoadSnapshot snapshot = pool->load.snapshot();
+    v1::KvPoolLoadEntry* entry = update->add_pools();
+    *entry->mutable_producer() = pool->producer;
+    entry->set_kv_used_blocks(snapshot.kv_used_blocks);
+    entry->set_total_kv_blocks(snapshot.total_kv_blocks);
+    entry->set_kv_observed_ranks(snapshot.observed_ranks);
+    entry->set_kv_expected_ranks(snapshot.expected_ranks);
+  }
+  update->set_contract_marker(wire::kContractMarker);
+  return update;
+}
+
+void replace_pools(Self* self, const std::vector<LoadPool>& pools) {
+  std::map<EndpointKey, LoadWindowState::Pool> next;
+  for (const LoadPool& pool : pools) {
+    auto& slot = next[pool.endpoint];
+    const auto existing = self->state.pools.find(pool.endpoint);
+    if (existing != self->state.pools.end() &&
+        wire::producer_key(existing->second.producer) == wire::producer_key(pool.producer)) {
+      slot = std::move(existing->second);  // same generation: observations carry over
+    }
+    slot.producer = pool.producer;
+    if (auto refreshed = slot.load.set_capacity(pool.runtime_configs); !refreshed) {
+      spdlog::warn("load of pool {}: {}", pool.endpoint.display(), refreshed.error());
+    }
+  }
+  self->state.pools = std::move(next);
+}
+
+void apply_reports(Self* self, const LoadReportBatch& batch) {
+  std::uint64_t applied = 0;
+  for (const ingest_v1::LoadReport& report : batch.reports) {
+    const EndpointKey endpoint{report.endpoint().namespace_(), report.endpoint().component(),
+                               report.endpoint().endpoint()};
+    const auto pool = self->state.pools.find(endpoint);
+    if (pool != self->state.pools.end() &&
+        pool->second.load.observe({report.worker_id(), report.dp_rank()}, report.kv_used_blocks())) {
+      ++applied;
+    }
+  }
+  if (batch.done) batch.done(applied, batch.reports.size() - applied);
+}
+
+}  // namespace
+
+std::uint64_t wall_clock_ms() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count();
+  return ms < 0 ? 0 : static_cast<std::uint64_t>(ms);
+}
+
+caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::milliseconds window) {
+  auto& state = self->state;
+  state.relay = std::move(relay);
+  state.window = window;
+  state.current = build_window(state);  // window 0, current until the first tick
+  state.schedule.start(self, window, atoms::tick_atom_v);
+  self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
+  return {
+      [=](atoms::pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
+      [=](atoms::report_atom, const LoadReportBatch& batch) { apply_reports(self, batch); },
+      [=](atoms::tick_atom) {
+        auto& st = self->state;
+        ++st.window_sequence;
+        st.current = build_window(st);
+        st.streams.broadcast(self, st.current);
+        st.schedule.rearm(self, atoms::tick_atom_v);
+      },
+      [=](atoms::subscribe_atom, const caf::actor& stream) {
+        self->state.streams.add(self, stream);
+        self->send(stream, atoms::update_atom_v, self->state.current);
+      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
+  };
+}
+
+}  // namespace kvrelay

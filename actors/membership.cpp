@@ -1,0 +1,348 @@
+#include "actors/membership.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "core/ingest_validation.hpp"
+#include "core/wire_validation.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using Self = caf::stateful_actor<MembershipState>;
+
+RpcStatus retired_status() {
+  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE,
+                                "the pool generation was retired; resubscribe from the catalog");
+}
+
+// ---- pool materialization ----
+
+bool has_active_source(const membership::EndpointMembership& m, const membership::WorkerCards& cards) {
+  for (const auto& [worker_id, topology] : m.worker_topology) {
+    const auto card = cards.find(worker_id);
+    if (card != cards.end() && card->second.kv_sources_size() > 0) return true;
+  }
+  return false;
+}
+
+// The endpoints that should hold a pool now, with their domains. Endpoints whose domains
+// collide on one PoolId are left out: a PoolId is never shared between endpoints.
+std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipState& state) {
+  std::map<EndpointKey, membership::IndexerDomain> desired;
+  std::map<wire::PoolKey, std::vector<EndpointKey>> claims;
+  for (const auto& [endpoint, m] : state.projection) {
+    if (!m.materializable() || !m.kv_state_endpoint()) continue;
+    if (!has_active_source(m, state.workers.at(endpoint))) continue;
+    desired.emplace(endpoint, *m.domain);
+    claims[wire::pool_key(membership::pool_id(*m.domain, state.config.dc_id))].push_back(endpoint);
+  }
+  for (const auto& [pool, endpoints] : claims) {
+    if (endpoints.size() < 2) continue;
+    for (const EndpointKey& endpoint : endpoints) {
+      spdlog::warn("endpoint {}: its pool is claimed by {} serving endpoints; not materialized",
+                   endpoint.display(), endpoints.size());
+      desired.erase(endpoint);
+    }
+  }
+  return desired;
+}
+
+v1::ProducerIdentity new_producer(Self* self, const membership::IndexerDomain& domain) {
+  auto& state = self->state;
+  v1::ProducerIdentity producer;
+  *producer.mutable_pool_id() = membership::pool_id(domain, state.config.dc_id);
+  producer.set_producer_incarnation(state.config.relay.relay_incarnation());
+  producer.set_layout_generation(++state.layout_generation);
+  auto* format = producer.mutable_ckf_format();
+  format->set_format_version(ckf::kFormatVersion);
+  format->set_seed(state.config.seed);
+  format->set_bucket_count(state.config.bucket_count);
+  format->set_fingerprint_bits(ckf::kFingerprintBits);
+  format->set_slots_per_bucket(ckf::kSlotsPerBucket);
+  return producer;
+}
+
+MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
+  auto& state = self->state;
+  MaterializedPool pool{domain, {}, new_producer(self, domain), {}};
+  PublisherConfig config;
+  config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed,
+                               state.config.bucket_count};
+  config.semantics = {domain.kv_block_size,
+                      domain.hash_format == 2 ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard};
+  config.publication_threshold = state.config.publication_threshold;
+  config.publication_delay = state.config.publication_delay;
+  pool.publisher = self->spawn(pool_publisher, std::move(config));
+  spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
+               pool.producer.layout_generation(), state.config.bucket_count);
+  return pool;
+}
+
+// ---- what the other actors are told ----
+
+std::vector<CatalogEntry> catalog_entries(const MembershipState& state) {
+  std::vector<CatalogEntry> entries;
+  for (const auto& [endpoint, pool] : state.pools) entries.push_back({pool.descriptor, pool.publisher});
+  return entries;
+}
+
+std::vector<readiness::EndpointFacts> readiness_facts(const MembershipState& state) {
+  std::vector<readiness::EndpointFacts> facts;
+  for (const auto& [endpoint, m] : state.projection) {
+    readiness::EndpointFacts f;
+    f.endpoint = endpoint;
+    f.registrations = m.registrations;
+    f.roles = m.roles;
+    f.workers = m.worker_topology;
+    f.adapters = m.adapters;
+    f.serving_topology_conflict = m.has_conflict(ConflictScope::kServingTopology);
+    if (const auto live = state.availability.find(endpoint); live != state.availability.end()) {
+      f.live_workers = live->second;
+    }
+    if (const auto pool = state.pools.find(endpoint); pool != state.pools.end()) {
+      for (const Registration& r : m.registrations) {
+        if (!r.target.adapter) f.pool_links[r.target.base_model] = pool->second.producer.pool_id();
+      }
+    }
+    facts.push_back(std::move(f));
+  }
+  return facts;
+}
+
+std::vector<LoadPool> load_pools(const MembershipState& state) {
+  std::vector<LoadPool> pools;
+  for (const auto& [endpoint, pool] : state.pools) {
+    pools.push_back({endpoint, pool.producer, state.projection.at(endpoint).runtime_configs});
+  }
+  return pools;
+}
+
+// Re-projects everything after a change and tells every actor the complete new state.
+// The catalog withdraws a pool before its publisher is retired.
+void reconcile(Self* self) {
+  auto& state = self->state;
+  state.projection = membership::project(state.workers);
+  const auto desired = desired_pools(state);
+  std::vector<std::pair<EndpointKey, caf::actor>> retiring;
+  for (auto it = state.pools.begin(); it != state.pools.end();) {
+    const auto want = desired.find(it->first);
+    if (want != desired.end() && want->second == it->second.domain) {
+      ++it;
+      continue;
+    }
+    retiring.emplace_back(it->first, it->second.publisher);
+    it = state.pools.erase(it);
+  }
+  for (const auto& [endpoint, domain] : desired) {
+    if (!state.pools.contains(endpoint)) state.pools.emplace(endpoint, materialize(self, endpoint, domain));
+  }
+  for (auto& [endpoint, pool] : state.pools) {
+    pool.descriptor = membership::descriptor(state.projection.at(endpoint), pool.producer);
+  }
+  self->send(state.peers.catalog, atoms::pools_atom_v, catalog_entries(state));
+  for (const auto& [endpoint, publisher] : retiring) {
+    spdlog::info("pool withdrawn: endpoint={}", endpoint.display());
+    self->send(publisher, atoms::retire_atom_v, retired_status());
+  }
+  self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
+  self->send(state.peers.load, atoms::pools_atom_v, load_pools(state));
+}
+
+// ---- ingest calls ----
+
+std::vector<std::uint32_t> source_ranks(const ingest_v1::WorkerSpec& worker) {
+  std::vector<std::uint32_t> ranks;
+  for (const auto& source : worker.kv_sources()) ranks.push_back(source.dp_rank());
+  return ranks;
+}
+
+// Drops what the relay knew about a worker's sources: their cursors, and their blocks in the
+// endpoint's pool when the pool outlives the change.
+void forget_sources(Self* self, const EndpointKey& endpoint, std::uint64_t worker_id,
+                    const std::vector<std::uint32_t>& ranks) {
+  auto& state = self->state;
+  const auto pool = state.pools.find(endpoint);
+  for (std::uint32_t rank : ranks) {
+    state.cursors.erase(SourceId{endpoint, worker_id, rank});
+    if (pool != state.pools.end()) self->send(pool->second.publisher, atoms::reset_atom_v, SourceKey{worker_id, rank});
+  }
+}
+
+std::vector<std::string> conflict_texts(const MembershipState& state, const EndpointKey& endpoint) {
+  std::vector<std::string> texts;
+  if (const auto m = state.projection.find(endpoint); m != state.projection.end()) {
+    for (const Conflict& c : m->second.conflicts) texts.push_back(c.message);
+  }
+  return texts;
+}
+
+void put_worker(Self* self, const PutWorkerCall& call) {
+  auto& state = self->state;
+  const auto& request = call->request;
+  const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
+  ingest_v1::WorkerSpec spec;
+  spec.set_worker_id(request.worker_id());
+  *spec.mutable_card() = request.card();
+  *spec.mutable_adapters() = request.adapters();
+  *spec.mutable_kv_sources() = request.kv_sources();
+  auto& cards = state.workers[endpoint];
+  if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
+    const auto kept = source_ranks(spec);
+    std::vector<std::uint32_t> dropped;
+    for (std::uint32_t rank : source_ranks(previous->second)) {
+      if (std::find(kept.begin(), kept.end(), rank) == kept.end()) dropped.push_back(rank);
+    }
+    forget_sources(self, endpoint, request.worker_id(), dropped);
+  }
+  cards[request.worker_id()] = std::move(spec);
+  reconcile(self);
+  for (auto& text : conflict_texts(state, endpoint)) call->response->add_conflicts(std::move(text));
+  call->complete(RpcStatus::Ok());
+}
+
+void remove_worker(Self* self, const RemoveWorkerCall& call) {
+  auto& state = self->state;
+  const EndpointKey endpoint = ingest_check::endpoint_key(call->request.endpoint());
+  const auto cards = state.workers.find(endpoint);
+  if (cards != state.workers.end()) {
+    if (const auto worker = cards->second.find(call->request.worker_id()); worker != cards->second.end()) {
+      forget_sources(self, endpoint, worker->first, source_ranks(worker->second));
+      cards->second.erase(worker);
+      if (cards->second.empty()) state.workers.erase(cards);
+      reconcile(self);
+    }
+  }
+  call->complete(RpcStatus::Ok());
+}
+
+void set_availability(Self* self, const SetAvailabilityCall& call) {
+  auto& state = self->state;
+  const EndpointKey endpoint = ingest_check::endpoint_key(call->request.endpoint());
+  std::set<std::uint64_t> live(call->request.live_worker_ids().begin(), call->request.live_worker_ids().end());
+  const auto current = state.availability.find(endpoint);
+  if (current == state.availability.end() || current->second != live) {
+    state.availability[endpoint] = std::move(live);
+    self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
+  }
+  call->complete(RpcStatus::Ok());
+}
+
+// ---- KV event batches ----
+
+bool declares_push_source(const ingest_v1::WorkerSpec& worker, std::uint32_t rank) {
+  for (const auto& source : worker.kv_sources()) {
+    if (source.dp_rank() == rank && source.has_push()) return true;
+  }
+  return false;
+}
+
+void reject(const BatchSinkPtr& sink) {
+  if (sink) sink->batch_done(BatchOutcome{false, false, 0});
+}
+
+// decisions.md row 16: returns whether to apply, and whether the source is reset first.
+std::optional<bool> sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch) {
+  if (!known) {
+    *cursor = {batch.source_epoch(), batch.sequence() + 1};
+    return false;
+  }
+  if (batch.source_epoch() == cursor->epoch && batch.sequence() < cursor->next_sequence) return std::nullopt;
+  const bool reset = batch.source_epoch() != cursor->epoch || batch.sequence() > cursor->next_sequence;
+  *cursor = {batch.source_epoch(), batch.sequence() + 1};
+  return reset;
+}
+
+void on_batch(Self* self, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
+  auto& state = self->state;
+  const EndpointKey endpoint = ingest_check::endpoint_key(batch->endpoint());
+  const auto cards = state.workers.find(endpoint);
+  const auto pool = state.pools.find(endpoint);
+  if (cards == state.workers.end() || pool == state.pools.end()) return reject(sink);
+  const auto worker = cards->second.find(batch->worker_id());
+  if (worker == cards->second.end() || !declares_push_source(worker->second, batch->dp_rank())) return reject(sink);
+  const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
+  const auto [cursor, inserted] = state.cursors.try_emplace(source);
+  const auto reset = sequence_batch(&cursor->second, !inserted, *batch);
+  if (!reset) return reject(sink);
+  self->send(pool->second.publisher, atoms::batch_atom_v, batch, *reset, sink, receipt_ns);
+}
+
+// ---- GetState ----
+
+void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
+  std::set<EndpointKey> endpoints;
+  for (const auto& [endpoint, cards] : state.workers) endpoints.insert(endpoint);
+  for (const auto& [endpoint, live] : state.availability) endpoints.insert(endpoint);
+  for (const EndpointKey& endpoint : endpoints) {
+    auto* e = out.add_endpoints();
+    e->mutable_endpoint()->set_namespace_(endpoint.ns);
+    e->mutable_endpoint()->set_component(endpoint.component);
+    e->mutable_endpoint()->set_endpoint(endpoint.endpoint);
+    if (const auto cards = state.workers.find(endpoint); cards != state.workers.end()) {
+      for (const auto& [worker_id, spec] : cards->second) e->add_worker_ids(worker_id);
+    }
+    if (const auto live = state.availability.find(endpoint); live != state.availability.end()) {
+      e->set_availability_known(true);
+      for (std::uint64_t id : live->second) e->add_live_worker_ids(id);
+    }
+    for (auto& text : conflict_texts(state, endpoint)) e->add_conflicts(std::move(text));
+    e->set_pool_materialized(state.pools.contains(endpoint));
+  }
+}
+
+std::uint32_t active_sources(const MembershipState& state, const EndpointKey& endpoint) {
+  std::uint32_t count = 0;
+  if (const auto cards = state.workers.find(endpoint); cards != state.workers.end()) {
+    for (const auto& [worker_id, spec] : cards->second) count += static_cast<std::uint32_t>(spec.kv_sources_size());
+  }
+  return count;
+}
+
+void get_state(Self* self, const GetStateCall& call) {
+  auto& state = self->state;
+  fill_endpoints(state, *call->response);
+  if (state.pools.empty()) return call->complete(RpcStatus::Ok());
+  auto remaining = std::make_shared<std::size_t>(state.pools.size());
+  for (const auto& [endpoint, pool] : state.pools) {
+    ingest_v1::PoolState* slot = call->response->add_pools();
+    slot->mutable_serving_endpoint()->set_namespace_(endpoint.ns);
+    slot->mutable_serving_endpoint()->set_component(endpoint.component);
+    slot->mutable_serving_endpoint()->set_endpoint(endpoint.endpoint);
+    const std::uint32_t sources = active_sources(state, endpoint);
+    self->request(pool.publisher, std::chrono::seconds(10), atoms::state_atom_v)
+        .then(
+            [=](const PoolStateReport& report) {
+              const auto serving = slot->serving_endpoint();
+              *slot = report.state;
+              *slot->mutable_serving_endpoint() = serving;
+              slot->set_active_sources(sources);
+              if (--*remaining == 0) call->complete(RpcStatus::Ok());
+            },
+            [=](const caf::error&) {
+              if (--*remaining == 0) call->complete(RpcStatus::Ok());
+            });
+  }
+}
+
+}  // namespace
+
+caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPeers peers) {
+  self->state.config = std::move(config);
+  self->state.peers = std::move(peers);
+  return {
+      [=](atoms::put_worker_atom, const PutWorkerCall& call) { put_worker(self, call); },
+      [=](atoms::remove_worker_atom, const RemoveWorkerCall& call) { remove_worker(self, call); },
+      [=](atoms::availability_atom, const SetAvailabilityCall& call) { set_availability(self, call); },
+      [=](atoms::state_atom, const GetStateCall& call) { get_state(self, call); },
+      [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
+        on_batch(self, batch, sink, receipt_ns);
+      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) {
+        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::retire_atom_v, status);
+        self->state.pools.clear();
+      },
+  };
+}
+
+}  // namespace kvrelay

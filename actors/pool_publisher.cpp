@@ -1,0 +1,153 @@
+#include "actors/pool_publisher.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "core/cbi1.hpp"
+#include "core/xxh3.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using Self = caf::stateful_actor<PoolPublisherState>;
+
+RpcStatus publication_unavailable(std::string message) {
+  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, std::move(message));
+}
+
+void end_all_streams(Self* self, const RpcStatus& status) {
+  for (const caf::actor& stream : self->state.streams) {
+    self->demonitor(stream);
+    self->send(stream, atoms::end_stream_atom_v, status);
+  }
+  self->state.streams.clear();
+}
+
+cbi1::FilterFormat format_of(const PoolStreamSpec& spec) { return {spec.seed, spec.bucket_count}; }
+
+// Drains the touched buckets into one delta and fans it out. A delta too large for one
+// CBI1 frame cannot be published: every stream ends and resubscribes from a snapshot.
+void publish(Self* self) {
+  auto& state = self->state;
+  const std::int64_t receipt_ns = state.oldest_pending_receipt_ns;
+  state.pending_events = 0;
+  state.oldest_pending_receipt_ns = 0;
+  const std::vector<BucketImage> images = state.index->drain_publication();
+  if (images.empty()) return;  // nothing net-changed: no delta, no new sequence
+  const std::uint64_t base = state.sequence++;
+  state.snapshot_at_sequence.reset();
+  if (state.streams.empty()) return;
+  if (images.size() > cbi1::kMaxDeltaImages) {
+    spdlog::warn("pool {}: a publication of {} bucket images exceeds one CBI1 frame; re-snapshotting",
+                 state.config.spec.producer.layout_generation(), images.size());
+    return end_all_streams(self, publication_unavailable("publication too large for one delta; resubscribe"));
+  }
+  auto payload = cbi1::encode_delta(format_of(state.config.spec), state.config.spec.dc_id, base,
+                                    state.sequence, images);
+  if (!payload) return end_all_streams(self, publication_unavailable(payload.error().detail));
+  const PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)),
+                           receipt_ns};
+  for (const caf::actor& stream : state.streams) self->send(stream, delta);
+}
+
+void count_event(Self* self, std::int64_t receipt_ns) {
+  auto& state = self->state;
+  if (state.pending_events++ == 0) state.oldest_pending_receipt_ns = receipt_ns;
+  if (state.pending_events >= state.config.publication_threshold) return publish(self);
+  if (!state.delay_armed) {
+    state.delay_armed = true;
+    self->delayed_send(self, state.config.publication_delay, atoms::publish_atom_v);
+  }
+}
+
+void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns,
+                 BatchOutcome& outcome) {
+  auto& state = self->state;
+  const SourceKey source{batch.worker_id(), batch.dp_rank()};
+  for (const ingest_v1::KvEvent& event : batch.events()) {
+    const EventResult result = apply_kv_event(*state.index, source, event, state.config.semantics);
+    if (result.disposition == EventDisposition::kIgnored) continue;
+    if (result.disposition == EventDisposition::kRejected) {
+      ++outcome.events_rejected;
+      ++state.events_rejected;
+    }
+    count_event(self, receipt_ns);
+  }
+}
+
+void attach_stream(Self* self, const caf::actor& stream) {
+  auto& state = self->state;
+  if (state.pending_events > 0) publish(self);
+  if (!state.snapshot_at_sequence) {
+    const auto words = state.index->filter().words();
+    state.snapshot_at_sequence = std::make_shared<const SnapshotImage>(
+        SnapshotImage{state.sequence, std::vector<std::uint64_t>(words.begin(), words.end())});
+  }
+  self->monitor(stream);
+  state.streams.push_back(stream);
+  self->send(stream, PoolSnapshotMsg{state.snapshot_at_sequence});
+}
+
+PoolStateReport state_report(Self* self) {
+  auto& state = self->state;
+  if (state.pending_events > 0) publish(self);
+  const auto& filter = state.index->filter();
+  PoolStateReport report;
+  ingest_v1::PoolState& pool = report.state;
+  pool.set_layout_generation(state.config.spec.producer.layout_generation());
+  pool.set_sequence(state.sequence);
+  pool.set_unique_blocks(state.index->unique_blocks());
+  pool.set_occupied_slots(filter.occupied_slots());
+  pool.set_bucket_count(filter.bucket_count());
+  pool.set_capacity_failures(state.index->capacity_failures());
+  pool.set_subscribers(static_cast<std::uint32_t>(state.streams.size()));
+  pool.set_filter_digest(xxh3(filter.words().data(), filter.words().size_bytes(), 0));
+  *pool.mutable_producer() = state.config.spec.producer;
+  return report;
+}
+
+}  // namespace
+
+std::int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+caf::behavior pool_publisher(Self* self, PublisherConfig config) {
+  self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
+  self->state.config = std::move(config);
+  self->set_down_handler([self](const caf::down_msg& down) {
+    std::erase(self->state.streams, caf::actor_cast<caf::actor>(down.source));
+  });
+  return {
+      [=](atoms::batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchSinkPtr& sink,
+          std::int64_t receipt_ns) {
+        BatchOutcome outcome{true, reset_first, 0};
+        if (reset_first) {
+          self->state.index->clear({batch->worker_id(), batch->dp_rank()});
+          ++self->state.source_resets;
+          count_event(self, receipt_ns);
+        }
+        apply_batch(self, *batch, receipt_ns, outcome);
+        if (sink) sink->batch_done(outcome);
+      },
+      [=](atoms::reset_atom, SourceKey source) {
+        self->state.index->clear(source);
+        ++self->state.source_resets;
+        count_event(self, steady_now_ns());
+      },
+      [=](atoms::publish_atom) {
+        self->state.delay_armed = false;
+        if (self->state.pending_events > 0) publish(self);
+      },
+      [=](atoms::attach_atom, const caf::actor& stream) { attach_stream(self, stream); },
+      [=](atoms::state_atom) { return state_report(self); },
+      [=](atoms::retire_atom, const RpcStatus& status) {
+        end_all_streams(self, status);
+        self->quit();
+      },
+  };
+}
+
+}  // namespace kvrelay

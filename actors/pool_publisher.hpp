@@ -1,0 +1,41 @@
+#pragma once
+// One pool generation's publisher: it owns the pool's filter and lineage, applies KV event
+// batches, publishes one CBI1 delta per publication (after `threshold` events or `delay`
+// after the first unpublished one), sends the same encoded bytes to every attached stream,
+// and gives each new stream a snapshot image at the current sequence.
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <optional>
+
+#include "actors/messages.hpp"
+#include "core/kv_events.hpp"
+
+namespace kvrelay {
+
+struct PublisherConfig {
+  PoolStreamSpec spec;             // identity, dc id and CKF format of this generation
+  QuerySemantics semantics;        // how token blocks are hashed
+  std::uint32_t publication_threshold = 16;
+  std::chrono::milliseconds publication_delay{1};
+};
+
+struct PoolPublisherState {
+  std::optional<PoolIndex> index;
+  PublisherConfig config;
+  std::uint64_t sequence = 0;            // of the last publication
+  std::uint32_t pending_events = 0;      // applied since the last publication
+  bool delay_armed = false;
+  std::int64_t oldest_pending_receipt_ns = 0;
+  std::shared_ptr<const SnapshotImage> snapshot_at_sequence;  // shared by streams joining now
+  std::vector<caf::actor> streams;
+  std::uint64_t events_rejected = 0;
+  std::uint64_t source_resets = 0;
+  static inline const char* name = "pool-publisher";
+};
+
+caf::behavior pool_publisher(caf::stateful_actor<PoolPublisherState>* self, PublisherConfig config);
+
+std::int64_t steady_now_ns();
+
+}  // namespace kvrelay

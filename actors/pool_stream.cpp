@@ -1,0 +1,113 @@
+#include "actors/pool_stream.hpp"
+
+#include <chrono>
+
+#include "core/cbi1.hpp"
+#include "core/wire_validation.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using Self = caf::stateful_actor<PoolStreamState>;
+
+std::shared_ptr<v1::FilterUpdate> frame_of(const PoolStreamSpec& spec, v1::FilterUpdateKind kind,
+                                           std::uint64_t base_sequence, std::uint64_t sequence) {
+  auto frame = std::make_shared<v1::FilterUpdate>();
+  frame->set_protocol_version(wire::kProtocolVersion);
+  *frame->mutable_relay() = spec.relay;
+  *frame->mutable_producer() = spec.producer;
+  frame->set_base_sequence(base_sequence);
+  frame->set_sequence(sequence);
+  frame->set_send_ts_us(wall_clock_us());
+  frame->set_kind(kind);
+  frame->set_contract_marker(wire::kContractMarker);
+  return frame;
+}
+
+std::shared_ptr<const v1::FilterUpdate> encode_next_chunk(PoolStreamState& state) {
+  const auto format = cbi1::FilterFormat{state.spec.seed, state.spec.bucket_count};
+  auto payload = cbi1::encode_snapshot_chunk(format, state.spec.dc_id, state.snapshot->sequence,
+                                             state.next_chunk, state.snapshot->words);
+  if (!payload) return nullptr;
+  auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, state.snapshot->sequence,
+                        state.snapshot->sequence);
+  frame->set_payload(std::move(*payload));
+  if (++state.next_chunk == state.chunk_count) state.snapshot.reset();
+  return frame;
+}
+
+void end_invalid(Self* self, std::string message) {
+  end_stream(self, self->state.writer,
+             RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, std::move(message)));
+}
+
+// Chunks first, then deltas: the stream never interleaves them.
+void write_next(Self* self) {
+  auto& state = self->state;
+  if (!state.writer.ready()) return;
+  if (state.snapshot) {
+    auto chunk = encode_next_chunk(state);
+    if (!chunk) return end_invalid(self, "snapshot chunk could not be encoded");
+    state.writer.write(std::move(chunk));
+  } else if (state.next_chunk == state.chunk_count && state.chunk_count > 0 && !state.deltas.empty()) {
+    state.writer.write(state.deltas.pop());
+  }
+}
+
+void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
+  auto& state = self->state;
+  state.snapshot = msg.image;
+  state.chunk_count = static_cast<std::uint32_t>(cbi1::chunk_count_for(state.spec.bucket_count));
+  state.next_chunk = 0;
+  state.last_sequence = msg.image->sequence;
+  write_next(self);
+}
+
+void on_delta(Self* self, const PoolDeltaMsg& msg) {
+  auto& state = self->state;
+  if (state.chunk_count == 0) return end_invalid(self, "delta before the snapshot");
+  if (msg.base_sequence != state.last_sequence || msg.sequence != msg.base_sequence + 1) {
+    return end_invalid(self, "delta does not continue the stream's sequence");
+  }
+  auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_DELTA, msg.base_sequence, msg.sequence);
+  frame->set_payload(*msg.payload);
+  if (!state.deltas.push(std::move(frame), msg.payload->size())) {
+    return end_stream(self, state.writer, lagged_status());
+  }
+  state.last_sequence = msg.sequence;
+  write_next(self);
+}
+
+}  // namespace
+
+std::uint64_t wall_clock_us() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count();
+  return us < 0 ? 0 : static_cast<std::uint64_t>(us);
+}
+
+caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
+                          OutboxLimits limits, caf::actor publisher) {
+  self->state.writer.attach(std::move(sink));
+  self->monitor(publisher);
+  self->set_down_handler([self](const caf::down_msg&) {
+    end_stream(self, self->state.writer,
+               RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the pool generation is gone"));
+  });
+  self->state.deltas = Outbox<v1::FilterUpdate>(limits);
+  self->state.spec = std::move(spec);
+  return {
+      [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
+      [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
+      [=](atoms::write_done_atom, bool ok) {
+        if (!ok) return end_stream(self, self->state.writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
+        self->state.writer.write_done();
+        write_next(self);
+      },
+      [=](atoms::cancelled_atom) { self->quit(); },
+      [=](atoms::end_stream_atom, RpcStatus status) { end_stream(self, self->state.writer, std::move(status)); },
+  };
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,33 @@
+#pragma once
+// The actor behind one SubscribeKvPool stream: the snapshot its publisher hands it, chunk
+// by chunk, then every delta from that snapshot's sequence on, through a bounded outbox.
+// A delta that does not continue the stream's sequence ends it as an invalid publication.
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/outbox.hpp"
+#include "actors/stream_actors.hpp"
+
+namespace kvrelay {
+
+struct PoolStreamState {
+  StreamWriter<v1::FilterUpdate> writer;
+  Outbox<v1::FilterUpdate> deltas;
+  PoolStreamSpec spec;
+  std::shared_ptr<const SnapshotImage> snapshot;  // released once every chunk is written
+  std::uint32_t next_chunk = 0;
+  std::uint32_t chunk_count = 0;
+  std::uint64_t last_sequence = 0;  // of the last frame queued
+  static inline const char* name = "pool-stream";
+};
+
+// The stream ends with PUBLICATION_UNAVAILABLE if `publisher` is (or becomes) gone before
+// it ended the stream itself.
+caf::behavior pool_stream(caf::stateful_actor<PoolStreamState>* self,
+                          StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
+                          OutboxLimits limits, caf::actor publisher);
+
+// Wall-clock microseconds since the Unix epoch (0 before it), as FilterUpdate.send_ts_us.
+std::uint64_t wall_clock_us();
+
+}  // namespace kvrelay

@@ -1,0 +1,117 @@
+#pragma once
+// One actor per open server stream, bridging a publisher to a StreamSink. Catalog and
+// readiness streams carry "latest value" watches: they coalesce and never lag. Load
+// streams have a bounded outbox; overflow ends that stream alone as lagged. (Pool streams,
+// which also carry a snapshot, are in pool_stream.hpp.)
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "actors/outbox.hpp"
+
+namespace kvrelay {
+
+// The transport side of a stream actor: one write in flight at a time, finish once.
+template <class Message>
+class StreamWriter {
+ public:
+  void attach(StreamSinkPtr<Message> sink) { sink_ = std::move(sink); }
+
+  bool ready() const { return !writing_ && !finished_; }
+  void write(std::shared_ptr<const Message> message) {
+    writing_ = true;
+    sink_->write(std::move(message));
+  }
+  void write_done() { writing_ = false; }
+  void finish(RpcStatus status) {
+    if (finished_) return;
+    finished_ = true;
+    sink_->finish(std::move(status));
+  }
+
+ private:
+  StreamSinkPtr<Message> sink_;
+  bool writing_ = false;
+  bool finished_ = false;
+};
+
+// Ends the stream with `status` and stops the actor.
+template <class Self, class Message>
+void end_stream(Self* self, StreamWriter<Message>& writer, RpcStatus status) {
+  writer.finish(std::move(status));
+  self->quit();
+}
+
+inline RpcStatus lagged_status() {
+  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED,
+                                "subscriber fell behind its bounded stream queue");
+}
+
+// ---- latest-value streams (catalog, readiness) ----
+
+template <class Message>
+struct LatestValueStreamState {
+  StreamWriter<Message> writer;
+  std::shared_ptr<const Message> unsent;  // the newest update not yet handed to the sink
+  static inline const char* name = "latest-value-stream";
+};
+
+template <class Message>
+caf::behavior latest_value_stream(caf::stateful_actor<LatestValueStreamState<Message>>* self,
+                                  StreamSinkPtr<Message> sink) {
+  self->state.writer.attach(std::move(sink));
+  auto write_unsent = [self] {
+    auto& state = self->state;
+    if (state.unsent && state.writer.ready()) state.writer.write(std::move(state.unsent));
+  };
+  return {
+      [=](atoms::update_atom, std::shared_ptr<const Message> update) {
+        self->state.unsent = std::move(update);
+        write_unsent();
+      },
+      [=](atoms::write_done_atom, bool ok) {
+        if (!ok) return end_stream(self, self->state.writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
+        self->state.writer.write_done();
+        write_unsent();
+      },
+      [=](atoms::cancelled_atom) { self->quit(); },
+      [=](atoms::end_stream_atom, RpcStatus status) { end_stream(self, self->state.writer, std::move(status)); },
+  };
+}
+
+// ---- bounded streams (load windows) ----
+
+template <class Message>
+struct BoundedStreamState {
+  StreamWriter<Message> writer;
+  Outbox<Message> outbox;
+  static inline const char* name = "bounded-stream";
+};
+
+template <class Message>
+caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* self,
+                             StreamSinkPtr<Message> sink, OutboxLimits limits) {
+  self->state.writer.attach(std::move(sink));
+  self->state.outbox = Outbox<Message>(limits);
+  auto write_next = [self] {
+    auto& state = self->state;
+    if (!state.outbox.empty() && state.writer.ready()) state.writer.write(state.outbox.pop());
+  };
+  return {
+      [=](atoms::update_atom, std::shared_ptr<const Message> update) {
+        const std::size_t bytes = update->ByteSizeLong();
+        if (!self->state.outbox.push(std::move(update), bytes)) {
+          return end_stream(self, self->state.writer, lagged_status());
+        }
+        write_next();
+      },
+      [=](atoms::write_done_atom, bool ok) {
+        if (!ok) return end_stream(self, self->state.writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
+        self->state.writer.write_done();
+        write_next();
+      },
+      [=](atoms::cancelled_atom) { self->quit(); },
+      [=](atoms::end_stream_atom, RpcStatus status) { end_stream(self, self->state.writer, std::move(status)); },
+  };
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,24 @@
+#pragma once
+// The narrow interface between a stream actor and the transport that carries its stream
+// (a gRPC ServerWriteReactor in production, a recording fake in actor tests). The sink
+// reports write completions and cancellation back to the actor as messages.
+#include <memory>
+
+#include "core/rpc_status.hpp"
+
+namespace kvrelay {
+
+template <class Message>
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  // Starts one write; the caller keeps at most one outstanding and waits for write_done.
+  virtual void write(std::shared_ptr<const Message> message) = 0;
+  // Ends the stream (idempotent); permits held for the stream are released here.
+  virtual void finish(RpcStatus status) = 0;
+};
+
+template <class Message>
+using StreamSinkPtr = std::shared_ptr<StreamSink<Message>>;
+
+}  // namespace kvrelay

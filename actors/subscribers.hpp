@@ -1,0 +1,46 @@
+#pragma once
+// The stream actors subscribed to one publisher: monitored, so a stream that ends (however
+// it ends) leaves the list, and every update goes to all of them as the same shared value.
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "actors/messages.hpp"
+
+namespace kvrelay {
+
+class Subscribers {
+ public:
+  template <class Self>
+  void add(Self* self, const caf::actor& stream) {
+    self->monitor(stream);
+    streams_.push_back(stream);
+  }
+
+  // Call from the owner's down handler.
+  void remove(const caf::actor_addr& source) {
+    std::erase_if(streams_, [&](const caf::actor& s) { return s.address() == source; });
+  }
+
+  template <class Self, class Update>
+  void broadcast(Self* self, const std::shared_ptr<const Update>& update) const {
+    for (const caf::actor& stream : streams_) self->send(stream, atoms::update_atom_v, update);
+  }
+
+  template <class Self>
+  void end_all(Self* self, const RpcStatus& status) {
+    for (const caf::actor& stream : streams_) {
+      self->demonitor(stream);
+      self->send(stream, atoms::end_stream_atom_v, status);
+    }
+    streams_.clear();
+  }
+
+  std::size_t size() const { return streams_.size(); }
+
+ private:
+  std::vector<caf::actor> streams_;
+};
+
+}  // namespace kvrelay

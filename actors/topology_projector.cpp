@@ -1,0 +1,56 @@
+#include "actors/topology_projector.hpp"
+
+#include "core/wire_validation.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using Self = caf::stateful_actor<TopologyProjectorState>;
+
+std::string serialized(const std::vector<v1::TopologyEntry>& entries) {
+  std::string bytes;
+  for (const auto& entry : entries) bytes += entry.SerializeAsString() + '\n';
+  return bytes;
+}
+
+ReadinessUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t revision,
+                               std::vector<v1::TopologyEntry> entries) {
+  auto update = std::make_shared<v1::ServingReadinessUpdate>();
+  update->set_protocol_version(wire::kProtocolVersion);
+  *update->mutable_relay() = relay;
+  update->set_revision(revision);
+  for (auto& entry : entries) *update->add_entries() = std::move(entry);
+  update->set_contract_marker(wire::kContractMarker);
+  return update;
+}
+
+void reproject(Self* self, const std::vector<readiness::EndpointFacts>& facts) {
+  auto& state = self->state;
+  std::vector<v1::TopologyEntry> entries = readiness::project(facts);
+  std::string bytes = serialized(entries);
+  if (bytes == state.published_entries) return;
+  state.published_entries = std::move(bytes);
+  const std::uint64_t revision = state.current->revision() + 1;
+  state.current = make_update(state.relay, revision, std::move(entries));
+  state.streams.broadcast(self, state.current);
+}
+
+}  // namespace
+
+caf::behavior topology_projector(Self* self, v1::RelayIdentity relay) {
+  auto& state = self->state;
+  state.relay = std::move(relay);
+  state.current = make_update(state.relay, 1, {});  // the projection starts at revision 1
+  self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
+  return {
+      [=](atoms::facts_atom, const std::vector<readiness::EndpointFacts>& facts) { reproject(self, facts); },
+      [=](atoms::subscribe_atom, const caf::actor& stream) {
+        self->state.streams.add(self, stream);
+        self->send(stream, atoms::update_atom_v, self->state.current);
+      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
+  };
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,185 @@
+#include "app/relay_runtime.hpp"
+
+#include <caf/all.hpp>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "actors/catalog.hpp"
+#include "actors/load_window.hpp"
+#include "actors/membership.hpp"
+#include "actors/topology_projector.hpp"
+#include "core/ckf.hpp"
+#include "core/identity.hpp"
+#include "core/ingest_validation.hpp"
+#include "core/xxh3.hpp"
+#include "grpc_gateway/ingest_service.hpp"
+#include "grpc_gateway/relay_service.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+constexpr std::uint64_t k63Bits = 0x7FFF'FFFF'FFFF'FFFF;
+
+// decisions.md row 4: stable across restarts of one pod, fresh incarnation every start.
+std::uint64_t default_instance_id() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return xxh3(host, std::strlen(host), 0) & k63Bits;
+}
+
+std::uint64_t fresh_incarnation() {
+  std::random_device entropy;
+  const std::uint64_t value = (std::uint64_t{entropy()} << 32) ^ entropy();
+  return value & k63Bits;
+}
+
+std::string host_of(const std::string& address) {
+  const auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// Feeds the topology file through the same path as PutWorker / SetAvailability calls.
+void load_topology(const ingest_v1::TopologyFile& file, const caf::actor& membership) {
+  auto ignore = [](const RpcStatus&) {};
+  for (const auto& spec : file.endpoints()) {
+    for (const auto& worker : spec.workers()) {
+      ingest_v1::PutWorkerRequest request;
+      *request.mutable_endpoint() = spec.endpoint();
+      request.set_worker_id(worker.worker_id());
+      *request.mutable_card() = worker.card();
+      *request.mutable_adapters() = worker.adapters();
+      *request.mutable_kv_sources() = worker.kv_sources();
+      caf::anon_send(membership, atoms::put_worker_atom_v,
+                     internal_call<ingest_v1::PutWorkerRequest, ingest_v1::PutWorkerResponse>(std::move(request), ignore));
+    }
+    if (spec.has_live_workers()) {
+      ingest_v1::SetAvailabilityRequest request;
+      *request.mutable_endpoint() = spec.endpoint();
+      *request.mutable_live_worker_ids() = spec.live_workers().worker_ids();
+      caf::anon_send(membership, atoms::availability_atom_v,
+                     internal_call<ingest_v1::SetAvailabilityRequest, ingest_v1::SetAvailabilityResponse>(
+                         std::move(request), ignore));
+    }
+  }
+}
+
+std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std::string& address,
+                                                                       grpc::Service* service,
+                                                                       const RelayOptions& options,
+                                                                       std::string* bound) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // decisions.md row 7: server keepalive 20 s / 10 s; accept client pings every >= 10 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.RegisterService(service);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) return std::unexpected("cannot listen on " + address);
+  *bound = host_of(address) + ":" + std::to_string(port);
+  return server;
+}
+
+}  // namespace
+
+struct RelayRuntime::Impl {
+  caf::actor_system_config actor_config;
+  std::unique_ptr<caf::actor_system> system;
+  std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
+  caf::actor catalog, topology, load, membership;
+  std::unique_ptr<gateway::RelayService> relay_service;
+  std::unique_ptr<gateway::IngestService> ingest_service;
+  std::unique_ptr<grpc::Server> wan_server, ingest_server;
+  std::string wan_address, ingest_address;
+  v1::RelayIdentity relay;
+  std::uint64_t dc_id = 0;
+  bool stopped = false;
+};
+
+std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(const RelayOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  const auto dc_id = identity::stable_dc_id(options.dc_id);
+  if (!dc_id) return std::unexpected("--dc-id: " + std::string(identity::to_string(dc_id.error())));
+  const auto bucket_count = ckf::bucket_count_for(options.expected_unique_blocks);
+  if (!bucket_count) {
+    return std::unexpected("--expected-unique-blocks: " + std::string(ckf::to_string(bucket_count.error())));
+  }
+  if (options.topology) {
+    if (auto problem = ingest_check::topology_file(*options.topology)) return std::unexpected("topology: " + *problem);
+  }
+  impl->dc_id = *dc_id;
+  impl->relay.set_drt_instance_id(options.instance_id.value_or(default_instance_id()));
+  impl->relay.set_relay_incarnation(fresh_incarnation());
+
+  impl->actor_config.set("scheduler.max-threads", options.actor_threads);
+  impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
+  auto& system = *impl->system;
+  impl->catalog = system.spawn(catalog, impl->catalog_view, impl->relay);
+  impl->topology = system.spawn(topology_projector, impl->relay);
+  impl->load = system.spawn(load_window, impl->relay, std::chrono::milliseconds(options.load_window_ms));
+  MembershipConfig membership_config{impl->relay,
+                                     impl->dc_id,
+                                     *bucket_count,
+                                     ckf::kDefaultSeed,
+                                     options.publication_threshold,
+                                     std::chrono::milliseconds(options.publication_delay_ms)};
+  impl->membership = system.spawn(membership_actor, membership_config,
+                                  MembershipPeers{impl->catalog, impl->topology, impl->load});
+  if (options.topology) load_topology(*options.topology, impl->membership);
+
+  gateway::RelayServiceConfig relay_config{impl->relay,
+                                           OutboxLimits{options.stream_queue_frames, options.stream_queue_bytes},
+                                           options.load_queue_windows};
+  impl->relay_service = std::make_unique<gateway::RelayService>(
+      system, relay_config, gateway::RelayServicePeers{impl->catalog_view, impl->catalog, impl->topology, impl->load});
+  impl->ingest_service = std::make_unique<gateway::IngestService>(gateway::IngestPeers{impl->membership, impl->load});
+
+  auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), options, &impl->ingest_address);
+  if (!ingest) return std::unexpected(ingest.error());
+  impl->ingest_server = std::move(*ingest);
+  auto wan = start_server(options.listen, impl->relay_service.get(), options, &impl->wan_address);
+  if (!wan) return std::unexpected(wan.error());
+  impl->wan_server = std::move(*wan);
+  spdlog::info("relay started: wan={} ingest={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,
+               impl->ingest_address, impl->dc_id, impl->relay.relay_incarnation());
+  return std::unique_ptr<RelayRuntime>(new RelayRuntime(std::move(impl)));
+}
+
+RelayRuntime::RelayRuntime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RelayRuntime::~RelayRuntime() { shutdown(); }
+
+const std::string& RelayRuntime::wan_address() const { return impl_->wan_address; }
+const std::string& RelayRuntime::ingest_address() const { return impl_->ingest_address; }
+std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
+std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
+
+void RelayRuntime::shutdown(std::chrono::milliseconds drain) {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  const auto closing = RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "relay shutting down");
+  for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership}) {
+    caf::anon_send(actor, atoms::shutdown_atom_v, closing);
+  }
+  const auto deadline = std::chrono::system_clock::now() + drain;
+  impl_->wan_server->Shutdown(deadline);
+  impl_->ingest_server->Shutdown(deadline);
+  impl_->wan_server->Wait();
+  impl_->ingest_server->Wait();
+  for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership}) {
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+  impl_->system.reset();  // waits for every actor to finish
+  spdlog::info("relay stopped");
+}
+
+}  // namespace kvrelay

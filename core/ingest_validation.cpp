@@ -1,0 +1,148 @@
+#include "core/ingest_validation.hpp"
+
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/kv_events.hpp"
+#include "core/pool_load.hpp"
+#include "core/wire_validation.hpp"
+
+namespace kvrelay::ingest_check {
+
+namespace {
+
+Problem problem(std::string_view field, std::string_view what) { return fmt::format("{}: {}", field, what); }
+
+std::string join(std::string_view parent, std::string_view child) {
+  return parent.empty() ? std::string(child) : fmt::format("{}.{}", parent, child);
+}
+
+Problem text(const std::string& value, std::string_view field) {
+  if (!wire::is_valid_text(value)) return problem(field, "must be non-empty text without surrounding whitespace");
+  return std::nullopt;
+}
+
+Problem needs(const ingest_v1::ModelCard& card, std::string_view field) {
+  for (int i = 0; i < card.needs_size(); ++i) {
+    const auto& term = card.needs(i);
+    if (term.all_of_size() == 0) return problem(fmt::format("{}.needs[{}].all_of", field, i), "is empty");
+    for (int j = 0; j < term.all_of_size(); ++j) {
+      const int role = term.all_of(j);
+      if (role == ingest_v1::WORKER_TYPE_UNSET || !ingest_v1::WorkerType_IsValid(role)) {
+        return problem(fmt::format("{}.needs[{}].all_of[{}]", field, i, j), "is not a worker type");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Problem card(const ingest_v1::ModelCard& card, std::string_view field) {
+  if (!ingest_v1::WorkerType_IsValid(card.worker_type())) {
+    return problem(join(field, "worker_type"), "is not a known worker type");
+  }
+  if (auto p = needs(card, field)) return p;
+  const auto& runtime = card.runtime_config();
+  const std::uint32_t size = runtime.data_parallel_size() == 0 ? 1 : runtime.data_parallel_size();
+  if (size > kMaxLoadRanksPerWorker) {
+    return problem(join(field, "runtime_config.data_parallel_size"), "is above 4096");
+  }
+  if (std::uint64_t{runtime.data_parallel_start_rank()} + size - 1 > UINT32_MAX) {
+    return problem(join(field, "runtime_config.data_parallel_start_rank"), "puts ranks beyond u32");
+  }
+  if (runtime.has_kv_state_endpoint()) {
+    if (auto p = endpoint_ref(runtime.kv_state_endpoint(), join(field, "runtime_config.kv_state_endpoint"))) return p;
+  }
+  return std::nullopt;
+}
+
+Problem kv_sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>& sources,
+                   const ingest_v1::ModelCard& model_card, std::string_view field) {
+  const auto& runtime = model_card.runtime_config();
+  const std::uint64_t first = runtime.data_parallel_start_rank();
+  const std::uint64_t size = runtime.data_parallel_size() == 0 ? 1 : runtime.data_parallel_size();
+  std::set<std::uint32_t> ranks;
+  for (int i = 0; i < sources.size(); ++i) {
+    const auto& source = sources[i];
+    const std::string at = fmt::format("{}[{}]", field, i);
+    if (source.dp_rank() < first || source.dp_rank() >= first + size) {
+      return problem(join(at, "dp_rank"), fmt::format("{} is not one of the worker's ranks [{}, {})",
+                                                      source.dp_rank(), first, first + size));
+    }
+    if (!ranks.insert(source.dp_rank()).second) return problem(join(at, "dp_rank"), "is declared twice");
+    if (source.transport_case() == ingest_v1::KvSource::TRANSPORT_NOT_SET) {
+      return problem(at, "names no transport (push or zmq)");
+    }
+    if (source.has_zmq() && source.zmq().endpoint().empty()) return problem(join(at, "zmq.endpoint"), "is empty");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+EndpointKey endpoint_key(const ingest_v1::EndpointRef& endpoint) {
+  return {endpoint.namespace_(), endpoint.component(), endpoint.endpoint()};
+}
+
+Problem endpoint_ref(const ingest_v1::EndpointRef& endpoint, std::string_view field) {
+  if (auto p = text(endpoint.namespace_(), join(field, "namespace"))) return p;
+  if (auto p = text(endpoint.component(), join(field, "component"))) return p;
+  return text(endpoint.endpoint(), join(field, "endpoint"));
+}
+
+Problem worker_spec(const ingest_v1::WorkerSpec& worker, std::string_view field) {
+  if (!worker.has_card()) return problem(join(field, "card"), "is required");
+  if (auto p = card(worker.card(), join(field, "card"))) return p;
+  return kv_sources(worker.kv_sources(), worker.card(), join(field, "kv_sources"));
+}
+
+Problem put_worker(const ingest_v1::PutWorkerRequest& request) {
+  if (!request.has_endpoint()) return problem("endpoint", "is required");
+  if (auto p = endpoint_ref(request.endpoint(), "endpoint")) return p;
+  if (!request.has_card()) return problem("card", "is required");
+  if (auto p = card(request.card(), "card")) return p;
+  return kv_sources(request.kv_sources(), request.card(), "kv_sources");
+}
+
+Problem remove_worker(const ingest_v1::RemoveWorkerRequest& request) {
+  if (!request.has_endpoint()) return problem("endpoint", "is required");
+  return endpoint_ref(request.endpoint(), "endpoint");
+}
+
+Problem set_availability(const ingest_v1::SetAvailabilityRequest& request) {
+  if (!request.has_endpoint()) return problem("endpoint", "is required");
+  return endpoint_ref(request.endpoint(), "endpoint");
+}
+
+Problem kv_event_batch(const ingest_v1::KvEventBatch& batch) {
+  if (!batch.has_endpoint()) return problem("endpoint", "is required");
+  if (auto p = endpoint_ref(batch.endpoint(), "endpoint")) return p;
+  if (auto reason = malformed_batch_reason(batch)) return *reason;
+  return std::nullopt;
+}
+
+Problem load_report(const ingest_v1::LoadReport& report) {
+  if (!report.has_endpoint()) return problem("endpoint", "is required");
+  return endpoint_ref(report.endpoint(), "endpoint");
+}
+
+Problem topology_file(const ingest_v1::TopologyFile& file) {
+  if (file.version() != 1) return problem("version", fmt::format("{} is not supported (must be 1)", file.version()));
+  std::set<EndpointKey> endpoints;
+  for (int e = 0; e < file.endpoints_size(); ++e) {
+    const auto& spec = file.endpoints(e);
+    const std::string at = fmt::format("endpoints[{}]", e);
+    if (!spec.has_endpoint()) return problem(join(at, "endpoint"), "is required");
+    if (auto p = endpoint_ref(spec.endpoint(), join(at, "endpoint"))) return p;
+    if (!endpoints.insert(endpoint_key(spec.endpoint())).second) return problem(join(at, "endpoint"), "is listed twice");
+    std::set<std::uint64_t> workers;
+    for (int w = 0; w < spec.workers_size(); ++w) {
+      const std::string worker_at = fmt::format("{}.workers[{}]", at, w);
+      if (!workers.insert(spec.workers(w).worker_id()).second) return problem(join(worker_at, "worker_id"), "is listed twice");
+      if (auto p = worker_spec(spec.workers(w), worker_at)) return p;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvrelay::ingest_check

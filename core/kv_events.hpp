@@ -1,0 +1,40 @@
+#pragma once
+// Applying ingest KV events (kvrelay.ingest.v1.KvEvent) to a pool's index: only device-tier
+// events feed the filter; stored blocks carry Dynamo's local block hash, or their tokens,
+// which are hashed here with the pool's query semantics and the event's salts.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/pool_index.hpp"
+#include "core/token_hashing.hpp"
+#include "kvrelay/ingest/v1/ingest.pb.h"
+
+namespace kvrelay {
+
+struct QuerySemantics {
+  std::uint32_t kv_block_size = 0;
+  hashing::HashFormat format = hashing::HashFormat::kStandard;
+};
+
+enum class EventDisposition {
+  kApplied,    // a primary (device-tier) event; counts toward the publication cadence
+  kIgnored,    // another tier: not the filter's business
+  kRejected,   // a lineage or content error: nothing of this event applied
+};
+
+struct EventResult {
+  EventDisposition disposition = EventDisposition::kApplied;
+  std::optional<EventError> error;  // a lineage error, or CapacityExhausted on an applied event
+  std::string detail;               // why a content error rejected the event
+};
+
+EventResult apply_kv_event(PoolIndex& index, SourceKey source,
+                           const ::kvrelay::ingest::v1::KvEvent& event,
+                           const QuerySemantics& semantics);
+
+// Structural problems that reject a whole batch before anything in it applies
+// (decisions.md row 17). Returns the reason, or nullopt for a well-formed batch.
+std::optional<std::string> malformed_batch_reason(const ::kvrelay::ingest::v1::KvEventBatch& batch);
+
+}  // namespace kvrelay

@@ -1,0 +1,179 @@
+#include "grpc_gateway/ingest_service.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "actors/pool_publisher.hpp"
+#include "core/ingest_validation.hpp"
+#include "grpc_gateway/status.hpp"
+#include "grpc_gateway/windowed_reader.hpp"
+
+namespace kvrelay::gateway {
+
+namespace {
+
+// Checks the request, then hands it to `actor` as a UnaryCall that finishes the RPC.
+template <class Atom, class Request, class Response>
+grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, const caf::actor& actor, Atom atom,
+                                         const Request& request, Response* response,
+                                         const ingest_check::Problem& problem) {
+  auto* reactor = context->DefaultReactor();
+  if (problem) {
+    reactor->Finish(to_grpc(context, RpcStatus::invalid_argument(*problem)));
+    return reactor;
+  }
+  auto call = std::make_shared<UnaryCall<Request, Response>>();
+  call->request = request;
+  call->response = response;
+  call->complete = [context, reactor](const RpcStatus& status) { reactor->Finish(to_grpc(context, status)); };
+  caf::anon_send(actor, atom, std::move(call));
+  return reactor;
+}
+
+// Logs a rejected input at most once a second, with how many were dropped meanwhile.
+class RateLimitedLog {
+ public:
+  void warn(const std::string& what) {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard lock(mutex_);
+    if (now - last_ < std::chrono::seconds(1)) {
+      ++suppressed_;
+      return;
+    }
+    spdlog::warn("{} ({} similar suppressed)", what, suppressed_);
+    last_ = now;
+    suppressed_ = 0;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point last_{};
+  std::uint64_t suppressed_ = 0;
+};
+
+RateLimitedLog& rejected_input_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
+class EventBatchReader;
+
+// Bridges the membership/publisher acknowledgement back to the stream's gate.
+class BatchGate final : public BatchSink {
+ public:
+  explicit BatchGate(std::shared_ptr<WindowedReader<ingest_v1::KvEventBatch, BatchOutcome>::Gate> gate)
+      : gate_(std::move(gate)) {}
+  void batch_done(const BatchOutcome& outcome) override { gate_->acknowledge(outcome); }
+
+ private:
+  std::shared_ptr<WindowedReader<ingest_v1::KvEventBatch, BatchOutcome>::Gate> gate_;
+};
+
+class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchOutcome> {
+ public:
+  EventBatchReader(caf::actor membership, ingest_v1::PublishKvEventsResponse* response, std::size_t window)
+      : WindowedReader(window), membership_(std::move(membership)), response_(response),
+        sink_(std::make_shared<BatchGate>(gate())) {}
+
+ protected:
+  void forward(ingest_v1::KvEventBatch batch) override {
+    const std::int64_t receipt_ns = steady_now_ns();
+    if (auto problem = ingest_check::kv_event_batch(batch)) {
+      rejected_input_log().warn("rejected KV event batch: " + *problem);
+      return gate()->acknowledge(BatchOutcome{false, false, 0});
+    }
+    auto shared = std::make_shared<const ingest_v1::KvEventBatch>(std::move(batch));
+    caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), BatchSinkPtr(sink_),
+                   receipt_ns);
+  }
+  void tally(const BatchOutcome& outcome) override {
+    if (outcome.applied) {
+      response_->set_batches_applied(response_->batches_applied() + 1);
+    } else {
+      response_->set_batches_rejected(response_->batches_rejected() + 1);
+    }
+    if (outcome.source_reset) response_->set_source_resets(response_->source_resets() + 1);
+  }
+
+ private:
+  caf::actor membership_;
+  ingest_v1::PublishKvEventsResponse* response_;
+  std::shared_ptr<BatchGate> sink_;
+};
+
+struct LoadOutcome {
+  std::uint64_t applied = 0;
+  std::uint64_t rejected = 0;
+};
+
+class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadOutcome> {
+ public:
+  LoadReportReader(caf::actor load, ingest_v1::ReportLoadResponse* response, std::size_t window)
+      : WindowedReader(window), load_(std::move(load)), response_(response) {}
+
+ protected:
+  void forward(ingest_v1::LoadReport report) override {
+    if (auto problem = ingest_check::load_report(report)) {
+      rejected_input_log().warn("rejected load report: " + *problem);
+      return gate()->acknowledge(LoadOutcome{0, 1});
+    }
+    LoadReportBatch batch;
+    batch.reports.push_back(std::move(report));
+    batch.done = [gate = gate()](std::uint64_t applied, std::uint64_t rejected) {
+      gate->acknowledge(LoadOutcome{applied, rejected});
+    };
+    caf::anon_send(load_, atoms::report_atom_v, std::move(batch));
+  }
+  void tally(const LoadOutcome& outcome) override {
+    response_->set_reports_applied(response_->reports_applied() + outcome.applied);
+    response_->set_reports_rejected(response_->reports_rejected() + outcome.rejected);
+  }
+
+ private:
+  caf::actor load_;
+  ingest_v1::ReportLoadResponse* response_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context,
+                                                   const ingest_v1::PutWorkerRequest* request,
+                                                   ingest_v1::PutWorkerResponse* response) {
+  return dispatch_unary(context, peers_.membership, atoms::put_worker_atom_v, *request, response,
+                        ingest_check::put_worker(*request));
+}
+
+grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
+                                                      const ingest_v1::RemoveWorkerRequest* request,
+                                                      ingest_v1::RemoveWorkerResponse* response) {
+  return dispatch_unary(context, peers_.membership, atoms::remove_worker_atom_v, *request, response,
+                        ingest_check::remove_worker(*request));
+}
+
+grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
+                                                         const ingest_v1::SetAvailabilityRequest* request,
+                                                         ingest_v1::SetAvailabilityResponse* response) {
+  return dispatch_unary(context, peers_.membership, atoms::availability_atom_v, *request, response,
+                        ingest_check::set_availability(*request));
+}
+
+grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
+                                                  const ingest_v1::GetStateRequest* request,
+                                                  ingest_v1::RelayState* response) {
+  return dispatch_unary(context, peers_.membership, atoms::state_atom_v, *request, response, std::nullopt);
+}
+
+grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(
+    grpc::CallbackServerContext*, ingest_v1::PublishKvEventsResponse* response) {
+  auto* reader = new EventBatchReader(peers_.membership, response, read_window_);
+  reader->start();
+  return reader;
+}
+
+grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext*,
+                                                                         ingest_v1::ReportLoadResponse* response) {
+  auto* reader = new LoadReportReader(peers_.load, response, read_window_);
+  reader->start();
+  return reader;
+}
+
+}  // namespace kvrelay::gateway

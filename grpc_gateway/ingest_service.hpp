@@ -1,0 +1,43 @@
+#pragma once
+// kvrelay.ingest.v1.RelayIngest: the DC-local ingest plane. Requests are checked whole
+// (core/ingest_validation) before anything applies; malformed unary calls answer
+// INVALID_ARGUMENT naming the field; a bad batch on a stream is counted and the stream
+// goes on.
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+#include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+
+namespace kvrelay::gateway {
+
+struct IngestPeers {
+  caf::actor membership;
+  caf::actor load;
+};
+
+class IngestService final : public ingest_v1::RelayIngest::CallbackService {
+ public:
+  explicit IngestService(IngestPeers peers, std::size_t read_window = 64)
+      : peers_(std::move(peers)), read_window_(read_window) {}
+
+  grpc::ServerUnaryReactor* PutWorker(grpc::CallbackServerContext* context, const ingest_v1::PutWorkerRequest* request,
+                                      ingest_v1::PutWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* RemoveWorker(grpc::CallbackServerContext* context,
+                                         const ingest_v1::RemoveWorkerRequest* request,
+                                         ingest_v1::RemoveWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* SetAvailability(grpc::CallbackServerContext* context,
+                                            const ingest_v1::SetAvailabilityRequest* request,
+                                            ingest_v1::SetAvailabilityResponse* response) override;
+  grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context, const ingest_v1::GetStateRequest* request,
+                                     ingest_v1::RelayState* response) override;
+  grpc::ServerReadReactor<ingest_v1::KvEventBatch>* PublishKvEvents(
+      grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) override;
+  grpc::ServerReadReactor<ingest_v1::LoadReport>* ReportLoad(grpc::CallbackServerContext* context,
+                                                            ingest_v1::ReportLoadResponse* response) override;
+
+ private:
+  IngestPeers peers_;
+  std::size_t read_window_;
+};
+
+}  // namespace kvrelay::gateway

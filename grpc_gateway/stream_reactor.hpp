@@ -1,0 +1,118 @@
+#pragma once
+// A server stream as seen from its stream actor: StreamLink implements StreamSink over a
+// ServerWriteReactor. The link outlives the reactor (gRPC deletes the reactor in OnDone) and
+// guards every call into it, so a late write or finish from the actor is harmless.
+#include <caf/all.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "actors/messages.hpp"
+#include "grpc_gateway/status.hpp"
+
+namespace kvrelay::gateway {
+
+// Released when the stream ends, however it ends (admission permits, open-stream gauges).
+using StreamRelease = std::function<void()>;
+
+template <class Message>
+class StreamLink final : public StreamSink<Message> {
+ public:
+  StreamLink(grpc::CallbackServerContext* context, grpc::ServerWriteReactor<Message>* reactor,
+             StreamRelease release)
+      : context_(context), reactor_(reactor), release_(std::move(release)) {}
+
+  // Set once the stream actor exists; a cancellation that came first is delivered now.
+  void bind(caf::actor actor) {
+    std::lock_guard lock(mutex_);
+    actor_ = std::move(actor);
+    if (cancelled_) caf::anon_send(actor_, atoms::cancelled_atom_v);
+  }
+
+  void write(std::shared_ptr<const Message> message) override {
+    std::lock_guard lock(mutex_);
+    if (reactor_ == nullptr || finished_) return;
+    in_flight_ = std::move(message);
+    reactor_->StartWrite(in_flight_.get());
+  }
+
+  void finish(RpcStatus status) override {
+    std::lock_guard lock(mutex_);
+    finish_locked(status);
+  }
+
+  // ---- reactions, on gRPC threads ----
+  void on_write_done(bool ok) {
+    std::lock_guard lock(mutex_);
+    in_flight_.reset();
+    if (actor_) caf::anon_send(actor_, atoms::write_done_atom_v, ok);
+  }
+  void on_cancel() {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    finish_locked(RpcStatus{StatusCode::kCancelled, "cancelled by the client", {}});
+    if (actor_) caf::anon_send(actor_, atoms::cancelled_atom_v);
+  }
+  void on_done() {
+    std::lock_guard lock(mutex_);
+    release_once();
+    reactor_ = nullptr;
+    context_ = nullptr;
+  }
+
+ private:
+  void finish_locked(const RpcStatus& status) {
+    if (finished_ || reactor_ == nullptr) return;
+    finished_ = true;
+    release_once();
+    reactor_->Finish(to_grpc(context_, status));
+  }
+  void release_once() {
+    if (!release_) return;
+    auto release = std::move(release_);
+    release_ = nullptr;
+    release();
+  }
+
+  std::recursive_mutex mutex_;  // gRPC may run a reaction inline from a Start* call
+  grpc::CallbackServerContext* context_;
+  grpc::ServerWriteReactor<Message>* reactor_;
+  StreamRelease release_;
+  caf::actor actor_;
+  std::shared_ptr<const Message> in_flight_;  // kept alive until OnWriteDone
+  bool finished_ = false;
+  bool cancelled_ = false;
+};
+
+template <class Message>
+class StreamReactor final : public grpc::ServerWriteReactor<Message> {
+ public:
+  StreamReactor(grpc::CallbackServerContext* context, StreamRelease release)
+      : link_(std::make_shared<StreamLink<Message>>(context, this, std::move(release))) {}
+
+  const std::shared_ptr<StreamLink<Message>>& link() const { return link_; }
+
+  void OnWriteDone(bool ok) override { link_->on_write_done(ok); }
+  void OnCancel() override { link_->on_cancel(); }
+  void OnDone() override {
+    link_->on_done();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<StreamLink<Message>> link_;
+};
+
+// A stream refused before it started: trailers-only, with the status and its reason.
+template <class Message>
+class RefusedStream final : public grpc::ServerWriteReactor<Message> {
+ public:
+  RefusedStream(grpc::CallbackServerContext* context, const RpcStatus& status) {
+    this->Finish(to_grpc(context, status));
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace kvrelay::gateway
