@@ -69,8 +69,7 @@ MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const memb
   PublisherConfig config;
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed,
                                state.config.bucket_count};
-  config.semantics = {domain.kv_block_size,
-                      domain.hash_format == 2 ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard};
+  config.semantics = {domain.kv_block_size, domain.hash_format};
   config.publication_threshold = state.config.publication_threshold;
   config.publication_delay = state.config.publication_delay;
   pool.publisher = self->spawn(pool_publisher, std::move(config));
@@ -138,7 +137,8 @@ void reconcile(Self* self) {
     if (!state.pools.contains(endpoint)) state.pools.emplace(endpoint, materialize(self, endpoint, domain));
   }
   for (auto& [endpoint, pool] : state.pools) {
-    pool.descriptor = membership::descriptor(state.projection.at(endpoint), pool.producer);
+    // A materializable endpoint always has a base registration, hence a descriptor.
+    pool.descriptor = membership::descriptor(state.projection.at(endpoint), pool.producer).value();
   }
   self->send(state.peers.catalog, atoms::pools_atom_v, catalog_entries(state));
   for (const auto& [endpoint, publisher] : retiring) {

@@ -1,0 +1,96 @@
+#pragma once
+// Card -> endpoint membership projection (spec inputs-topology-load.md §4.4, §3.1, §3.2;
+// relay-behaviour.md §2.2, §4, §5.7).
+//
+// Input: the ingest cards (kvrelay.ingest.v1.WorkerSpec: one base card plus its adapter cards)
+// that workers registered per serving endpoint. Output: per endpoint, the membership view the
+// readiness, load and catalog code share: registrations, roles, per-worker topology, adapters,
+// runtime configs, conflicts with their scope, and the indexer domain that identifies the
+// endpoint's KV pool. Pure and deterministic: equal inputs give equal outputs whatever the order
+// of repeated fields or map entries inside the cards.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/identity.hpp"
+#include "core/token_hashing.hpp"
+#include "core/topology_model.hpp"
+#include "dynamo/kvrelay/v1/relay.pb.h"
+#include "kvrelay/ingest/v1/ingest.pb.h"
+
+namespace kvrelay::membership {
+
+namespace ingest_v1 = ::kvrelay::ingest::v1;
+namespace wan_v1 = ::dynamo::kvrelay::v1;
+
+inline constexpr std::uint32_t kMaxDataParallelSize = 4096;
+inline constexpr std::uint32_t kPoolIdentityVersion = 1;
+
+// What identifies a pool apart from its dc_id (§3.1): the IndexerDomainId plus the query
+// semantics it was derived with.
+struct IndexerDomain {
+  identity::Digest cache_semantics;
+  identity::Digest routing_scope;
+  std::uint32_t kv_block_size = 0;
+  hashing::HashFormat hash_format = hashing::HashFormat::kStandard;  // KvQueryHashFormat numbers
+  friend bool operator==(const IndexerDomain&, const IndexerDomain&) = default;
+};
+
+// One expected KV event source of an endpoint.
+struct WorkerRank {
+  std::uint64_t worker_id = 0;
+  std::uint32_t dp_rank = 0;
+  friend auto operator<=>(const WorkerRank&, const WorkerRank&) = default;
+};
+
+struct EndpointMembership {
+  EndpointKey endpoint;
+  // Base and LoRA registrations ascending by (canonical id, target, aliases). Canonical ids are
+  // unique here (a name with two targets is removed), so this is the canonical-id order.
+  std::vector<Registration> registrations;
+  std::vector<Role> roles;                                  // sorted distinct over worker_topology
+  std::map<std::uint64_t, WorkerTopology> worker_topology;  // workers with a valid base card
+  std::map<std::string, AdapterMembership> adapters;        // by served (request-facing) name
+  std::map<std::uint64_t, RuntimeConfig> runtime_configs;   // same workers as worker_topology
+  std::vector<Conflict> conflicts;                          // sorted by (scope, message), unique
+  std::optional<IndexerDomain> domain;  // every base card resolved one and all agree
+
+  bool has_conflict(ConflictScope scope) const;
+  // §3.2 condition 1: a domain, at least one registration, and no PoolMaterialization or
+  // ServingTopology conflict.
+  bool materializable() const;
+  // §3.2 condition 2: the one effective kv_state_endpoint of all workers (unset = this serving
+  // endpoint); nullopt when the workers disagree or there is no worker.
+  std::optional<EndpointKey> kv_state_endpoint() const;
+
+  friend bool operator==(const EndpointMembership&, const EndpointMembership&) = default;
+};
+
+using WorkerCards = std::map<std::uint64_t, ingest_v1::WorkerSpec>;  // by worker id (the key wins)
+using EndpointCards = std::map<EndpointKey, WorkerCards>;
+using MembershipView = std::map<EndpointKey, EndpointMembership>;
+
+// The projection of §4.4 over every endpoint in the relay's scope (name uniqueness is global).
+// An endpoint without workers has no membership and is absent from the result. The caller refuses
+// malformed cards at ingest (core/ingest_validation.hpp); a worker spec that would fail that check
+// still gets here is left out of its endpoint with a ServingBinding conflict, never guessed at.
+MembershipView project(const EndpointCards& endpoints);
+
+// The runtime-config facts the relay keeps: data_parallel_size 0 becomes 1 and total_kv_blocks 0
+// becomes unknown. Expects a config that passed ingest validation.
+RuntimeConfig to_runtime_config(const ingest_v1::RuntimeConfig& config);
+
+// Every declared (worker_id, dp_rank): ranks start .. start + size - 1 of each worker, ascending.
+std::vector<WorkerRank> declared_ranks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs);
+
+// Catalog builders. The producer identity (incarnation, layout generation, CKF format) is the
+// caller's; its pool_id is expected to be pool_id(*membership.domain, dc_id).
+wan_v1::KvPoolId pool_id(const IndexerDomain& domain, std::uint64_t dc_id);
+// nullopt unless membership.materializable(). Registrations keep the membership order, each
+// alias list sorted, unique and without the registration's own canonical id; pool_roles = roles.
+std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& membership,
+                                                   const wan_v1::ProducerIdentity& producer);
+
+}  // namespace kvrelay::membership

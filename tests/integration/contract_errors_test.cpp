@@ -1,0 +1,155 @@
+// relay-behaviour.md §1: every request error row, with its status code and trailer.
+#include <catch2/catch.hpp>
+
+#include "tests/integration/harness.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+struct Outcome {
+  grpc::StatusCode code;
+  std::string reason;
+};
+
+template <class Response, class Request, class Open>
+Outcome open_and_finish(const Request& request, Open open) {
+  StreamReader<Response> reader(request, open);
+  while (reader.next()) {
+  }
+  const grpc::Status status = reader.finish();
+  return {status.error_code(), reader.reason()};
+}
+
+Outcome catalog_outcome(TestRelay& relay, const v1::WatchKvPoolCatalogRequest& request) {
+  return open_and_finish<v1::KvPoolCatalogUpdate>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().WatchKvPoolCatalog(c, r); });
+}
+
+Outcome pool_outcome(TestRelay& relay, const v1::SubscribeKvPoolRequest& request) {
+  return open_and_finish<v1::FilterUpdate>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeKvPool(c, r); });
+}
+
+v1::ProducerIdentity materialize_one_pool(TestRelay& relay) {
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(endpoint_ref("prod", "backend"), 1));
+  return await_catalog(*catalog, 1).snapshot().pools(0).producer();
+}
+
+}  // namespace
+
+TEST_CASE("GetRelayInfo answers the envelope and rejects a wrong marker", "[contract]") {
+  TestRelay relay;
+  {
+    grpc::ClientContext context;
+    v1::RelayInfoRequest request;
+    request.set_contract_marker(kMarker);
+    v1::RelayInfo info;
+    REQUIRE(relay.wan().GetRelayInfo(&context, request, &info).ok());
+    CHECK(info.protocol_version() == 1);
+    CHECK(info.contract_marker() == kMarker);
+    CHECK(info.relay().drt_instance_id() == 7);
+    CHECK(info.relay().relay_incarnation() == relay.runtime().relay_incarnation());
+    CHECK(info.relay().relay_incarnation() <= 0x7FFFFFFFFFFFFFFFULL);
+  }
+  grpc::ClientContext context;
+  v1::RelayInfo info;
+  const auto status = relay.wan().GetRelayInfo(&context, v1::RelayInfoRequest{}, &info);
+  CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  const auto trailer = context.GetServerTrailingMetadata().find("kv-relay-error-reason");
+  REQUIRE(trailer != context.GetServerTrailingMetadata().end());
+  CHECK(std::string(trailer->second.data(), trailer->second.size()) == "RELAY_ERROR_REASON_CONTRACT_MISMATCH");
+}
+
+TEST_CASE("streaming requests: marker first, then subscriber_id", "[contract]") {
+  TestRelay relay;
+  v1::WatchKvPoolCatalogRequest request;
+  request.set_subscriber_id("");  // two faults: the marker is reported
+  auto outcome = catalog_outcome(relay, request);
+  CHECK(outcome.code == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(outcome.reason == "RELAY_ERROR_REASON_CONTRACT_MISMATCH");
+
+  request.set_contract_marker(kMarker);
+  for (const std::string& bad : {std::string(), std::string(129, 'x'), std::string("tab\there"),
+                                 std::string("c1\xC2\x85")}) {
+    INFO(bad);
+    request.set_subscriber_id(bad);
+    outcome = catalog_outcome(relay, request);
+    CHECK(outcome.code == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(outcome.reason == "RELAY_ERROR_REASON_INVALID_REQUEST");
+  }
+  request.set_subscriber_id(std::string(128, 'x'));  // exactly the limit is fine
+  StreamReader<v1::KvPoolCatalogUpdate> accepted(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().WatchKvPoolCatalog(c, r); });
+  CHECK(accepted.next().has_value());
+}
+
+TEST_CASE("readiness and load streams validate like the catalog", "[contract]") {
+  TestRelay relay;
+  v1::SubscribeServingReadinessRequest readiness;
+  readiness.set_contract_marker(kMarker);
+  auto outcome = open_and_finish<v1::ServingReadinessUpdate>(
+      readiness, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeServingReadiness(c, r); });
+  CHECK(outcome.code == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(outcome.reason == "RELAY_ERROR_REASON_INVALID_REQUEST");
+
+  v1::SubscribeKvPoolLoadRequest load;
+  load.set_subscriber_id("ok");
+  outcome = open_and_finish<v1::KvPoolLoadUpdate>(
+      load, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeKvPoolLoad(c, r); });
+  CHECK(outcome.code == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(outcome.reason == "RELAY_ERROR_REASON_CONTRACT_MISMATCH");
+}
+
+TEST_CASE("SubscribeKvPool: identity checks, unknown pools and stale generations", "[contract]") {
+  TestRelay relay;
+  const v1::ProducerIdentity producer = materialize_one_pool(relay);
+  v1::SubscribeKvPoolRequest request;
+  request.set_subscriber_id("router-a");
+  request.set_contract_marker(kMarker);
+
+  SECTION("expected_producer absent") {
+    const auto outcome = pool_outcome(relay, request);
+    CHECK(outcome.code == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(outcome.reason == "RELAY_ERROR_REASON_INVALID_REQUEST");
+  }
+  SECTION("an unknown identity version is unsupported") {
+    *request.mutable_expected_producer() = producer;
+    request.mutable_expected_producer()->mutable_pool_id()->set_identity_version(2);
+    const auto outcome = pool_outcome(relay, request);
+    CHECK(outcome.code == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(outcome.reason == "RELAY_ERROR_REASON_UNSUPPORTED_FEATURE");
+  }
+  SECTION("layout_generation 0 is malformed") {
+    *request.mutable_expected_producer() = producer;
+    request.mutable_expected_producer()->set_layout_generation(0);
+    const auto outcome = pool_outcome(relay, request);
+    CHECK(outcome.code == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(outcome.reason == "RELAY_ERROR_REASON_INVALID_REQUEST");
+  }
+  SECTION("another dc_id is an unknown pool") {
+    *request.mutable_expected_producer() = producer;
+    request.mutable_expected_producer()->mutable_pool_id()->set_dc_id(producer.pool_id().dc_id() + 1);
+    const auto outcome = pool_outcome(relay, request);
+    CHECK(outcome.code == grpc::StatusCode::NOT_FOUND);
+    CHECK(outcome.reason == "RELAY_ERROR_REASON_POOL_NOT_FOUND");
+  }
+  SECTION("a stale generation of a live pool") {
+    *request.mutable_expected_producer() = producer;
+    request.mutable_expected_producer()->set_layout_generation(producer.layout_generation() + 1);
+    const auto outcome = pool_outcome(relay, request);
+    CHECK(outcome.code == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(outcome.reason == "RELAY_ERROR_REASON_PRODUCER_CHANGED");
+  }
+}
+
+TEST_CASE("SubscribeServingLoad is not served yet", "[contract]") {
+  TestRelay relay;
+  v1::SubscribeServingLoadRequest request;
+  request.set_subscriber_id("x");
+  request.set_contract_marker(kMarker);
+  const auto outcome = open_and_finish<v1::ServingLoadUpdate>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeServingLoad(c, r); });
+  CHECK(outcome.code == grpc::StatusCode::UNIMPLEMENTED);
+}

@@ -1,0 +1,205 @@
+#include "tests/integration/harness.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace kvrelay::test {
+
+namespace {
+
+std::shared_ptr<grpc::Channel> channel_to(const std::string& address, bool own_connection = false) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void require_ok(const grpc::Status& status) {
+  INFO(status.error_code() << ": " << status.error_message());
+  REQUIRE(status.ok());
+}
+
+}  // namespace
+
+RelayOptions loopback_options() {
+  kvrelay::RelayOptions options;
+  options.listen = "127.0.0.1:0";
+  options.ingest_listen = "127.0.0.1:0";
+  options.dc_id = "dc-test";
+  options.expected_unique_blocks = 4096;
+  options.instance_id = 7;
+  return options;
+}
+
+TestRelay::TestRelay(RelayOptions options) {
+  auto runtime = RelayRuntime::start(options);
+  INFO((runtime ? std::string() : runtime.error()));
+  REQUIRE(runtime.has_value());
+  runtime_ = std::move(*runtime);
+  wan_ = v1::KvEventRelay::NewStub(channel_to(runtime_->wan_address()));
+  ingest_ = ingest_v1::RelayIngest::NewStub(channel_to(runtime_->ingest_address()));
+}
+
+TestRelay::~TestRelay() { shutdown(); }
+
+std::unique_ptr<v1::KvEventRelay::Stub> TestRelay::separate_wan_client() {
+  return v1::KvEventRelay::NewStub(channel_to(runtime_->wan_address(), true));
+}
+
+void TestRelay::shutdown() {
+  if (runtime_) runtime_->shutdown(std::chrono::milliseconds(2000));
+}
+
+ingest_v1::PutWorkerResponse TestRelay::put_worker(const ingest_v1::PutWorkerRequest& request) {
+  grpc::ClientContext context;
+  ingest_v1::PutWorkerResponse response;
+  require_ok(ingest_->PutWorker(&context, request, &response));
+  return response;
+}
+
+void TestRelay::remove_worker(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id) {
+  grpc::ClientContext context;
+  ingest_v1::RemoveWorkerRequest request;
+  *request.mutable_endpoint() = endpoint;
+  request.set_worker_id(worker_id);
+  ingest_v1::RemoveWorkerResponse response;
+  require_ok(ingest_->RemoveWorker(&context, request, &response));
+}
+
+void TestRelay::set_availability(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> live) {
+  grpc::ClientContext context;
+  ingest_v1::SetAvailabilityRequest request;
+  *request.mutable_endpoint() = endpoint;
+  for (std::uint64_t id : live) request.add_live_worker_ids(id);
+  ingest_v1::SetAvailabilityResponse response;
+  require_ok(ingest_->SetAvailability(&context, request, &response));
+}
+
+ingest_v1::RelayState TestRelay::get_state() {
+  grpc::ClientContext context;
+  ingest_v1::RelayState state;
+  require_ok(ingest_->GetState(&context, ingest_v1::GetStateRequest{}, &state));
+  return state;
+}
+
+ingest_v1::PublishKvEventsResponse TestRelay::publish(const std::vector<ingest_v1::KvEventBatch>& batches) {
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = ingest_->PublishKvEvents(&context, &response);
+  for (const auto& batch : batches) REQUIRE(writer->Write(batch));
+  REQUIRE(writer->WritesDone());
+  require_ok(writer->Finish());
+  return response;
+}
+
+ingest_v1::ReportLoadResponse TestRelay::report_load(const std::vector<ingest_v1::LoadReport>& reports) {
+  grpc::ClientContext context;
+  ingest_v1::ReportLoadResponse response;
+  auto writer = ingest_->ReportLoad(&context, &response);
+  for (const auto& report : reports) REQUIRE(writer->Write(report));
+  REQUIRE(writer->WritesDone());
+  require_ok(writer->Finish());
+  return response;
+}
+
+std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber) {
+  v1::WatchKvPoolCatalogRequest request;
+  request.set_subscriber_id(std::move(subscriber));
+  request.set_contract_marker(kMarker);
+  return std::make_unique<StreamReader<v1::KvPoolCatalogUpdate>>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().WatchKvPoolCatalog(c, r); });
+}
+
+std::unique_ptr<StreamReader<v1::ServingReadinessUpdate>> watch_readiness(TestRelay& relay, std::string subscriber) {
+  v1::SubscribeServingReadinessRequest request;
+  request.set_subscriber_id(std::move(subscriber));
+  request.set_contract_marker(kMarker);
+  return std::make_unique<StreamReader<v1::ServingReadinessUpdate>>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeServingReadiness(c, r); });
+}
+
+std::unique_ptr<StreamReader<v1::KvPoolLoadUpdate>> watch_load(TestRelay& relay, std::string subscriber) {
+  v1::SubscribeKvPoolLoadRequest request;
+  request.set_subscriber_id(std::move(subscriber));
+  request.set_contract_marker(kMarker);
+  return std::make_unique<StreamReader<v1::KvPoolLoadUpdate>>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeKvPoolLoad(c, r); });
+}
+
+std::unique_ptr<StreamReader<v1::FilterUpdate>> subscribe_pool(TestRelay& relay, const v1::ProducerIdentity& producer,
+                                                               std::string subscriber, v1::KvEventRelay::Stub* client) {
+  v1::KvEventRelay::Stub& stub = client != nullptr ? *client : relay.wan();
+  v1::SubscribeKvPoolRequest request;
+  request.set_subscriber_id(std::move(subscriber));
+  *request.mutable_expected_producer() = producer;
+  request.set_contract_marker(kMarker);
+  return std::make_unique<StreamReader<v1::FilterUpdate>>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return stub.SubscribeKvPool(c, r); });
+}
+
+ingest_v1::EndpointRef endpoint_ref(const std::string& ns, const std::string& component, const std::string& endpoint) {
+  ingest_v1::EndpointRef ref;
+  ref.set_namespace_(ns);
+  ref.set_component(component);
+  ref.set_endpoint(endpoint);
+  return ref;
+}
+
+ingest_v1::PutWorkerRequest put_worker_request(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id,
+                                               const WorkerShape& shape) {
+  ingest_v1::PutWorkerRequest request;
+  *request.mutable_endpoint() = endpoint;
+  request.set_worker_id(worker_id);
+  auto* card = request.mutable_card();
+  card->set_display_name(shape.model);
+  card->set_kv_cache_block_size(shape.block_size);
+  card->set_worker_type(shape.worker_type);
+  card->set_model_type(1);
+  for (const auto& term : shape.needs) {
+    auto* conjunction = card->add_needs();
+    for (auto type : term) conjunction->add_all_of(type);
+  }
+  card->mutable_runtime_config()->set_data_parallel_size(shape.dp_size);
+  if (shape.total_kv_blocks) card->mutable_runtime_config()->set_total_kv_blocks(*shape.total_kv_blocks);
+  for (const auto& adapter : shape.adapters) {
+    auto* a = request.add_adapters();
+    a->set_served_name(adapter);
+    a->set_lora_name(adapter);
+    a->set_max_gpu_lora_count(4);
+  }
+  if (shape.push_sources) {
+    for (std::uint32_t rank = 0; rank < shape.dp_size; ++rank) {
+      auto* source = request.add_kv_sources();
+      source->set_dp_rank(rank);
+      source->mutable_push();
+    }
+  }
+  return request;
+}
+
+ingest_v1::KvEventBatch stored_batch(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id,
+                                     std::uint32_t rank, std::uint64_t epoch, std::uint64_t sequence,
+                                     const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks,
+                                     std::optional<std::uint64_t> parent) {
+  ingest_v1::KvEventBatch batch;
+  *batch.mutable_endpoint() = endpoint;
+  batch.set_worker_id(worker_id);
+  batch.set_dp_rank(rank);
+  batch.set_source_epoch(epoch);
+  batch.set_sequence(sequence);
+  auto* stored = batch.add_events()->mutable_stored();
+  if (parent) stored->set_parent_block_hash(*parent);
+  for (const auto& [engine_id, local_hash] : blocks) {
+    auto* block = stored->add_blocks();
+    block->set_block_hash(engine_id);
+    block->set_tokens_hash(local_hash);
+  }
+  return batch;
+}
+
+v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& catalog, std::size_t count) {
+  auto update = catalog.until([&](const auto& u) { return static_cast<std::size_t>(u.snapshot().pools_size()) == count; });
+  REQUIRE(update.has_value());
+  return *update;
+}
+
+}  // namespace kvrelay::test

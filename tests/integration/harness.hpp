@@ -1,0 +1,131 @@
+#pragma once
+// An in-process relay on 127.0.0.1 ephemeral ports, with real gRPC clients for both
+// planes. Streams are read with blocking reads bounded by a call deadline: a test awaits
+// the update it expects, it never sleeps.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "app/relay_runtime.hpp"
+#include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+
+namespace kvrelay::test {
+
+namespace v1 = dynamo::kvrelay::v1;
+namespace ingest_v1 = ::kvrelay::ingest::v1;
+
+inline constexpr std::uint32_t kMarker = 0x4B565231;
+inline constexpr auto kStreamDeadline = std::chrono::seconds(60);
+
+RelayOptions loopback_options();
+
+class TestRelay {
+ public:
+  explicit TestRelay(RelayOptions options = loopback_options());
+  ~TestRelay();
+
+  RelayRuntime& runtime() { return *runtime_; }
+  v1::KvEventRelay::Stub& wan() { return *wan_; }
+  // A WAN client on a connection of its own (HTTP/2 flow control is per connection).
+  std::unique_ptr<v1::KvEventRelay::Stub> separate_wan_client();
+  ingest_v1::RelayIngest::Stub& ingest() { return *ingest_; }
+
+  // Unary ingest calls; REQUIRE success.
+  ingest_v1::PutWorkerResponse put_worker(const ingest_v1::PutWorkerRequest& request);
+  void remove_worker(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id);
+  void set_availability(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> live);
+  ingest_v1::RelayState get_state();
+  // One PublishKvEvents stream carrying `batches`, closed; returns the tally.
+  ingest_v1::PublishKvEventsResponse publish(const std::vector<ingest_v1::KvEventBatch>& batches);
+  ingest_v1::ReportLoadResponse report_load(const std::vector<ingest_v1::LoadReport>& reports);
+
+  void shutdown();
+
+ private:
+  std::unique_ptr<RelayRuntime> runtime_;
+  std::unique_ptr<v1::KvEventRelay::Stub> wan_;
+  std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
+};
+
+// A server stream with its own context; reads block until a message, the end, or the deadline.
+template <class Response>
+class StreamReader {
+ public:
+  template <class Request, class Open>
+  StreamReader(const Request& request, Open open) {
+    context_.set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
+    reader_ = open(&context_, request);
+  }
+
+  std::optional<Response> next() {
+    Response message;
+    if (reader_->Read(&message)) return message;
+    return std::nullopt;
+  }
+
+  // Reads until `accept` returns true; nullopt if the stream ended first.
+  std::optional<Response> until(const std::function<bool(const Response&)>& accept) {
+    while (auto message = next()) {
+      if (accept(*message)) return message;
+    }
+    return std::nullopt;
+  }
+
+  grpc::Status finish() { return reader_->Finish(); }
+  // The kv-relay-error-reason trailer, or "" (valid after finish()).
+  std::string reason() const;
+  void cancel() { context_.TryCancel(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<Response>> reader_;
+};
+
+template <class Response>
+std::string StreamReader<Response>::reason() const {
+  const auto& trailers = context_.GetServerTrailingMetadata();
+  const auto it = trailers.find("kv-relay-error-reason");
+  return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
+std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber = "test");
+std::unique_ptr<StreamReader<v1::ServingReadinessUpdate>> watch_readiness(TestRelay& relay,
+                                                                          std::string subscriber = "test");
+std::unique_ptr<StreamReader<v1::KvPoolLoadUpdate>> watch_load(TestRelay& relay, std::string subscriber = "test");
+std::unique_ptr<StreamReader<v1::FilterUpdate>> subscribe_pool(TestRelay& relay, const v1::ProducerIdentity& producer,
+                                                               std::string subscriber = "test",
+                                                               v1::KvEventRelay::Stub* client = nullptr);
+
+// ---- request builders ----
+
+ingest_v1::EndpointRef endpoint_ref(const std::string& ns, const std::string& component,
+                                    const std::string& endpoint = "generate");
+
+struct WorkerShape {
+  std::string model = "llama";
+  ingest_v1::WorkerType worker_type = ingest_v1::WORKER_TYPE_AGGREGATED;
+  std::vector<std::vector<ingest_v1::WorkerType>> needs;
+  std::uint32_t block_size = 4;
+  std::uint32_t dp_size = 1;
+  std::optional<std::uint64_t> total_kv_blocks;
+  bool push_sources = true;  // one push source per rank
+  std::vector<std::string> adapters;  // served name = LoRA name
+};
+
+ingest_v1::PutWorkerRequest put_worker_request(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id,
+                                               const WorkerShape& shape = {});
+
+ingest_v1::KvEventBatch stored_batch(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id,
+                                     std::uint32_t rank, std::uint64_t epoch, std::uint64_t sequence,
+                                     const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks,
+                                     std::optional<std::uint64_t> parent = std::nullopt);
+
+// Awaits a catalog holding exactly `count` pools; returns it.
+v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& catalog, std::size_t count);
+
+}  // namespace kvrelay::test

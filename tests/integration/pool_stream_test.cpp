@@ -1,0 +1,213 @@
+// relay-behaviour.md §2.2–2.3: catalog and pool stream lifecycles through the ingest plane.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "tests/integration/harness.hpp"
+#include "tests/integration/replica.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+const ingest_v1::EndpointRef kBackend = endpoint_ref("prod", "backend");
+
+// Random stores and removals on several sources of one pool, as ordered batches.
+class EventScript {
+ public:
+  explicit EventScript(std::uint64_t seed, std::uint32_t ranks) : rng_(seed), ranks_(ranks) {}
+
+  std::vector<ingest_v1::KvEventBatch> next_batches(std::size_t count) {
+    std::vector<ingest_v1::KvEventBatch> batches;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t rank = static_cast<std::uint32_t>(rng_() % ranks_);
+      auto& held = held_[rank];
+      ingest_v1::KvEventBatch batch;
+      *batch.mutable_endpoint() = kBackend;
+      batch.set_worker_id(1);
+      batch.set_dp_rank(rank);
+      batch.set_sequence(sequence_[rank]++);
+      for (int e = 0; e < 8; ++e) {
+        auto* event = batch.add_events();
+        if (held.empty() || rng_() % 3 != 0) {
+          auto* stored = event->mutable_stored();
+          const std::uint64_t engine_id = rng_();
+          stored->add_blocks()->set_block_hash(engine_id);
+          stored->mutable_blocks(0)->set_tokens_hash(rng_() % 5000);
+          held.push_back(engine_id);
+        } else {
+          const std::size_t victim = rng_() % held.size();
+          event->mutable_removed()->add_block_hashes(held[victim]);
+          held.erase(held.begin() + static_cast<long>(victim));
+        }
+      }
+      batches.push_back(std::move(batch));
+    }
+    return batches;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::uint32_t ranks_;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> held_;
+  std::map<std::uint32_t, std::uint64_t> sequence_;
+};
+
+const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
+  REQUIRE(state.pools_size() == 1);
+  return state.pools(0);
+}
+
+}  // namespace
+
+TEST_CASE("catalog: starts empty at revision 0, attach and withdrawal move it by one", "[catalog]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  auto first = catalog->next();
+  REQUIRE(first.has_value());
+  CHECK(first->revision() == 0);
+  CHECK(first->has_snapshot());
+  CHECK(first->snapshot().pools_size() == 0);
+
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto attached = await_catalog(*catalog, 1);
+  CHECK(attached.revision() == 1);
+  const auto& pool = attached.snapshot().pools(0);
+  CHECK(pool.producer().layout_generation() == 1);
+  CHECK(pool.producer().producer_incarnation() == relay.runtime().relay_incarnation());
+  CHECK(pool.producer().pool_id().dc_id() == relay.runtime().dc_id());
+  CHECK(pool.serving_endpoint().namespace_() == "prod");
+  CHECK(pool.query_semantics().kv_block_size() == 4);
+  CHECK(pool.query_semantics().hash_format() == v1::KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1);
+  REQUIRE(pool.registrations_size() == 1);
+  CHECK(pool.registrations(0).canonical_model_id() == "llama");
+  CHECK(pool.pool_roles_size() == 1);
+
+  relay.remove_worker(kBackend, 1);
+  const auto withdrawn = await_catalog(*catalog, 0);
+  CHECK(withdrawn.revision() == 2);
+}
+
+TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the producer's filter", "[pool]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  WorkerShape shape;
+  shape.dp_size = 2;
+  relay.put_worker(put_worker_request(kBackend, 1, shape));
+  const auto producer = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+
+  EventScript script(42, 2);
+  REQUIRE(relay.publish(script.next_batches(50)).batches_applied() == 50);
+
+  auto stream = subscribe_pool(relay, producer);
+  Replica replica(producer);
+  auto first = stream->next();
+  REQUIRE(first.has_value());
+  CHECK(first->kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK);
+  CHECK(first->protocol_version() == 1);
+  CHECK(first->contract_marker() == kMarker);
+  CHECK(first->send_ts_us() > 0);
+  replica.apply(*first);
+  REQUIRE(replica.installed());
+  CHECK(replica.digest() == only_pool(relay.get_state()).filter_digest());
+
+  // Each round publishes at most 5 deltas (80 events at 16 per publication): well inside
+  // the outbox, since this client reads only between rounds.
+  for (int round = 0; round < 40; ++round) {
+    REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
+    // GetState publishes what is pending, so the stream reaches its sequence.
+    const auto state = only_pool(relay.get_state());
+    while (replica.sequence() < state.sequence()) {
+      auto frame = stream->next();
+      REQUIRE(frame.has_value());
+      CHECK(frame->kind() == v1::FILTER_UPDATE_KIND_DELTA);
+      CHECK(frame->producer().layout_generation() == producer.layout_generation());
+      replica.apply(*frame);
+    }
+    REQUIRE(replica.sequence() == state.sequence());
+    REQUIRE(replica.digest() == state.filter_digest());
+  }
+  CHECK(only_pool(relay.get_state()).unique_blocks() > 0);
+}
+
+TEST_CASE("pool stream: a withdrawn generation ends its streams; the next one starts at 0", "[pool]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto first = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  auto stream = subscribe_pool(relay, first);
+  REQUIRE(stream->next().has_value());
+
+  // Without a KV source the endpoint cannot hold a pool; with one again it is a new generation.
+  WorkerShape no_sources;
+  no_sources.push_sources = false;
+  relay.put_worker(put_worker_request(kBackend, 1, no_sources));
+  CHECK(await_catalog(*catalog, 0).revision() == 2);
+  while (stream->next()) {
+  }
+  CHECK(stream->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(stream->reason() == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto second = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  CHECK(second.layout_generation() == first.layout_generation() + 1);
+  CHECK(second.pool_id().SerializeAsString() == first.pool_id().SerializeAsString());
+  auto next_stream = subscribe_pool(relay, second);
+  auto snapshot = next_stream->next();
+  REQUIRE(snapshot.has_value());
+  CHECK(snapshot->sequence() == 0);
+  CHECK(snapshot->producer().layout_generation() == second.layout_generation());
+}
+
+TEST_CASE("pool stream: a stalled subscriber lags alone; others go on", "[pool][lag]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.expected_unique_blocks = 1 << 20;  // one 4 MiB snapshot chunk
+  options.stream_queue_frames = 4;
+  options.publication_threshold = 8;  // one delta per batch of 8 events
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+
+  auto stalled_client = relay.separate_wan_client();
+  auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());  // not read until the end
+  auto healthy = subscribe_pool(relay, producer, "healthy");
+  Replica replica(producer);
+  replica.apply(*healthy->next());
+
+  EventScript script(7, 1);
+  std::uint64_t expected_sequence = 0;
+  for (int round = 0; round < 40; ++round) {
+    REQUIRE(relay.publish(script.next_batches(1)).batches_applied() == 1);
+    expected_sequence = only_pool(relay.get_state()).sequence();
+    while (replica.sequence() < expected_sequence) {
+      auto frame = healthy->next();
+      REQUIRE(frame.has_value());
+      replica.apply(*frame);
+    }
+  }
+  CHECK(replica.digest() == only_pool(relay.get_state()).filter_digest());
+
+  while (stalled->next()) {
+  }
+  CHECK(stalled->finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(stalled->reason() == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
+  CHECK(only_pool(relay.get_state()).subscribers() == 1);
+}
+
+TEST_CASE("relay shutdown ends open streams with PUBLICATION_UNAVAILABLE", "[pool]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  auto stream = subscribe_pool(relay, producer);
+  REQUIRE(stream->next().has_value());
+  relay.shutdown();
+  while (stream->next()) {
+  }
+  CHECK(stream->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(stream->reason() == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+  while (catalog->next()) {
+  }
+  CHECK(catalog->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+}

@@ -1,0 +1,224 @@
+// inputs-topology-load.md §1.10 (readiness) and §2.7 (load) driven through the ingest API.
+#include <catch2/catch.hpp>
+
+#include "tests/integration/harness.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+const auto kPrefill = endpoint_ref("prod", "prefill");
+const auto kDecode = endpoint_ref("prod", "backend");
+const auto kEncoder = endpoint_ref("prod", "encoder");
+
+std::vector<int> roles(const google::protobuf::RepeatedField<int>& list) { return {list.begin(), list.end()}; }
+
+// Awaits the readiness update whose single entry satisfies `accept`.
+v1::ServingReadinessUpdate await_entry(StreamReader<v1::ServingReadinessUpdate>& stream,
+                                       const std::function<bool(const v1::TopologyEntry&)>& accept) {
+  auto update = stream.until([&](const v1::ServingReadinessUpdate& u) { return u.entries_size() == 1 && accept(u.entries(0)); });
+  REQUIRE(update.has_value());
+  return *update;
+}
+
+WorkerShape typed(ingest_v1::WorkerType type, std::vector<std::vector<ingest_v1::WorkerType>> needs = {}) {
+  WorkerShape shape;
+  shape.worker_type = type;
+  shape.needs = std::move(needs);
+  return shape;
+}
+
+}  // namespace
+
+TEST_CASE("readiness A: one aggregated endpoint, UNKNOWN until availability is reported", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  auto first = readiness->next();
+  REQUIRE(first.has_value());
+  CHECK(first->revision() == 1);
+  CHECK(first->entries_size() == 0);
+
+  relay.put_worker(put_worker_request(kDecode, 1));
+  auto unknown = await_entry(*readiness, [](const auto& e) { return e.members_size() == 1 && e.members(0).has_pool_id(); });
+  const auto& entry = unknown.entries(0);
+  CHECK(entry.namespace_() == "prod");
+  CHECK(entry.canonical_model_id() == "llama");
+  CHECK(entry.state() == v1::SERVING_READINESS_STATE_UNKNOWN);
+  CHECK(entry.present_roles_size() == 0);
+  CHECK(entry.missing_roles_size() == 0);
+  CHECK(roles(entry.members(0).roles()) == std::vector<int>{v1::WORKER_ROLE_AGGREGATED});
+
+  relay.set_availability(kDecode, {1});
+  auto ready = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+  CHECK(roles(ready.entries(0).present_roles()) == std::vector<int>{v1::WORKER_ROLE_AGGREGATED});
+  CHECK(ready.revision() == unknown.revision() + 1);
+
+  relay.set_availability(kDecode, {});
+  auto down = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
+  CHECK(roles(down.entries(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_AGGREGATED});
+  CHECK(down.revision() == ready.revision() + 1);
+}
+
+TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  relay.put_worker(put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+  relay.put_worker(put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+  relay.set_availability(kPrefill, {1});
+  // One endpoint reported, the other not: still UNKNOWN.
+  await_entry(*readiness, [](const auto& e) { return e.members_size() == 2 && e.state() == v1::SERVING_READINESS_STATE_UNKNOWN; });
+  relay.set_availability(kDecode, {2});
+  auto ready = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+  const auto& entry = ready.entries(0);
+  CHECK(roles(entry.present_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
+  CHECK(entry.members(0).endpoint().component() == "backend");  // sorted by ns/component/endpoint
+  CHECK(entry.members(1).endpoint().component() == "prefill");
+
+  // D: an encoder needing P+D or AGGREGATED, without KV sources (no pool link).
+  WorkerShape encoder = typed(ingest_v1::WORKER_TYPE_ENCODE,
+                              {{ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE}, {ingest_v1::WORKER_TYPE_AGGREGATED}});
+  encoder.push_sources = false;
+  relay.put_worker(put_worker_request(kEncoder, 3, encoder));
+  relay.set_availability(kEncoder, {3});
+  auto epd = await_entry(*readiness, [](const auto& e) { return e.members_size() == 3 && e.state() == v1::SERVING_READINESS_STATE_READY; });
+  CHECK(roles(epd.entries(0).present_roles()) ==
+        std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE, v1::WORKER_ROLE_ENCODE});
+  for (const auto& member : epd.entries(0).members()) {
+    CHECK(member.has_pool_id() == (member.endpoint().component() != "encoder"));
+  }
+  relay.set_availability(kPrefill, {});
+  auto broken = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
+  CHECK(roles(broken.entries(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_AGGREGATED});
+}
+
+TEST_CASE("readiness E: a LoRA adapter on decode only is missing PREFILL", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  relay.put_worker(put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+  WorkerShape decode = typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}});
+  decode.adapters = {"tenant-a"};
+  relay.put_worker(put_worker_request(kDecode, 2, decode));
+  relay.set_availability(kPrefill, {1});
+  relay.set_availability(kDecode, {2});
+  auto update = await_entry(*readiness, [](const auto& e) {
+    return e.state() == v1::SERVING_READINESS_STATE_READY && e.adapters_size() == 1;
+  });
+  const auto& adapter = update.entries(0).adapters(0);
+  CHECK(adapter.canonical_model_id() == "tenant-a");
+  CHECK(adapter.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE);
+  CHECK(roles(adapter.missing_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL});
+
+  WorkerShape prefill = typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}});
+  prefill.adapters = {"tenant-a"};
+  relay.put_worker(put_worker_request(kPrefill, 1, prefill));
+  auto both = await_entry(*readiness, [](const auto& e) {
+    return e.adapters_size() == 1 && e.adapters(0).state() == v1::SERVING_READINESS_STATE_READY;
+  });
+  CHECK(both.entries(0).adapters(0).missing_roles_size() == 0);
+}
+
+TEST_CASE("readiness H and I: legacy fallback, duplicate roles reported but not gating", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  SECTION("a legacy card is READY with any live worker") {
+    relay.put_worker(put_worker_request(kDecode, 1, typed(ingest_v1::WORKER_TYPE_UNSET)));
+    relay.set_availability(kDecode, {1});
+    auto legacy = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+    CHECK(legacy.entries(0).legacy_fallback_active());
+    CHECK(roles(legacy.entries(0).members(0).roles()) == std::vector<int>{v1::WORKER_ROLE_LEGACY});
+  }
+  SECTION("two prefill endpoints and a decode are READY with duplicate PREFILL") {
+    const auto second_prefill = endpoint_ref("prod", "prefill-b");
+    relay.put_worker(put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+    relay.put_worker(put_worker_request(second_prefill, 3, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+    relay.put_worker(put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+    for (const auto& [endpoint, id] : {std::pair{kPrefill, 1}, {second_prefill, 3}, {kDecode, 2}}) {
+      relay.set_availability(endpoint, {static_cast<std::uint64_t>(id)});
+    }
+    auto dup = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+    CHECK(roles(dup.entries(0).duplicate_role_endpoints()) == std::vector<int>{v1::WORKER_ROLE_PREFILL});
+  }
+}
+
+TEST_CASE("readiness K: a new revision only when the entries change", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  relay.put_worker(put_worker_request(kDecode, 1));
+  relay.set_availability(kDecode, {1});
+  const auto ready = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+  relay.set_availability(kDecode, {1});  // the same fact again: no publication
+  relay.set_availability(kDecode, {});
+  const auto down = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
+  CHECK(down.revision() == ready.revision() + 1);
+}
+
+// ---- load (§2.7) ----
+
+namespace {
+
+ingest_v1::LoadReport load_report(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker, std::uint32_t rank,
+                                  std::uint64_t used) {
+  ingest_v1::LoadReport report;
+  *report.mutable_endpoint() = endpoint;
+  report.set_worker_id(worker);
+  report.set_dp_rank(rank);
+  report.set_kv_used_blocks(used);
+  return report;
+}
+
+struct LoadEntry {
+  std::uint64_t used, total;
+  std::uint32_t observed, expected;
+  friend bool operator==(const LoadEntry&, const LoadEntry&) = default;
+};
+
+LoadEntry entry_of(const v1::KvPoolLoadUpdate& window) {
+  REQUIRE(window.pools_size() == 1);
+  const auto& p = window.pools(0);
+  return {p.kv_used_blocks(), p.total_kv_blocks(), p.kv_observed_ranks(), p.kv_expected_ranks()};
+}
+
+// Awaits a window built after `after` whose single pool entry equals `expected`.
+void await_load(StreamReader<v1::KvPoolLoadUpdate>& stream, const LoadEntry& expected) {
+  auto window = stream.until([&](const v1::KvPoolLoadUpdate& w) { return w.pools_size() == 1 && entry_of(w) == expected; });
+  REQUIRE(window.has_value());
+}
+
+}  // namespace
+
+TEST_CASE("load windows: coverage, partial usage, unknown capacity, undeclared ranks", "[load]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.load_window_ms = 20;
+  TestRelay relay(options);
+  auto load = watch_load(relay);
+  auto first = load->next();
+  REQUIRE(first.has_value());
+  CHECK(first->window_ms() == 20);
+  CHECK(first->pools_size() == 0);
+
+  WorkerShape shape;
+  shape.dp_size = 2;
+  shape.total_kv_blocks = 100;
+  relay.put_worker(put_worker_request(kDecode, 9, shape));
+  await_load(*load, {0, 200, 0, 2});
+
+  auto tally = relay.report_load({load_report(kDecode, 9, 0, 40), load_report(kDecode, 9, 5, 1),
+                                  load_report(kDecode, 77, 0, 1)});
+  CHECK(tally.reports_applied() == 1);
+  CHECK(tally.reports_rejected() == 2);
+  await_load(*load, {0, 200, 1, 2});  // partial usage is never low load
+  relay.report_load({load_report(kDecode, 9, 1, 30)});
+  await_load(*load, {70, 200, 2, 2});
+
+  shape.total_kv_blocks = 0;  // capacity unknown; observations of changed ranks are dropped
+  relay.put_worker(put_worker_request(kDecode, 9, shape));
+  await_load(*load, {0, 0, 0, 2});
+
+  std::uint64_t last = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto window = load->next();
+    REQUIRE(window.has_value());
+    CHECK(window->window_sequence() > last);
+    last = window->window_sequence();
+  }
+}
