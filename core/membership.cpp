@@ -21,17 +21,6 @@ std::optional<WorkerType> worker_type_of(ingest_v1::WorkerType type) {
   return static_cast<WorkerType>(type);  // same numbers; ingest validation rejected the rest
 }
 
-Role role_for(std::optional<WorkerType> worker_type) {
-  if (!worker_type) return Role::kLegacy;
-  switch (*worker_type) {
-    case WorkerType::kPrefill: return Role::kPrefill;
-    case WorkerType::kDecode: return Role::kDecode;
-    case WorkerType::kEncode: return Role::kEncode;
-    case WorkerType::kAggregated: return Role::kAggregated;
-  }
-  return Role::kLegacy;  // unreachable for validated cards
-}
-
 // A pre-worker_type prefill card (no worker_type, legacy Prefill model_type bit) states its
 // topology implicitly; rewrite it to the explicit form so it never triggers the legacy fallback.
 WorkerTopology normalized_topology(const ingest_v1::ModelCard& card) {
@@ -303,7 +292,7 @@ bool has_lora_registration(const std::vector<Registration>& registrations, const
 
 std::vector<Role> roles_of(const std::map<std::uint64_t, WorkerTopology>& workers) {
   std::set<Role> roles;
-  for (const auto& [worker_id, topology] : workers) roles.insert(role_for(topology.worker_type));
+  for (const auto& [worker_id, topology] : workers) roles.insert(role_of(topology.worker_type));
   return {roles.begin(), roles.end()};
 }
 

@@ -25,7 +25,6 @@ namespace kvrelay::membership {
 namespace ingest_v1 = ::kvrelay::ingest::v1;
 namespace wan_v1 = ::dynamo::kvrelay::v1;
 
-inline constexpr std::uint32_t kMaxDataParallelSize = 4096;
 inline constexpr std::uint32_t kPoolIdentityVersion = 1;
 
 // What identifies a pool apart from its dc_id (§3.1): the IndexerDomainId plus the query
@@ -75,7 +74,7 @@ using MembershipView = std::map<EndpointKey, EndpointMembership>;
 // The projection of §4.4 over every endpoint in the relay's scope (name uniqueness is global).
 // An endpoint without workers has no membership and is absent from the result. The caller refuses
 // malformed cards at ingest (core/ingest_validation.hpp); a worker spec that would fail that check
-// still gets here is left out of its endpoint with a ServingBinding conflict, never guessed at.
+// but still gets here is left out of its endpoint with a ServingBinding conflict, never guessed at.
 MembershipView project(const EndpointCards& endpoints);
 
 // The runtime-config facts the relay keeps: data_parallel_size 0 becomes 1 and total_kv_blocks 0

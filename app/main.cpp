@@ -1,0 +1,90 @@
+// kv-relay: the KV DC relay service.
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "app/options.hpp"
+#include "app/relay_runtime.hpp"
+#include "ingest/demo_workload.hpp"
+#include "ingest/topology_file.hpp"
+#include "metrics/metrics.hpp"
+
+namespace {
+
+constexpr int kBadConfiguration = 2;
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "kv-relay: %s\n", message.c_str());
+  return kBadConfiguration;
+}
+
+// Written to a temporary name and renamed, so a reader never sees half a file.
+bool write_ready_file(const std::string& path, const kvrelay::RelayRuntime& relay, const std::string& metrics) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << "{\"wan\": \"" << relay.wan_address() << "\", \"ingest\": \"" << relay.ingest_address()
+        << "\", \"metrics\": " << (metrics.empty() ? "null" : "\"" + metrics + "\"") << "}\n";
+    if (!out) return false;
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  return !error;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto options = kvrelay::parse_options({argv + 1, argv + argc}, kvrelay::process_environment());
+  if (!options) return fail(options.error());
+  if (options->help) {
+    std::fputs(kvrelay::usage().c_str(), stdout);
+    return 0;
+  }
+  spdlog::set_level(spdlog::level::from_str(options->log_level));
+  if (options->topology_path) {
+    auto topology = kvrelay::load_topology_file(*options->topology_path);
+    if (!topology) return fail("--topology: " + topology.error());
+    options->relay.topology = std::move(*topology);
+  }
+
+  // Every thread started from here on inherits the mask; the main thread waits for the signal.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::unique_ptr<kvrelay::MetricsServer> metrics;
+  if (options->metrics_listen != "off") {
+    auto server = kvrelay::MetricsServer::start(options->metrics_listen);
+    if (!server) return fail("--metrics-listen: " + server.error());
+    metrics = std::move(*server);
+  }
+  auto relay = kvrelay::RelayRuntime::start(options->relay);
+  if (!relay) return fail(relay.error());
+  if (options->ready_file &&
+      !write_ready_file(*options->ready_file, **relay, metrics ? metrics->address() : std::string())) {
+    return fail("--ready-file: cannot write " + *options->ready_file);
+  }
+
+  std::unique_ptr<kvrelay::DemoWorkload> demo;
+  if (options->demo) {
+    kvrelay::DemoOptions demo_options;
+    demo_options.ingest_address = (*relay)->ingest_address();
+    demo_options.topology = options->relay.topology.value_or(kvrelay::ingest::v1::TopologyFile{});
+    demo_options.events_per_second = options->demo_events_per_second;
+    demo = std::make_unique<kvrelay::DemoWorkload>(std::move(demo_options));
+    demo->start();
+  }
+
+  int received = 0;
+  sigwait(&stop_signals, &received);
+  spdlog::info("{} received: draining", received == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (demo) demo->stop();
+  (*relay)->shutdown(std::chrono::milliseconds(5000));
+  return 0;
+}

@@ -1,0 +1,257 @@
+#include "app/options.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <fstream>
+#include <limits>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace kvrelay {
+
+namespace {
+
+using Apply = std::function<std::optional<std::string>(AppOptions&, const std::string&)>;
+
+struct Flag {
+  std::string name;  // without the leading "--"
+  std::string value_name;  // empty for a switch
+  std::string help;
+  std::string default_text;
+  Apply apply;
+};
+
+template <class Int>
+std::optional<std::string> parse_uint(const std::string& text, Int min, Int max, Int& out) {
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+    return fmt::format("'{}' is not a non-negative integer", text);
+  }
+  if (value < static_cast<std::uint64_t>(min) || value > static_cast<std::uint64_t>(max)) {
+    return fmt::format("{} is outside [{}, {}]", value, min, max);
+  }
+  out = static_cast<Int>(value);
+  return std::nullopt;
+}
+
+template <class Int>
+Apply uint_field(Int min, Int max, Int RelayOptions::*field) {
+  return [=](AppOptions& o, const std::string& v) { return parse_uint(v, min, max, o.relay.*field); };
+}
+
+Apply text_field(std::string RelayOptions::*field) {
+  return [=](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+    if (v.empty()) return "must not be empty";
+    o.relay.*field = v;
+    return std::nullopt;
+  };
+}
+
+std::optional<std::string> parse_bool(const std::string& text, bool& out) {
+  std::string lower;
+  for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on" || lower.empty()) {
+    out = true;
+  } else if (lower == "0" || lower == "false" || lower == "no" || lower == "off") {
+    out = false;
+  } else {
+    return fmt::format("'{}' is not a boolean", text);
+  }
+  return std::nullopt;
+}
+
+const std::vector<Flag>& flags() {
+  constexpr auto u32max = std::numeric_limits<std::uint32_t>::max();
+  constexpr auto szmax = std::size_t{1} << 40;
+  static const std::vector<Flag> table = {
+      {"listen", "ADDR", "WAN gRPC listener (KvEventRelay); port 0 binds an ephemeral port", "0.0.0.0:50051",
+       text_field(&RelayOptions::listen)},
+      {"ingest-listen", "ADDR", "DC-local ingest listener (RelayIngest); keep it off the WAN", "127.0.0.1:50052",
+       text_field(&RelayOptions::ingest_listen)},
+      {"metrics-listen", "ADDR", "Prometheus /metrics listener, or 'off'", "0.0.0.0:9464",
+       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+         if (v.empty()) return "must not be empty";
+         o.metrics_listen = v;
+         return std::nullopt;
+       }},
+      {"dc-id", "ID", "this data center's id; keep it stable across restarts", "dc-local",
+       text_field(&RelayOptions::dc_id)},
+      {"instance-id", "N", "relay instance id (drt_instance_id)", "derived from the host name",
+       [](AppOptions& o, const std::string& v) {
+         std::uint64_t id = 0;
+         auto error = parse_uint<std::uint64_t>(v, 0, 0x7FFFFFFFFFFFFFFF, id);
+         if (!error) o.relay.instance_id = id;
+         return error;
+       }},
+      {"topology", "FILE", "static topology file (TopologyFile as YAML or JSON)", "none",
+       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+         if (v.empty()) return "must not be empty";
+         o.topology_path = v;
+         return std::nullopt;
+       }},
+      {"expected-unique-blocks", "N", "filter sizing: unique KV blocks per pool (<= 53687091)", "1048576",
+       uint_field<std::uint64_t>(1, 53'687'091, &RelayOptions::expected_unique_blocks)},
+      {"publication-threshold", "N", "events per published delta", "16",
+       uint_field<std::uint32_t>(1, u32max, &RelayOptions::publication_threshold)},
+      {"publication-delay-ms", "MS", "publish at most this long after the first unpublished event", "1",
+       uint_field<std::uint32_t>(1, u32max, &RelayOptions::publication_delay_ms)},
+      {"load-window-ms", "MS", "period of pool load windows", "1000",
+       uint_field<std::uint32_t>(1, u32max, &RelayOptions::load_window_ms)},
+      {"stream-queue-frames", "N", "frames a pool stream may queue before it ends as lagged", "16",
+       uint_field<std::size_t>(1, 1 << 20, &RelayOptions::stream_queue_frames)},
+      {"stream-queue-bytes", "BYTES", "bytes a pool stream may queue (payload + 256 per frame)", "16777216",
+       uint_field<std::size_t>(4'194'624, szmax, &RelayOptions::stream_queue_bytes)},
+      {"ready-file", "FILE", "written atomically once every listener is bound: {\"wan\",\"ingest\",\"metrics\"}",
+       "none",
+       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+         if (v.empty()) return "must not be empty";
+         o.ready_file = v;
+         return std::nullopt;
+       }},
+      {"log-level", "LEVEL", "trace, debug, info, warn, error or off", "info",
+       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+         static const std::vector<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
+         if (std::find(levels.begin(), levels.end(), v) == levels.end()) return fmt::format("unknown level '{}'", v);
+         o.log_level = v;
+         return std::nullopt;
+       }},
+      {"demo", "", "run the built-in demo workload against this relay's ingest API", "off",
+       [](AppOptions& o, const std::string& v) { return parse_bool(v, o.demo); }},
+      {"demo-events-per-second", "N", "KV events per second the demo pushes", "2000",
+       [](AppOptions& o, const std::string& v) {
+         return parse_uint<std::uint32_t>(v, 1, 10'000'000, o.demo_events_per_second);
+       }},
+  };
+  return table;
+}
+
+const Flag* find_flag(const std::string& name) {
+  for (const Flag& flag : flags()) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+std::string env_name(const std::string& flag) {
+  std::string name = "KV_RELAY_";
+  for (char c : flag) name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::optional<std::string> apply_config_file(const std::string& path, AppOptions& options) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& error) {
+    return fmt::format("--config {}: {}", path, error.what());
+  }
+  if (root.IsNull()) return std::nullopt;
+  if (!root.IsMap()) return fmt::format("--config {}: the top level must be a map of flag names", path);
+  for (const auto& entry : root) {
+    std::string key = entry.first.as<std::string>();
+    std::replace(key.begin(), key.end(), '_', '-');
+    const Flag* flag = find_flag(key);
+    if (flag == nullptr) return fmt::format("--config {}: unknown key '{}'", path, key);
+    if (!entry.second.IsScalar()) return fmt::format("--config {}: '{}' must be a scalar", path, key);
+    if (auto error = flag->apply(options, entry.second.Scalar())) {
+      return fmt::format("--config {}: {}: {}", path, key, *error);
+    }
+  }
+  return std::nullopt;
+}
+
+struct CommandLine {
+  std::vector<std::pair<const Flag*, std::string>> values;
+  std::optional<std::string> config;
+  bool help = false;
+};
+
+std::expected<CommandLine, std::string> split_command_line(const std::vector<std::string>& args) {
+  CommandLine line;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      line.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) return std::unexpected(fmt::format("unexpected argument '{}'", arg));
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    }
+    if (name == "config") {
+      if (!value && i + 1 < args.size()) value = args[++i];
+      if (!value) return std::unexpected("--config needs a FILE");
+      line.config = *value;
+      continue;
+    }
+    const Flag* flag = find_flag(name);
+    if (flag == nullptr) return std::unexpected(fmt::format("unknown flag --{} (see --help)", name));
+    if (!value && !flag->value_name.empty()) {
+      if (i + 1 >= args.size()) return std::unexpected(fmt::format("--{} needs a {}", name, flag->value_name));
+      value = args[++i];
+    }
+    line.values.emplace_back(flag, value.value_or("true"));
+  }
+  return line;
+}
+
+}  // namespace
+
+std::expected<AppOptions, std::string> parse_options(const std::vector<std::string>& args,
+                                                     const std::map<std::string, std::string>& environment) {
+  AppOptions options;
+  auto line = split_command_line(args);
+  if (!line) return std::unexpected(line.error());
+  options.help = line->help;
+  if (!line->config) {
+    if (const auto config = environment.find("KV_RELAY_CONFIG"); config != environment.end()) line->config = config->second;
+  }
+  if (line->config) {
+    if (auto error = apply_config_file(*line->config, options)) return std::unexpected(*error);
+  }
+  for (const Flag& flag : flags()) {
+    const auto variable = environment.find(env_name(flag.name));
+    if (variable == environment.end()) continue;
+    if (auto error = flag.apply(options, variable->second)) {
+      return std::unexpected(fmt::format("{}: {}", variable->first, *error));
+    }
+  }
+  for (const auto& [flag, value] : line->values) {
+    if (auto error = flag->apply(options, value)) return std::unexpected(fmt::format("--{}: {}", flag->name, *error));
+  }
+  return options;
+}
+
+std::string usage() {
+  std::string text =
+      "Usage: kv-relay [--config FILE] [FLAGS]\n\n"
+      "The KV DC relay: publishes this data center's KV-cache pools (dynamo.kvrelay.v1).\n"
+      "Every flag can also be set by an environment variable or a config-file key.\n\n";
+  text += fmt::format("  --{:<28} {}\n      {:<28} env KV_RELAY_CONFIG\n", "config FILE",
+                      "YAML map of flag names to values", "");
+  for (const Flag& flag : flags()) {
+    const std::string head = flag.value_name.empty() ? flag.name : flag.name + " " + flag.value_name;
+    text += fmt::format("  --{:<28} {}\n      {:<28} env {}, default: {}\n", head, flag.help, "",
+                        env_name(flag.name), flag.default_text);
+  }
+  return text;
+}
+
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const auto eq = text.find('=');
+    if (eq != std::string::npos) environment.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return environment;
+}
+
+}  // namespace kvrelay

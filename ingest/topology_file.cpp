@@ -1,0 +1,115 @@
+#include "ingest/topology_file.hpp"
+
+#include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace kvrelay {
+
+namespace {
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+bool plain_number(const std::string& text) {
+  static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
+  return std::regex_match(text, number);
+}
+
+void emit(const YAML::Node& node, std::string& out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: out += "null"; return;
+    case YAML::NodeType::Sequence: {
+      out += '[';
+      bool first = true;
+      for (const auto& item : node) {
+        if (!first) out += ',';
+        first = false;
+        emit(item, out);
+      }
+      out += ']';
+      return;
+    }
+    case YAML::NodeType::Map: {
+      out += '{';
+      bool first = true;
+      for (const auto& entry : node) {
+        if (!first) out += ',';
+        first = false;
+        out += json_string(entry.first.as<std::string>());
+        out += ':';
+        emit(entry.second, out);
+      }
+      out += '}';
+      return;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      const bool quoted = node.Tag() == "!";
+      if (!quoted && (text == "true" || text == "false" || plain_number(text))) {
+        out += text;
+      } else {
+        out += json_string(text);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::expected<std::string, std::string> yaml_to_json(const std::string& yaml) {
+  try {
+    std::string json;
+    emit(YAML::Load(yaml), json);
+    return json;
+  } catch (const YAML::Exception& error) {
+    return std::unexpected(std::string("YAML: ") + error.what());
+  }
+}
+
+std::expected<::kvrelay::ingest::v1::TopologyFile, std::string> parse_topology(const std::string& text) {
+  auto json = yaml_to_json(text);
+  if (!json) return std::unexpected(json.error());
+  ::kvrelay::ingest::v1::TopologyFile file;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(*json, &file, options);
+  if (!status.ok()) return std::unexpected(std::string(status.message()));
+  return file;
+}
+
+std::expected<::kvrelay::ingest::v1::TopologyFile, std::string> load_topology_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::unexpected("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto file = parse_topology(text.str());
+  if (!file) return std::unexpected(path + ": " + file.error());
+  return file;
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,167 @@
+// The ingest plane's handling of bad input: clear errors, counted rejections, and a relay
+// that keeps serving (decisions.md rows 16–18).
+#include <catch2/catch.hpp>
+
+#include "tests/integration/harness.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+const auto kBackend = endpoint_ref("prod", "backend");
+
+grpc::Status put_worker_status(TestRelay& relay, const ingest_v1::PutWorkerRequest& request) {
+  grpc::ClientContext context;
+  ingest_v1::PutWorkerResponse response;
+  return relay.ingest().PutWorker(&context, request, &response);
+}
+
+std::uint64_t unique_blocks(TestRelay& relay) {
+  const auto state = relay.get_state();
+  REQUIRE(state.pools_size() == 1);
+  return state.pools(0).unique_blocks();
+}
+
+}  // namespace
+
+TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[ingest]") {
+  TestRelay relay;
+  auto request = put_worker_request(kBackend, 1);
+
+  SECTION("endpoint text") {
+    request.mutable_endpoint()->set_component(" backend");
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("endpoint.component"));
+  }
+  SECTION("missing card") {
+    request.clear_card();
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("card"));
+  }
+  SECTION("a KV source outside the worker's ranks (decisions.md row 18)") {
+    request.mutable_kv_sources(0)->set_dp_rank(3);
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("kv_sources[0].dp_rank"));
+  }
+  SECTION("an unknown worker type in needs") {
+    request.mutable_card()->add_needs()->add_all_of(ingest_v1::WORKER_TYPE_UNSET);
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("card.needs[0].all_of[0]"));
+  }
+  SECTION("availability without an endpoint") {
+    grpc::ClientContext context;
+    ingest_v1::SetAvailabilityResponse response;
+    const auto status = relay.ingest().SetAvailability(&context, ingest_v1::SetAvailabilityRequest{}, &response);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("endpoint"));
+  }
+  // Nothing of a rejected call applied, and the relay still serves.
+  CHECK(relay.get_state().endpoints_size() == 0);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  CHECK(relay.get_state().endpoints_size() == 1);
+}
+
+TEST_CASE("a worker whose card has problems is accepted and reports its conflicts", "[ingest]") {
+  TestRelay relay;
+  auto request = put_worker_request(kBackend, 1);
+  request.mutable_card()->set_kv_cache_block_size(0);
+  const auto response = relay.put_worker(request);
+  REQUIRE(response.conflicts_size() >= 1);
+  const auto state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 1);
+  CHECK_FALSE(state.endpoints(0).pool_materialized());
+  CHECK(state.endpoints(0).conflicts_size() == response.conflicts_size());
+}
+
+TEST_CASE("batches: unknown sources and malformed batches are counted; the stream goes on", "[ingest]") {
+  TestRelay relay;
+  relay.put_worker(put_worker_request(kBackend, 1));
+  std::vector<ingest_v1::KvEventBatch> batches;
+  batches.push_back(stored_batch(kBackend, 1, 0, 1, 0, {{10, 100}}));
+  batches.push_back(stored_batch(kBackend, 2, 0, 1, 0, {{11, 101}}));  // unknown worker
+  batches.push_back(stored_batch(kBackend, 1, 1, 1, 0, {{12, 102}}));  // undeclared rank
+  batches.push_back(stored_batch(endpoint_ref("prod", "nobody"), 1, 0, 1, 0, {{13, 103}}));
+  auto no_data = stored_batch(kBackend, 1, 0, 1, 1, {{14, 104}});
+  no_data.add_events();  // an event with no data rejects the whole batch
+  batches.push_back(no_data);
+  auto bad_tier = stored_batch(kBackend, 1, 0, 1, 1, {{15, 105}});
+  bad_tier.mutable_events(0)->set_tier(static_cast<ingest_v1::StorageTier>(42));
+  batches.push_back(bad_tier);
+  auto empty_block = stored_batch(kBackend, 1, 0, 1, 1, {{16, 106}});
+  empty_block.mutable_events(0)->mutable_stored()->mutable_blocks(0)->clear_tokens_hash();
+  batches.push_back(empty_block);
+  batches.push_back(stored_batch(kBackend, 1, 0, 1, 1, {{17, 107}}));  // the expected next sequence
+
+  const auto tally = relay.publish(batches);
+  CHECK(tally.batches_applied() == 2);
+  CHECK(tally.batches_rejected() == 6);
+  CHECK(tally.source_resets() == 0);
+  CHECK(unique_blocks(relay) == 2);
+}
+
+TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
+  TestRelay relay;
+  relay.put_worker(put_worker_request(kBackend, 1));
+  auto tally = relay.publish({stored_batch(kBackend, 1, 0, 5, 0, {{1, 11}}), stored_batch(kBackend, 1, 0, 5, 1, {{2, 12}})});
+  CHECK(tally.batches_applied() == 2);
+  CHECK(unique_blocks(relay) == 2);
+
+  SECTION("a duplicate is rejected without a reset") {
+    tally = relay.publish({stored_batch(kBackend, 1, 0, 5, 1, {{3, 13}})});
+    CHECK(tally.batches_rejected() == 1);
+    CHECK(tally.source_resets() == 0);
+    CHECK(unique_blocks(relay) == 2);
+  }
+  SECTION("a gap cold-resets the source, then applies") {
+    tally = relay.publish({stored_batch(kBackend, 1, 0, 5, 7, {{3, 13}})});
+    CHECK(tally.batches_applied() == 1);
+    CHECK(tally.source_resets() == 1);
+    CHECK(unique_blocks(relay) == 1);
+  }
+  SECTION("a new epoch cold-resets the source, then applies") {
+    tally = relay.publish({stored_batch(kBackend, 1, 0, 6, 0, {{3, 13}}), stored_batch(kBackend, 1, 0, 6, 1, {{4, 14}})});
+    CHECK(tally.batches_applied() == 2);
+    CHECK(tally.source_resets() == 1);
+    CHECK(unique_blocks(relay) == 2);
+  }
+}
+
+TEST_CASE("lineage errors reject one event; removing a worker drops its blocks", "[ingest]") {
+  TestRelay relay;
+  WorkerShape shape;
+  shape.dp_size = 2;
+  relay.put_worker(put_worker_request(kBackend, 1, shape));
+  relay.put_worker(put_worker_request(kBackend, 2));
+  auto batch = stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}, {2, 12}});
+  auto* orphan = batch.add_events()->mutable_stored();  // names a parent the source never stored
+  orphan->set_parent_block_hash(999);
+  orphan->add_blocks()->set_block_hash(3);
+  orphan->mutable_blocks(0)->set_tokens_hash(13);
+  auto* child = batch.add_events()->mutable_stored();
+  child->set_parent_block_hash(2);
+  child->add_blocks()->set_block_hash(4);
+  child->mutable_blocks(0)->set_tokens_hash(14);
+  auto tally = relay.publish({batch, stored_batch(kBackend, 2, 0, 1, 0, {{1, 11}})});
+  CHECK(tally.batches_applied() == 2);
+  CHECK(unique_blocks(relay) == 3);  // 11, its child and grandchild; worker 2 shares the root
+
+  relay.remove_worker(kBackend, 1);
+  CHECK(unique_blocks(relay) == 1);
+}
+
+TEST_CASE("token blocks are hashed with the pool's semantics", "[ingest]") {
+  TestRelay relay;
+  relay.put_worker(put_worker_request(kBackend, 1));
+  ingest_v1::KvEventBatch batch = stored_batch(kBackend, 1, 0, 1, 0, {{1, 0}});
+  auto* tokens = batch.mutable_events(0)->mutable_stored()->mutable_blocks(0)->mutable_tokens();
+  for (std::uint32_t t : {0u, 1u, 2u, 3u}) tokens->add_token_ids(t);
+  auto too_short = stored_batch(kBackend, 1, 0, 1, 1, {{2, 0}});
+  too_short.mutable_events(0)->mutable_stored()->mutable_blocks(0)->mutable_tokens()->add_token_ids(9);
+  const auto tally = relay.publish({batch, too_short});
+  CHECK(tally.batches_applied() == 2);
+  CHECK(unique_blocks(relay) == 1);
+}
