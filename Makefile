@@ -7,7 +7,7 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
 
-.PHONY: deps build build-asan test test-normal test-asan bench clean
+.PHONY: deps build build-asan test test-normal test-asan bench run clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -29,6 +29,11 @@ test-asan: build-asan
 
 # The whole suite twice: the normal build, then AddressSanitizer + UBSan.
 test: test-normal test-asan
+
+# Starts the relay on its built-in demo deployment (Ctrl-C stops it).
+RUN_FLAGS ?=
+run: build
+	@build/bin/kv-relay --demo --topology deploy/demo/topology.yaml $(RUN_FLAGS)
 
 bench: build
 	@bash scripts/run-benchmarks.sh build/bin

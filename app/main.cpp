@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
       !write_ready_file(*options->ready_file, **relay, metrics ? metrics->address() : std::string())) {
     return fail("--ready-file: cannot write " + *options->ready_file);
   }
+  spdlog::info("ready: wan={} ingest={} metrics={}", (*relay)->wan_address(), (*relay)->ingest_address(),
+               metrics ? metrics->address() : "off");
 
   std::unique_ptr<kvrelay::DemoWorkload> demo;
   if (options->demo) {

@@ -1,0 +1,82 @@
+// The kv-relay binary as an operator runs it: flags, ready file, SIGTERM, exit codes.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int output = -1;  // stdout + stderr
+};
+
+Child spawn_relay(std::vector<std::string> args) {
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  args.insert(args.begin(), KVRELAY_BINARY);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(pipe_fds[1], 1);
+    dup2(pipe_fds[1], 2);
+    close(pipe_fds[0]);
+    std::vector<char*> argv;
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  return {pid, pipe_fds[0]};
+}
+
+// Reads the child's output until `needle` appears (or the output ends); returns what was read.
+std::string read_until(int fd, const std::string& needle) {
+  std::string text;
+  char buffer[4096];
+  while (text.find(needle) == std::string::npos) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("kv-relay writes its ready file, drains on SIGTERM and exits 0", "[binary]") {
+  const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready.json";
+  unlink(ready.c_str());
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen",
+                             "127.0.0.1:0", "--ready-file", ready, "--dc-id", "dc-binary-test"});
+  const std::string log = read_until(child.output, "ready: ");
+  REQUIRE_THAT(log, Catch::Contains("ready: "));
+  std::stringstream content;
+  content << std::ifstream(ready).rdbuf();
+  CHECK_THAT(content.str(), Catch::Matches(R"(\{"wan": "127\.0\.0\.1:[0-9]+", "ingest": "127\.0\.0\.1:[0-9]+", )"
+                                           R"("metrics": "127\.0\.0\.1:[0-9]+"\}\s*)"));
+  REQUIRE(kill(child.pid, SIGTERM) == 0);
+  CHECK(wait_exit(child.pid) == 0);
+  CHECK_THAT(read_until(child.output, "relay stopped"), Catch::Contains("relay stopped"));
+  close(child.output);
+}
+
+TEST_CASE("kv-relay refuses a bad value with one message and exit code 2", "[binary]") {
+  Child child = spawn_relay({"--load-window-ms", "zero"});
+  const std::string output = read_until(child.output, "\n");
+  CHECK(wait_exit(child.pid) == 2);
+  CHECK(output == "kv-relay: --load-window-ms: 'zero' is not a non-negative integer\n");
+  close(child.output);
+}

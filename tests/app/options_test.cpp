@@ -1,0 +1,112 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "app/options.hpp"
+#include "ingest/topology_file.hpp"
+
+using namespace kvrelay;
+
+namespace {
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  const std::string path = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("options: defaults", "[options]") {
+  const auto options = parse_options({}, {});
+  REQUIRE(options.has_value());
+  CHECK(options->relay.listen == "0.0.0.0:50051");
+  CHECK(options->relay.ingest_listen == "127.0.0.1:50052");
+  CHECK(options->metrics_listen == "0.0.0.0:9464");
+  CHECK(options->relay.expected_unique_blocks == 1048576);
+  CHECK(options->relay.publication_threshold == 16);
+  CHECK(options->relay.publication_delay_ms == 1);
+  CHECK(options->relay.load_window_ms == 1000);
+  CHECK(options->relay.stream_queue_frames == 16);
+  CHECK(options->relay.stream_queue_bytes == 16u << 20);
+  CHECK_FALSE(options->demo);
+  CHECK_FALSE(options->relay.instance_id.has_value());
+}
+
+TEST_CASE("options: command line over environment over config file", "[options]") {
+  const auto config = temp_file("relay.yaml", "listen: 10.0.0.1:1\nload_window_ms: 250\ndc-id: from-file\n");
+  const auto options = parse_options({"--config", config, "--dc-id=from-flag", "--demo"},
+                                     {{"KV_RELAY_DC_ID", "from-env"}, {"KV_RELAY_LOAD_WINDOW_MS", "500"}});
+  REQUIRE(options.has_value());
+  CHECK(options->relay.dc_id == "from-flag");
+  CHECK(options->relay.load_window_ms == 500);
+  CHECK(options->relay.listen == "10.0.0.1:1");
+  CHECK(options->demo);
+}
+
+TEST_CASE("options: every bad value is one clear message", "[options]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--bogus"}, "unknown flag --bogus"},
+      {{"--listen"}, "--listen needs a ADDR"},
+      {{"--expected-unique-blocks", "53687092"}, "--expected-unique-blocks"},
+      {{"--publication-threshold", "0"}, "--publication-threshold"},
+      {{"--stream-queue-bytes", "1024"}, "--stream-queue-bytes"},
+      {{"--log-level", "loud"}, "--log-level"},
+      {{"positional"}, "unexpected argument"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto options = parse_options(args, {});
+    REQUIRE_FALSE(options.has_value());
+    CHECK_THAT(options.error(), Catch::Contains(expected));
+  }
+  const auto bad_env = parse_options({}, {{"KV_RELAY_INSTANCE_ID", "-1"}});
+  REQUIRE_FALSE(bad_env.has_value());
+  CHECK_THAT(bad_env.error(), Catch::Contains("KV_RELAY_INSTANCE_ID"));
+  const auto bad_key = parse_options({"--config", temp_file("bad.yaml", "nope: 1\n")}, {});
+  REQUIRE_FALSE(bad_key.has_value());
+  CHECK_THAT(bad_key.error(), Catch::Contains("unknown key 'nope'"));
+}
+
+TEST_CASE("options: --help lists every flag with its variable", "[options]") {
+  const std::string text = usage();
+  for (const char* flag : {"--listen", "--ingest-listen", "--metrics-listen", "--dc-id", "--instance-id", "--topology",
+                           "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms",
+                           "--load-window-ms", "--stream-queue-frames", "--stream-queue-bytes", "--ready-file",
+                           "--log-level", "--demo", "--config"}) {
+    CHECK_THAT(text, Catch::Contains(flag));
+  }
+  CHECK_THAT(text, Catch::Contains("KV_RELAY_STREAM_QUEUE_BYTES"));
+}
+
+TEST_CASE("topology file: YAML and JSON give the same message", "[topology]") {
+  const auto yaml = parse_topology(R"(
+version: 1
+endpoints:
+  - endpoint: {namespace: prod, component: backend, endpoint: generate}
+    workers:
+      - workerId: 7
+        card: {displayName: "123", kvCacheBlockSize: 16, workerType: WORKER_TYPE_DECODE,
+               runtimeConfig: {totalKvBlocks: 100, enableEagle: true}}
+        kvSources: [{dpRank: 0, push: {}}]
+    liveWorkers: {workerIds: [7]}
+)");
+  REQUIRE(yaml.has_value());
+  const auto json = parse_topology(R"({"version": 1, "endpoints": [{"endpoint": {"namespace": "prod",
+      "component": "backend", "endpoint": "generate"}, "workers": [{"workerId": "7", "card": {"displayName": "123",
+      "kvCacheBlockSize": 16, "workerType": "WORKER_TYPE_DECODE", "runtimeConfig": {"totalKvBlocks": "100",
+      "enableEagle": true}}, "kvSources": [{"dpRank": 0, "push": {}}]}], "liveWorkers": {"workerIds": ["7"]}}]})");
+  REQUIRE(json.has_value());
+  CHECK(yaml->SerializeAsString() == json->SerializeAsString());
+  CHECK(yaml->endpoints(0).workers(0).card().display_name() == "123");  // quoted stays a string
+  CHECK(yaml->endpoints(0).workers(0).card().runtime_config().enable_eagle());
+}
+
+TEST_CASE("topology file: errors name the problem", "[topology]") {
+  CHECK_FALSE(parse_topology("version: 1\nendpoints: [{unknownField: 1}]\n").has_value());
+  CHECK_FALSE(parse_topology("version: [1\n").has_value());
+  CHECK_FALSE(load_topology_file("/nonexistent/topology.yaml").has_value());
+  const auto demo = load_topology_file(std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml");
+  INFO((demo ? "" : demo.error()));
+  REQUIRE(demo.has_value());
+  CHECK(demo->endpoints_size() == 3);
+}
