@@ -25,9 +25,14 @@ void log_admitted(std::string_view rpc, const std::string& subscriber, grpc::Cal
   spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", rpc, subscriber, context->peer());
 }
 
+std::string_view ending_of(const RpcStatus& status) {
+  if (status.reason) return reason_name(*status.reason);
+  return status.code == StatusCode::kCancelled ? "client cancel" : status.ok() ? "clean end" : status.message;
+}
+
 StreamRelease log_ended(std::string rpc, std::string subscriber) {
-  return [rpc = std::move(rpc), subscriber = std::move(subscriber)] {
-    spdlog::info("subscriber ended: rpc={} subscriber_id={}", rpc, subscriber);
+  return [rpc = std::move(rpc), subscriber = std::move(subscriber)](const RpcStatus& status) {
+    spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", rpc, subscriber, ending_of(status));
   };
 }
 

@@ -14,8 +14,9 @@
 
 namespace kvrelay::gateway {
 
-// Released when the stream ends, however it ends (admission permits, open-stream gauges).
-using StreamRelease = std::function<void()>;
+// Runs once when the stream ends, however it ends, with how it ended (admission permits,
+// open-stream gauges, the lifecycle log line).
+using StreamRelease = std::function<void(const RpcStatus&)>;
 
 template <class Message>
 class StreamLink final : public StreamSink<Message> {
@@ -57,7 +58,7 @@ class StreamLink final : public StreamSink<Message> {
   }
   void on_done() {
     std::lock_guard lock(mutex_);
-    release_once();
+    release_once(RpcStatus{StatusCode::kCancelled, "the call ended", {}});
     reactor_ = nullptr;
     context_ = nullptr;
   }
@@ -66,14 +67,14 @@ class StreamLink final : public StreamSink<Message> {
   void finish_locked(const RpcStatus& status) {
     if (finished_ || reactor_ == nullptr) return;
     finished_ = true;
-    release_once();
+    release_once(status);
     reactor_->Finish(to_grpc(context_, status));
   }
-  void release_once() {
+  void release_once(const RpcStatus& status) {
     if (!release_) return;
     auto release = std::move(release_);
     release_ = nullptr;
-    release();
+    release(status);
   }
 
   std::recursive_mutex mutex_;  // gRPC may run a reaction inline from a Start* call

@@ -40,8 +40,8 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
 
   void OnReadDone(bool ok) override {
     std::unique_lock lock(mutex_);
-    reading_ = false;
     if (!ok) {
+      reading_ = false;
       input_closed_ = true;
       return finish_when_idle_locked();
     }
@@ -51,6 +51,9 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
     lock.unlock();
     forward(std::move(request));  // may acknowledge synchronously
     lock.lock();
+    // Only now may the next read start: requests are forwarded in the order they were read,
+    // even when an acknowledgement on another thread wants to resume reading meanwhile.
+    reading_ = false;
     read_next_locked();
   }
 

@@ -4,7 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
-#include <regex>
+#include <cctype>
 #include <sstream>
 
 namespace kvrelay {
@@ -33,9 +33,27 @@ std::string json_string(const std::string& text) {
   return out + "\"";
 }
 
+// A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
 bool plain_number(const std::string& text) {
-  static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
-  return std::regex_match(text, number);
+  std::size_t i = 0;
+  auto digits = [&] {
+    const std::size_t start = i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i > start;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  if (i < text.size() && text[i] == '0') {
+    ++i;
+  } else if (i >= text.size() || text[i] == '0' || !digits()) {
+    return false;
+  }
+  if (i < text.size() && text[i] == '.' && (++i, !digits())) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == text.size();
 }
 
 void emit(const YAML::Node& node, std::string& out) {

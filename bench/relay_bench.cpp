@@ -1,0 +1,360 @@
+// System-level figures of the relay (issue #3): one publisher's apply rate with and without
+// the gRPC ingest path, event-to-wire latency, fan-out to 64 subscribers, cold snapshot
+// delivery, and resident memory per live block. Prints one table; run through `make bench`.
+#include <caf/all.hpp>
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "actors/pool_publisher.hpp"
+#include "app/relay_runtime.hpp"
+#include "core/cbi1.hpp"
+#include "core/ckf.hpp"
+#include "core/token_hashing.hpp"
+#include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+
+using namespace kvrelay;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint32_t kMarker = 0x4B565231;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+ingest_v1::EndpointRef endpoint() {
+  ingest_v1::EndpointRef ref;
+  ref.set_namespace_("bench");
+  ref.set_component("backend");
+  ref.set_endpoint("generate");
+  return ref;
+}
+
+// Batches of `events` stored events with `blocks` fresh blocks each: one block store per block.
+std::vector<ingest_v1::KvEventBatch> store_batches(std::size_t count, int events, int blocks, std::uint64_t seed,
+                                                   std::uint64_t first_sequence = 0) {
+  std::mt19937_64 rng(seed);
+  std::vector<ingest_v1::KvEventBatch> batches(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto& batch = batches[i];
+    *batch.mutable_endpoint() = endpoint();
+    batch.set_worker_id(1);
+    batch.set_sequence(first_sequence + i);
+    for (int e = 0; e < events; ++e) {
+      auto* stored = batch.add_events()->mutable_stored();
+      for (int b = 0; b < blocks; ++b) {
+        auto* block = stored->add_blocks();
+        block->set_block_hash(rng());
+        block->set_tokens_hash(rng());
+      }
+    }
+  }
+  return batches;
+}
+
+class CountingSink final : public BatchSink {
+ public:
+  explicit CountingSink(std::size_t expected) : expected_(expected) {}
+  void batch_done(const BatchOutcome&) override {
+    std::lock_guard lock(mutex_);
+    if (++done_ == expected_) finished_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    finished_.wait(lock, [&] { return done_ == expected_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable finished_;
+  std::size_t expected_;
+  std::size_t done_ = 0;
+};
+
+// ---- one publisher, no transport ----
+double publisher_apply_rate(std::size_t batches, int events, int blocks) {
+  caf::actor_system_config config;
+  caf::actor_system system(config);
+  PublisherConfig publisher;
+  publisher.spec.bucket_count = *ckf::bucket_count_for(batches * events * blocks);
+  publisher.spec.seed = ckf::kDefaultSeed;
+  publisher.semantics = {16, hashing::HashFormat::kStandard};
+  auto actor = system.spawn(pool_publisher, publisher);
+  const auto input = store_batches(batches, events, blocks, 1);
+  auto sink = std::make_shared<CountingSink>(batches);
+  const auto start = Clock::now();
+  for (const auto& batch : input) {
+    caf::anon_send(actor, atoms::batch_atom_v, EventBatchPtr(std::make_shared<const ingest_v1::KvEventBatch>(batch)),
+                   false, BatchSinkPtr(sink), steady_now_ns());
+  }
+  sink->wait();
+  const double elapsed = seconds_since(start);
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  return static_cast<double>(batches * events * blocks) / elapsed;
+}
+
+struct Relay {
+  std::unique_ptr<RelayRuntime> runtime;
+  std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest;
+  std::shared_ptr<grpc::Channel> wan_channel;
+  v1::ProducerIdentity producer;
+};
+
+Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) {
+  RelayOptions options;
+  options.listen = "127.0.0.1:0";
+  options.ingest_listen = "127.0.0.1:0";
+  options.expected_unique_blocks = expected_blocks;
+  options.stream_queue_frames = queue_frames;
+  Relay relay{RelayRuntime::start(options).value(), nullptr, nullptr, {}};
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  relay.ingest = ingest_v1::RelayIngest::NewStub(
+      grpc::CreateCustomChannel(relay.runtime->ingest_address(), grpc::InsecureChannelCredentials(), args));
+  relay.wan_channel = grpc::CreateCustomChannel(relay.runtime->wan_address(), grpc::InsecureChannelCredentials(), args);
+  ingest_v1::PutWorkerRequest put;
+  *put.mutable_endpoint() = endpoint();
+  put.set_worker_id(1);
+  put.mutable_card()->set_display_name("bench-model");
+  put.mutable_card()->set_kv_cache_block_size(16);
+  put.mutable_card()->set_worker_type(ingest_v1::WORKER_TYPE_AGGREGATED);
+  put.add_kv_sources()->mutable_push();
+  grpc::ClientContext context;
+  ingest_v1::PutWorkerResponse response;
+  relay.ingest->PutWorker(&context, put, &response);
+  auto wan = v1::KvEventRelay::NewStub(relay.wan_channel);
+  grpc::ClientContext catalog_context;
+  v1::WatchKvPoolCatalogRequest watch;
+  watch.set_subscriber_id("bench");
+  watch.set_contract_marker(kMarker);
+  auto catalog = wan->WatchKvPoolCatalog(&catalog_context, watch);
+  v1::KvPoolCatalogUpdate update;
+  while (catalog->Read(&update) && update.snapshot().pools_size() == 0) {
+  }
+  relay.producer = update.snapshot().pools(0).producer();
+  catalog_context.TryCancel();
+  return relay;
+}
+
+// ---- the same through gRPC ingest ----
+double ingest_apply_rate(std::size_t batches, int events, int blocks) {
+  Relay relay = start_relay(batches * events * blocks);
+  const auto input = store_batches(batches, events, blocks, 2);
+  const auto start = Clock::now();
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = relay.ingest->PublishKvEvents(&context, &response);
+  for (const auto& batch : input) writer->Write(batch);
+  writer->WritesDone();
+  writer->Finish();
+  return static_cast<double>(batches * events * blocks) / seconds_since(start);
+}
+
+// A subscriber reading frames on its own thread until cancelled.
+struct Subscriber {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::FilterUpdate>> reader;
+  std::thread thread;
+  std::atomic<std::size_t> frames{0};
+  std::atomic<bool> snapshot_done{false};
+  Clock::time_point snapshot_at;
+  grpc::Status status;
+};
+
+void subscribe(Relay& relay, Subscriber& s, std::function<void(const v1::FilterUpdate&)> on_frame = {}) {
+  auto wan = v1::KvEventRelay::NewStub(relay.wan_channel);
+  v1::SubscribeKvPoolRequest request;
+  request.set_subscriber_id("bench");
+  *request.mutable_expected_producer() = relay.producer;
+  request.set_contract_marker(kMarker);
+  s.reader = wan->SubscribeKvPool(&s.context, request);
+  const std::uint64_t chunks = cbi1::chunk_count_for(relay.producer.ckf_format().bucket_count());
+  s.thread = std::thread([&s, chunks, on_frame] {
+    v1::FilterUpdate frame;
+    std::uint64_t chunk_frames = 0;
+    while (s.reader->Read(&frame)) {
+      ++s.frames;
+      if (frame.kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK && ++chunk_frames == chunks) {
+        s.snapshot_at = Clock::now();
+        s.snapshot_done = true;
+      }
+      if (on_frame) on_frame(frame);
+    }
+    s.status = s.reader->Finish();
+  });
+}
+
+// ---- event-to-wire latency, client-observed ----
+// Each batch stores one new block; the subscriber matches delta images against the block's
+// fingerprint in either candidate bucket, so latency = publish call -> delta decoded.
+std::pair<double, double> event_to_wire_ms(std::uint32_t events_per_second, double duration_s) {
+  Relay relay = start_relay(1 << 20);
+  const auto& format = relay.producer.ckf_format();
+  const ckf::Addressing addressing(format.seed(), format.bucket_count());
+  std::mutex mutex;
+  std::multimap<std::uint64_t, std::pair<std::uint16_t, Clock::time_point>> pending;  // bucket -> (fp, sent)
+  std::vector<double> latencies;
+  Subscriber s;
+  subscribe(relay, s, [&](const v1::FilterUpdate& frame) {
+    if (frame.kind() != v1::FILTER_UPDATE_KIND_DELTA) return;
+    const auto decoded = cbi1::decode(frame.payload(), {format.seed(), format.bucket_count()});
+    const auto now = Clock::now();
+    std::lock_guard lock(mutex);
+    for (const auto& image : std::get<cbi1::DecodedDelta>(*decoded).images) {
+      auto [first, last] = pending.equal_range(image.bucket);
+      for (auto it = first; it != last;) {
+        if (ckf::bucket_holds(image.word, it->second.first)) {
+          latencies.push_back(std::chrono::duration<double, std::milli>(now - it->second.second).count());
+          it = pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  });
+  while (!s.snapshot_done) std::this_thread::yield();
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = relay.ingest->PublishKvEvents(&context, &response);
+  std::mt19937_64 rng(3);
+  const auto interval = std::chrono::duration<double>(1.0 / events_per_second);
+  const auto start = Clock::now();
+  for (std::uint64_t i = 0; seconds_since(start) < duration_s; ++i) {
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(interval * static_cast<double>(i)));
+    ingest_v1::KvEventBatch batch;
+    *batch.mutable_endpoint() = endpoint();
+    batch.set_worker_id(1);
+    batch.set_sequence(i);
+    const std::uint64_t hash = rng();
+    auto* block = batch.add_events()->mutable_stored()->add_blocks();
+    block->set_block_hash(rng());
+    block->set_tokens_hash(hash);
+    const ckf::Probe probe = addressing.probe(hash);
+    {
+      std::lock_guard lock(mutex);
+      const auto sent = Clock::now();
+      pending.emplace(probe.bucket_a, std::pair{probe.fingerprint, sent});
+      pending.emplace(probe.bucket_b, std::pair{probe.fingerprint, sent});
+    }
+    writer->Write(batch);
+  }
+  writer->WritesDone();
+  writer->Finish();
+  s.context.TryCancel();
+  s.thread.join();
+  std::sort(latencies.begin(), latencies.end());
+  auto at = [&](double q) { return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(q * (latencies.size() - 1))]; };
+  return {at(0.5), at(0.99)};
+}
+
+// ---- 64 subscribers at a steady event rate ----
+std::pair<std::size_t, std::size_t> fan_out(std::size_t subscribers, std::uint32_t events_per_second, double duration_s) {
+  Relay relay = start_relay(1 << 20);
+  std::vector<std::unique_ptr<Subscriber>> subs;
+  for (std::size_t i = 0; i < subscribers; ++i) {
+    subs.push_back(std::make_unique<Subscriber>());
+    subscribe(relay, *subs.back());
+  }
+  for (auto& s : subs) {
+    while (!s->snapshot_done) std::this_thread::yield();
+  }
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = relay.ingest->PublishKvEvents(&context, &response);
+  const std::size_t per_tick = events_per_second / 1000;  // 1 ms ticks, one batch each
+  const auto start = Clock::now();
+  std::uint64_t sequence = 0;
+  for (std::uint64_t tick = 0; seconds_since(start) < duration_s; ++tick) {
+    std::this_thread::sleep_until(start + std::chrono::milliseconds(tick));
+    auto batch = store_batches(1, static_cast<int>(per_tick), 1, tick + 10, sequence++).front();
+    writer->Write(batch);
+  }
+  writer->WritesDone();
+  writer->Finish();
+  relay.runtime->shutdown(std::chrono::milliseconds(2000));
+  std::size_t lagged = 0, frames = 0;
+  for (auto& s : subs) {
+    s->thread.join();
+    lagged += s->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    frames += s->frames;
+  }
+  return {lagged, frames};
+}
+
+// ---- cold snapshot delivery ----
+double cold_snapshot_ms(std::uint64_t bucket_count, std::size_t subscribers) {
+  Relay relay = start_relay(bucket_count * 16 / 5);  // sizes the filter to exactly bucket_count
+  std::vector<std::unique_ptr<Subscriber>> subs;
+  const auto start = Clock::now();
+  for (std::size_t i = 0; i < subscribers; ++i) {
+    subs.push_back(std::make_unique<Subscriber>());
+    subscribe(relay, *subs.back());
+  }
+  double slowest = 0;
+  for (auto& s : subs) {
+    while (!s->snapshot_done) std::this_thread::yield();
+    slowest = std::max(slowest, std::chrono::duration<double, std::milli>(s->snapshot_at - start).count());
+    s->context.TryCancel();
+    s->thread.join();
+  }
+  return slowest;
+}
+
+// ---- resident memory for 1 M live blocks ----
+std::pair<double, double> memory_per_million_blocks() {
+  constexpr std::size_t kBlocks = 1'000'000;
+  const std::size_t before = resident_bytes();
+  Relay relay = start_relay(kBlocks);
+  const std::size_t with_filter = resident_bytes();
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = relay.ingest->PublishKvEvents(&context, &response);
+  for (const auto& batch : store_batches(kBlocks / 256, 16, 16, 9)) writer->Write(batch);
+  writer->WritesDone();
+  writer->Finish();
+  const std::size_t after = resident_bytes();
+  return {static_cast<double>(with_filter - before) / (1 << 20), static_cast<double>(after - with_filter) / (1 << 20)};
+}
+
+}  // namespace
+
+int main() {
+  spdlog::set_level(spdlog::level::warn);
+  fmt::print("| Measurement | Result |\n| --- | --- |\n");
+  fmt::print("| Publisher apply rate, no transport (256-block batches) | {:.2f} M block stores/s |\n",
+             publisher_apply_rate(4096, 16, 16) / 1e6);
+  fmt::print("| Apply rate through gRPC PublishKvEvents (256-block batches) | {:.2f} M block stores/s |\n",
+             ingest_apply_rate(4096, 16, 16) / 1e6);
+  for (std::uint32_t rate : {10'000u, 100'000u}) {
+    const auto [p50, p99] = event_to_wire_ms(rate, 3.0);
+    fmt::print("| Event-to-wire latency at {} k events/s (client-observed) | p50 {:.3f} ms, p99 {:.3f} ms |\n",
+               rate / 1000, p50, p99);
+  }
+  const auto [lagged, frames] = fan_out(64, 100'000, 5.0);
+  fmt::print("| 64 subscribers, 100 k events/s for 5 s | {} lagged, {} frames delivered |\n", lagged, frames);
+  for (std::uint64_t buckets : {std::uint64_t{1} << 19, std::uint64_t{1} << 22}) {
+    for (std::size_t subscribers : {1, 16}) {
+      fmt::print("| Cold snapshot, 2^{} buckets, {} subscriber(s) | {:.1f} ms until the last one holds it |\n",
+                 std::countr_zero(buckets), subscribers, cold_snapshot_ms(buckets, subscribers));
+    }
+  }
+  const auto [filter_mib, blocks_mib] = memory_per_million_blocks();
+  fmt::print("| Resident memory, 1 M live blocks | filter + relay {:.1f} MiB; lineage and owners +{:.1f} MiB |\n",
+             filter_mib, blocks_mib);
+  return 0;
+}
