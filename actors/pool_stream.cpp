@@ -97,17 +97,11 @@ caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, Pool
   });
   self->state.deltas = Outbox<v1::FilterUpdate>(limits);
   self->state.spec = std::move(spec);
-  return {
+  caf::message_handler frames{
       [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
       [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
-      [=](atoms::write_done_atom, bool ok) {
-        if (!ok) return end_stream(self, self->state.writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
-        self->state.writer.write_done();
-        write_next(self);
-      },
-      [=](atoms::cancelled_atom) { self->quit(); },
-      [=](atoms::end_stream_atom, RpcStatus status) { end_stream(self, self->state.writer, std::move(status)); },
   };
+  return frames.or_else(transport_handlers(self, self->state.writer, [self] { write_next(self); }));
 }
 
 }  // namespace kvrelay

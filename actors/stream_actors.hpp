@@ -41,6 +41,21 @@ void end_stream(Self* self, StreamWriter<Message>& writer, RpcStatus status) {
   self->quit();
 }
 
+// The transport's side of every stream actor: write completions, cancellation, and an
+// owner ending the stream. `write_next` hands the sink the next queued frame, if any.
+template <class Self, class Message, class WriteNext>
+caf::message_handler transport_handlers(Self* self, StreamWriter<Message>& writer, WriteNext write_next) {
+  return {
+      [self, &writer, write_next](atoms::write_done_atom, bool ok) {
+        if (!ok) return end_stream(self, writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
+        writer.write_done();
+        write_next();
+      },
+      [self](atoms::cancelled_atom) { self->quit(); },
+      [self, &writer](atoms::end_stream_atom, RpcStatus status) { end_stream(self, writer, std::move(status)); },
+  };
+}
+
 inline RpcStatus lagged_status() {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED,
                                 "subscriber fell behind its bounded stream queue");
@@ -63,19 +78,13 @@ caf::behavior latest_value_stream(caf::stateful_actor<LatestValueStreamState<Mes
     auto& state = self->state;
     if (state.unsent && state.writer.ready()) state.writer.write(std::move(state.unsent));
   };
-  return {
+  caf::message_handler updates{
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
         self->state.unsent = std::move(update);
         write_unsent();
       },
-      [=](atoms::write_done_atom, bool ok) {
-        if (!ok) return end_stream(self, self->state.writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
-        self->state.writer.write_done();
-        write_unsent();
-      },
-      [=](atoms::cancelled_atom) { self->quit(); },
-      [=](atoms::end_stream_atom, RpcStatus status) { end_stream(self, self->state.writer, std::move(status)); },
   };
+  return updates.or_else(transport_handlers(self, self->state.writer, write_unsent));
 }
 
 // ---- bounded streams (load windows) ----
@@ -96,7 +105,7 @@ caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* s
     auto& state = self->state;
     if (!state.outbox.empty() && state.writer.ready()) state.writer.write(state.outbox.pop());
   };
-  return {
+  caf::message_handler updates{
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
         const std::size_t bytes = update->ByteSizeLong();
         if (!self->state.outbox.push(std::move(update), bytes)) {
@@ -104,14 +113,8 @@ caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* s
         }
         write_next();
       },
-      [=](atoms::write_done_atom, bool ok) {
-        if (!ok) return end_stream(self, self->state.writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
-        self->state.writer.write_done();
-        write_next();
-      },
-      [=](atoms::cancelled_atom) { self->quit(); },
-      [=](atoms::end_stream_atom, RpcStatus status) { end_stream(self, self->state.writer, std::move(status)); },
   };
+  return updates.or_else(transport_handlers(self, self->state.writer, write_next));
 }
 
 }  // namespace kvrelay

@@ -43,12 +43,17 @@ Apply uint_field(Int min, Int max, Int RelayOptions::*field) {
   return [=](AppOptions& o, const std::string& v) { return parse_uint(v, min, max, o.relay.*field); };
 }
 
-Apply text_field(std::string RelayOptions::*field) {
-  return [=](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+// A non-empty text value stored through `store`.
+Apply text(std::function<void(AppOptions&, const std::string&)> store) {
+  return [store = std::move(store)](AppOptions& o, const std::string& v) -> std::optional<std::string> {
     if (v.empty()) return "must not be empty";
-    o.relay.*field = v;
+    store(o, v);
     return std::nullopt;
   };
+}
+
+Apply text_field(std::string RelayOptions::*field) {
+  return text([field](AppOptions& o, const std::string& v) { o.relay.*field = v; });
 }
 
 std::optional<std::string> parse_bool(const std::string& text, bool& out) {
@@ -73,11 +78,7 @@ const std::vector<Flag>& flags() {
       {"ingest-listen", "ADDR", "DC-local ingest listener (RelayIngest); keep it off the WAN", "127.0.0.1:50052",
        text_field(&RelayOptions::ingest_listen)},
       {"metrics-listen", "ADDR", "Prometheus /metrics listener, or 'off'", "0.0.0.0:9464",
-       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
-         if (v.empty()) return "must not be empty";
-         o.metrics_listen = v;
-         return std::nullopt;
-       }},
+       text([](AppOptions& o, const std::string& v) { o.metrics_listen = v; })},
       {"dc-id", "ID", "this data center's id; keep it stable across restarts", "dc-local",
        text_field(&RelayOptions::dc_id)},
       {"instance-id", "N", "relay instance id (drt_instance_id)", "derived from the host name",
@@ -88,11 +89,7 @@ const std::vector<Flag>& flags() {
          return error;
        }},
       {"topology", "FILE", "static topology file (TopologyFile as YAML or JSON)", "none",
-       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
-         if (v.empty()) return "must not be empty";
-         o.topology_path = v;
-         return std::nullopt;
-       }},
+       text([](AppOptions& o, const std::string& v) { o.topology_path = v; })},
       {"expected-unique-blocks", "N", "filter sizing: unique KV blocks per pool (<= 53687091)", "1048576",
        uint_field<std::uint64_t>(1, 53'687'091, &RelayOptions::expected_unique_blocks)},
       {"publication-threshold", "N", "events per published delta", "16",
@@ -107,11 +104,7 @@ const std::vector<Flag>& flags() {
        uint_field<std::size_t>(4'194'624, szmax, &RelayOptions::stream_queue_bytes)},
       {"ready-file", "FILE", "written atomically once every listener is bound: {\"wan\",\"ingest\",\"metrics\"}",
        "none",
-       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
-         if (v.empty()) return "must not be empty";
-         o.ready_file = v;
-         return std::nullopt;
-       }},
+       text([](AppOptions& o, const std::string& v) { o.ready_file = v; })},
       {"log-level", "LEVEL", "trace, debug, info, warn, error or off", "info",
        [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
          static const std::vector<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};

@@ -34,7 +34,7 @@ Outcome pool_outcome(TestRelay& relay, const v1::SubscribeKvPoolRequest& request
 v1::ProducerIdentity materialize_one_pool(TestRelay& relay) {
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(endpoint_ref("prod", "backend"), 1));
-  return await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  return await_single_pool(*catalog);
 }
 
 }  // namespace

@@ -202,4 +202,8 @@ v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& cat
   return *update;
 }
 
+v1::ProducerIdentity await_single_pool(StreamReader<v1::KvPoolCatalogUpdate>& catalog) {
+  return await_catalog(catalog, 1).snapshot().pools(0).producer();
+}
+
 }  // namespace kvrelay::test

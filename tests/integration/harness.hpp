@@ -127,5 +127,7 @@ ingest_v1::KvEventBatch stored_batch(const ingest_v1::EndpointRef& endpoint, std
 
 // Awaits a catalog holding exactly `count` pools; returns it.
 v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& catalog, std::size_t count);
+// Awaits a catalog holding exactly one pool; returns its producer.
+v1::ProducerIdentity await_single_pool(StreamReader<v1::KvPoolCatalogUpdate>& catalog);
 
 }  // namespace kvrelay::test

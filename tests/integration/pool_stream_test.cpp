@@ -94,7 +94,7 @@ TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the produc
   WorkerShape shape;
   shape.dp_size = 2;
   relay.put_worker(put_worker_request(kBackend, 1, shape));
-  const auto producer = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  const auto producer = await_single_pool(*catalog);
 
   EventScript script(42, 2);
   REQUIRE(relay.publish(script.next_batches(50)).batches_applied() == 50);
@@ -134,7 +134,7 @@ TEST_CASE("pool stream: a withdrawn generation ends its streams; the next one st
   TestRelay relay;
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
-  const auto first = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  const auto first = await_single_pool(*catalog);
   auto stream = subscribe_pool(relay, first);
   REQUIRE(stream->next().has_value());
 
@@ -149,7 +149,7 @@ TEST_CASE("pool stream: a withdrawn generation ends its streams; the next one st
   CHECK(stream->reason() == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
 
   relay.put_worker(put_worker_request(kBackend, 1));
-  const auto second = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  const auto second = await_single_pool(*catalog);
   CHECK(second.layout_generation() == first.layout_generation() + 1);
   CHECK(second.pool_id().SerializeAsString() == first.pool_id().SerializeAsString());
   auto next_stream = subscribe_pool(relay, second);
@@ -167,7 +167,7 @@ TEST_CASE("pool stream: a stalled subscriber lags alone; others go on", "[pool][
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
-  const auto producer = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  const auto producer = await_single_pool(*catalog);
 
   auto stalled_client = relay.separate_wan_client();
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());  // not read until the end
@@ -199,7 +199,7 @@ TEST_CASE("relay shutdown ends open streams with PUBLICATION_UNAVAILABLE", "[poo
   TestRelay relay;
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
-  const auto producer = await_catalog(*catalog, 1).snapshot().pools(0).producer();
+  const auto producer = await_single_pool(*catalog);
   auto stream = subscribe_pool(relay, producer);
   REQUIRE(stream->next().has_value());
   relay.shutdown();
