@@ -29,6 +29,7 @@ cbi1::FilterFormat format_of(const PoolStreamSpec& spec) { return {spec.seed, sp
 // CBI1 frame cannot be published: every stream ends and resubscribes from a snapshot.
 void publish(Self* self) {
   auto& state = self->state;
+  state.last_publication = self->clock().now();
   const std::int64_t receipt_ns = state.oldest_pending_receipt_ns;
   state.pending_events = 0;
   state.oldest_pending_receipt_ns = 0;
@@ -50,14 +51,32 @@ void publish(Self* self) {
   for (const caf::actor& stream : state.streams) self->send(stream, delta);
 }
 
+// A publication whose touched buckets reach this is published before the batch ends, so a
+// delta always fits one CBI1 frame however large the batch.
+constexpr std::size_t kEarlyPublicationBuckets = cbi1::kMaxDeltaImages / 2;
+
 void count_event(Self* self, std::int64_t receipt_ns) {
   auto& state = self->state;
   if (state.pending_events++ == 0) state.oldest_pending_receipt_ns = receipt_ns;
-  if (state.pending_events >= state.config.publication_threshold) return publish(self);
-  if (!state.delay_armed) {
-    state.delay_armed = true;
-    self->delayed_send(self, state.config.publication_delay, atoms::publish_atom_v);
-  }
+  if (state.index->touched_buckets() >= kEarlyPublicationBuckets) publish(self);
+}
+
+// Called once per message: the threshold is checked at message boundaries (events of one
+// batch arrive together; publishing inside it would only split one instant's changes into
+// more frames). Publications are also at least publication_delay apart, so under heavy
+// ingest a pool emits at most one delta per delay: fewer, larger frames that every
+// subscriber can keep up with, for at most one delay of extra latency.
+void publish_or_arm_delay(Self* self) {
+  auto& state = self->state;
+  if (state.pending_events == 0 || state.delay_armed) return;
+  const auto now = self->clock().now();
+  const auto earliest = state.last_publication + state.config.publication_delay;
+  if (state.pending_events >= state.config.publication_threshold && now >= earliest) return publish(self);
+  state.delay_armed = true;
+  const auto wait = state.pending_events >= state.config.publication_threshold
+                        ? std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now)
+                        : std::chrono::nanoseconds(state.config.publication_delay);
+  self->delayed_send(self, wait, atoms::publish_atom_v);
 }
 
 void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns,
@@ -73,6 +92,7 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
     }
     count_event(self, receipt_ns);
   }
+  publish_or_arm_delay(self);
 }
 
 void attach_stream(Self* self, const caf::actor& stream) {
@@ -136,6 +156,7 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         self->state.index->clear(source);
         ++self->state.source_resets;
         count_event(self, steady_now_ns());
+        publish_or_arm_delay(self);
       },
       [=](atoms::publish_atom) {
         self->state.delay_armed = false;

@@ -26,6 +26,7 @@ struct PoolPublisherState {
   std::uint64_t sequence = 0;            // of the last publication
   std::uint32_t pending_events = 0;      // applied since the last publication
   bool delay_armed = false;
+  caf::actor_clock::time_point last_publication{};
   std::int64_t oldest_pending_receipt_ns = 0;
   std::shared_ptr<const SnapshotImage> snapshot_at_sequence;  // shared by streams joining now
   std::vector<caf::actor> streams;

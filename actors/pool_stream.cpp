@@ -51,7 +51,8 @@ void write_next(Self* self) {
     if (!chunk) return end_invalid(self, "snapshot chunk could not be encoded");
     state.writer.write(std::move(chunk));
   } else if (state.next_chunk == state.chunk_count && state.chunk_count > 0 && !state.deltas.empty()) {
-    state.writer.write(state.deltas.pop());
+    auto delta = state.deltas.pop();
+    state.writer.write(std::move(delta), !state.deltas.empty());
   }
 }
 

@@ -17,9 +17,9 @@ class StreamWriter {
   void attach(StreamSinkPtr<Message> sink) { sink_ = std::move(sink); }
 
   bool ready() const { return !writing_ && !finished_; }
-  void write(std::shared_ptr<const Message> message) {
+  void write(std::shared_ptr<const Message> message, bool more_queued = false) {
     writing_ = true;
-    sink_->write(std::move(message));
+    sink_->write(std::move(message), more_queued);
   }
   void write_done() { writing_ = false; }
   void finish(RpcStatus status) {
@@ -103,7 +103,9 @@ caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* s
   self->state.outbox = Outbox<Message>(limits);
   auto write_next = [self] {
     auto& state = self->state;
-    if (!state.outbox.empty() && state.writer.ready()) state.writer.write(state.outbox.pop());
+    if (state.outbox.empty() || !state.writer.ready()) return;
+    auto next = state.outbox.pop();
+    state.writer.write(std::move(next), !state.outbox.empty());
   };
   caf::message_handler updates{
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {

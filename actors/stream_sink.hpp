@@ -13,7 +13,9 @@ class StreamSink {
  public:
   virtual ~StreamSink() = default;
   // Starts one write; the caller keeps at most one outstanding and waits for write_done.
-  virtual void write(std::shared_ptr<const Message> message) = 0;
+  // `more_queued` says further frames wait behind this one, so the transport may coalesce
+  // them into one flush instead of completing each write on its own.
+  virtual void write(std::shared_ptr<const Message> message, bool more_queued) = 0;
   // Ends the stream (idempotent); permits held for the stream are released here.
   virtual void finish(RpcStatus status) = 0;
 };

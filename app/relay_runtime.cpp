@@ -121,6 +121,9 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->relay.set_relay_incarnation(fresh_incarnation());
 
   impl->actor_config.set("scheduler.max-threads", options.actor_threads);
+  // Work sharing wakes an idle worker at once; work stealing's relaxed polling can leave a
+  // message waiting for up to its 10 ms sleep, which showed in event-to-wire tail latency.
+  impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
   auto& system = *impl->system;
   impl->catalog = system.spawn(catalog, impl->catalog_view, impl->relay);

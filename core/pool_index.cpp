@@ -61,9 +61,12 @@ std::optional<EventError> PoolIndex::store(SourceKey source,
   }
 
   // Resolve the whole event before touching anything.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> new_mappings;  // engine id, canonical
-  std::vector<std::uint64_t> candidates;
-  std::vector<std::uint64_t> reoffers;
+  auto& new_mappings = scratch_new_mappings_;
+  auto& candidates = scratch_candidates_;
+  auto& reoffers = scratch_reoffers_;
+  new_mappings.clear();
+  candidates.clear();
+  reoffers.clear();
   for (const StoredBlockRef& block : blocks) {
     const std::uint64_t canonical =
         previous ? hashing::next_sequence_hash(*previous, block.local_hash) : block.local_hash;
@@ -118,8 +121,8 @@ std::optional<EventError> PoolIndex::store(SourceKey source,
   return first_error;
 }
 
-std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& lineage,
-                                                Lineage::iterator entry) {
+std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& lineage, std::uint64_t engine_id) {
+  const auto entry = lineage.find(engine_id);
   const std::uint64_t canonical = entry->second;
   const auto owner = owners_.find(canonical);
   if (owner->second.mappings == 1) {
@@ -142,23 +145,25 @@ std::optional<EventError> PoolIndex::remove(SourceKey source,
   std::optional<EventError> first_error;
   for (std::uint64_t engine_id : engine_ids) {
     const auto lineage = lineage_.find(source);
-    const auto entry =
-        lineage == lineage_.end() ? std::nullopt : std::optional{lineage->second.find(engine_id)};
-    if (!entry || *entry == lineage->second.end()) {
+    if (lineage == lineage_.end() || !lineage->second.contains(engine_id)) {
       ++unknown_removals_;
       continue;
     }
-    const auto error = remove_one(source, lineage->second, *entry);
+    const auto error = remove_one(source, lineage->second, engine_id);
     if (error && !first_error) first_error = error;
   }
   return first_error;
 }
 
 std::optional<EventError> PoolIndex::clear(SourceKey source) {
-  // remove_one drops the source's lineage map with its last entry.
-  for (auto lineage = lineage_.find(source); lineage != lineage_.end();
-       lineage = lineage_.find(source)) {
-    if (const auto error = remove_one(source, lineage->second, lineage->second.begin())) {
+  const auto lineage = lineage_.find(source);
+  if (lineage == lineage_.end()) return std::nullopt;
+  std::vector<std::uint64_t> engine_ids;
+  engine_ids.reserve(lineage->second.size());
+  for (const auto& [engine_id, canonical] : lineage->second) engine_ids.push_back(engine_id);
+  Lineage& entries = lineage->second;  // remove_one drops it with its last entry, ending the loop
+  for (std::uint64_t engine_id : engine_ids) {
+    if (const auto error = remove_one(source, entries, engine_id)) {
       return error;  // as upstream: the clear stops at the first invariant violation
     }
   }

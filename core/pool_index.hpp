@@ -6,8 +6,9 @@
 #include <optional>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include <absl/container/flat_hash_map.h>
 
 #include "core/ckf.hpp"
 #include "core/publication_window.hpp"
@@ -22,11 +23,10 @@ struct SourceKey {
   friend auto operator<=>(const SourceKey&, const SourceKey&) = default;
 };
 
-struct SourceKeyHash {
-  std::size_t operator()(const SourceKey& key) const {
-    return std::hash<std::uint64_t>{}(key.worker_id * 0x9E3779B97F4A7C15 ^ key.dp_rank);
-  }
-};
+template <typename H>
+H AbslHashValue(H state, const SourceKey& key) {
+  return H::combine(std::move(state), key.worker_id, key.dp_rank);
+}
 
 // A stored block as the engine reports it: its own id and Dynamo's local block hash.
 struct StoredBlockRef {
@@ -65,6 +65,7 @@ class PoolIndex {
   // The net-changed bucket images since the last drain, in first-touch order.
   std::vector<BucketImage> drain_publication() { return window_.drain(filter_.words()); }
   bool publication_pending() const { return !window_.empty(); }
+  std::size_t touched_buckets() const { return window_.touched(); }
 
   const ckf::Filter& filter() const { return filter_; }
   std::uint64_t unique_blocks() const { return owners_.size(); }
@@ -79,17 +80,20 @@ class PoolIndex {
     std::uint32_t mappings = 0;  // (source, engine id) lineage entries mapping to this hash
     bool resident = false;       // holds its one physical fingerprint copy
   };
-  using Lineage = std::unordered_map<std::uint64_t, std::uint64_t>;  // engine id -> canonical
+  using Lineage = absl::flat_hash_map<std::uint64_t, std::uint64_t>;  // engine id -> canonical
 
   bool admit(std::uint64_t canonical, bool relocate);
-  std::optional<EventError> remove_one(SourceKey source, Lineage& lineage,
-                                       Lineage::iterator entry);
+  std::optional<EventError> remove_one(SourceKey source, Lineage& lineage, std::uint64_t engine_id);
 
   ckf::Filter filter_;
   PublicationWindow window_;
+  // Reused by every event, so applying one allocates nothing in the steady state.
   std::vector<ckf::BucketWrite> scratch_writes_;
-  std::unordered_map<SourceKey, Lineage, SourceKeyHash> lineage_;
-  std::unordered_map<std::uint64_t, Owner> owners_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch_new_mappings_;  // engine id, canonical
+  std::vector<std::uint64_t> scratch_candidates_;
+  std::vector<std::uint64_t> scratch_reoffers_;
+  absl::flat_hash_map<SourceKey, Lineage> lineage_;
+  absl::flat_hash_map<std::uint64_t, Owner> owners_;
   std::uint64_t capacity_failures_ = 0;
   std::uint64_t unknown_removals_ = 0;
 };

@@ -33,6 +33,8 @@ class PublicationWindow {
   }
 
   bool empty() const { return first_touch_.empty(); }
+  // Buckets touched since the last drain: an upper bound on the next publication's images.
+  std::size_t touched() const { return first_touch_.size(); }
 
   std::vector<BucketImage> drain(std::span<const std::uint64_t> words) {
     std::vector<BucketImage> images;

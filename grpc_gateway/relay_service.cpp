@@ -25,9 +25,10 @@ void log_admitted(std::string_view rpc, const std::string& subscriber, grpc::Cal
   spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", rpc, subscriber, context->peer());
 }
 
-std::string_view ending_of(const RpcStatus& status) {
-  if (status.reason) return reason_name(*status.reason);
-  return status.code == StatusCode::kCancelled ? "client cancel" : status.ok() ? "clean end" : status.message;
+std::string ending_of(const RpcStatus& status) {
+  if (status.reason) return std::string(reason_name(*status.reason));
+  if (status.code == StatusCode::kCancelled) return "client cancel";
+  return status.ok() ? "clean end" : status.message;
 }
 
 StreamRelease log_ended(std::string rpc, std::string subscriber) {

@@ -32,11 +32,13 @@ class StreamLink final : public StreamSink<Message> {
     if (cancelled_) caf::anon_send(actor_, atoms::cancelled_atom_v);
   }
 
-  void write(std::shared_ptr<const Message> message) override {
+  void write(std::shared_ptr<const Message> message, bool more_queued) override {
     std::lock_guard lock(mutex_);
     if (reactor_ == nullptr || finished_) return;
     in_flight_ = std::move(message);
-    reactor_->StartWrite(in_flight_.get());
+    grpc::WriteOptions options;
+    if (more_queued) options.set_buffer_hint();  // flushed with the next write that has no hint
+    reactor_->StartWrite(in_flight_.get(), options);
   }
 
   void finish(RpcStatus status) override {

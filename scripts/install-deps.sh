@@ -13,7 +13,7 @@ PACKAGES=(
   libxxhash-dev
   libyaml-cpp-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
-  libbenchmark-dev nlohmann-json3-dev
+  libbenchmark-dev nlohmann-json3-dev libabsl-dev
   python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack
   curl unzip
 )
