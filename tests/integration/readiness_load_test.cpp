@@ -222,3 +222,97 @@ TEST_CASE("load windows: coverage, partial usage, unknown capacity, undeclared r
     last = window->window_sequence();
   }
 }
+
+TEST_CASE("readiness B: two models in one namespace are two entries", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  WorkerShape llama;
+  llama.model = "meta/llama-3-70b";
+  WorkerShape mistral;
+  mistral.model = "mistralai/mixtral-8x7b";
+  const auto llama_endpoint = endpoint_ref("prod", "llama");
+  const auto mistral_endpoint = endpoint_ref("prod", "mistral");
+  relay.put_worker(put_worker_request(llama_endpoint, 1, llama));
+  relay.put_worker(put_worker_request(mistral_endpoint, 2, mistral));
+  relay.set_availability(llama_endpoint, {1});
+  relay.set_availability(mistral_endpoint, {2});
+  auto both = readiness->until([](const v1::ServingReadinessUpdate& u) {
+    return u.entries_size() == 2 && u.entries(0).state() == v1::SERVING_READINESS_STATE_READY &&
+           u.entries(1).state() == v1::SERVING_READINESS_STATE_READY;
+  });
+  REQUIRE(both.has_value());
+  CHECK(both->entries(0).canonical_model_id() == "meta/llama-3-70b");  // ordered by model id
+  CHECK(both->entries(1).canonical_model_id() == "mistralai/mixtral-8x7b");
+  for (const auto& entry : both->entries()) CHECK(entry.members_size() == 1);
+}
+
+TEST_CASE("readiness F and G: adapter readiness follows decisions.md row 9", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  SECTION("F: an adapter only on the aggregated worker of a mixed namespace misses P and D") {
+    WorkerShape agg;
+    agg.adapters = {"tenant-a"};
+    relay.put_worker(put_worker_request(endpoint_ref("prod", "agg"), 1, agg));
+    relay.put_worker(put_worker_request(kPrefill, 2, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+    relay.put_worker(put_worker_request(kDecode, 3, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+    relay.set_availability(endpoint_ref("prod", "agg"), {1});
+    relay.set_availability(kPrefill, {2});
+    relay.set_availability(kDecode, {3});
+    auto update = await_entry(*readiness, [](const auto& e) {
+      return e.state() == v1::SERVING_READINESS_STATE_READY && e.adapters_size() == 1;
+    });
+    const auto& entry = update.entries(0);
+    CHECK(roles(entry.present_roles()) ==
+          std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE, v1::WORKER_ROLE_AGGREGATED});
+    CHECK(entry.adapters(0).state() == v1::SERVING_READINESS_STATE_UNAVAILABLE);
+    CHECK(roles(entry.adapters(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
+  }
+  SECTION("G: EPD with the adapter on P and D, encoder down: base and adapter UNAVAILABLE") {
+    WorkerShape prefill = typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}});
+    prefill.adapters = {"tenant-a"};
+    WorkerShape decode = typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}});
+    decode.adapters = {"tenant-a"};
+    WorkerShape encoder = typed(ingest_v1::WORKER_TYPE_ENCODE, {{ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE}});
+    encoder.push_sources = false;
+    relay.put_worker(put_worker_request(kPrefill, 1, prefill));
+    relay.put_worker(put_worker_request(kDecode, 2, decode));
+    relay.put_worker(put_worker_request(kEncoder, 3, encoder));
+    relay.set_availability(kPrefill, {1});
+    relay.set_availability(kDecode, {2});
+    relay.set_availability(kEncoder, {});
+    auto update = await_entry(*readiness, [](const auto& e) {
+      return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE && e.adapters_size() == 1;
+    });
+    CHECK(roles(update.entries(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_ENCODE});
+    CHECK(update.entries(0).adapters(0).state() == v1::SERVING_READINESS_STATE_UNAVAILABLE);
+    CHECK(update.entries(0).adapters(0).missing_roles_size() == 0);
+  }
+}
+
+TEST_CASE("readiness J: conflicts decide membership and pool links", "[readiness]") {
+  TestRelay relay;
+  auto readiness = watch_readiness(relay);
+  SECTION("two base models on one endpoint leave it out of every entry") {
+    WorkerShape other;
+    other.model = "other-model";
+    relay.put_worker(put_worker_request(kDecode, 1));
+    relay.put_worker(put_worker_request(kDecode, 2, other));
+    relay.put_worker(put_worker_request(kPrefill, 3));  // a clean endpoint serving llama
+    relay.set_availability(kDecode, {1, 2});
+    relay.set_availability(kPrefill, {3});
+    auto update = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+    REQUIRE(update.entries(0).members_size() == 1);
+    CHECK(update.entries(0).members(0).endpoint().component() == "prefill");
+  }
+  SECTION("two indexer domains on one endpoint keep it a member without a pool") {
+    WorkerShape coarse;
+    coarse.block_size = 32;
+    relay.put_worker(put_worker_request(kDecode, 1));
+    relay.put_worker(put_worker_request(kDecode, 2, coarse));
+    relay.set_availability(kDecode, {1, 2});
+    auto update = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+    REQUIRE(update.entries(0).members_size() == 1);
+    CHECK_FALSE(update.entries(0).members(0).has_pool_id());
+    CHECK(relay.get_state().pools_size() == 0);
+  }
+}
