@@ -72,6 +72,7 @@ MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const memb
   config.semantics = {domain.kv_block_size, domain.hash_format};
   config.publication_threshold = state.config.publication_threshold;
   config.publication_delay = state.config.publication_delay;
+  config.max_subscribers = state.config.max_subscribers_per_pool;
   pool.publisher = self->spawn(pool_publisher, std::move(config));
   spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
                pool.producer.layout_generation(), state.config.bucket_count);

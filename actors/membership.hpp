@@ -21,6 +21,7 @@ struct MembershipConfig {
   std::uint64_t seed = 0;
   std::uint32_t publication_threshold = 16;
   std::chrono::milliseconds publication_delay{1};
+  std::size_t max_subscribers_per_pool = 64;
 };
 
 struct MembershipPeers {

@@ -97,6 +97,13 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
 
 void attach_stream(Self* self, const caf::actor& stream) {
   auto& state = self->state;
+  if (state.streams.size() >= state.config.max_subscribers) {
+    self->send(stream, atoms::end_stream_atom_v,
+               RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT,
+                                      "Relay subscriber limit " + std::to_string(state.config.max_subscribers) +
+                                          " reached for this pool"));
+    return;
+  }
   if (state.pending_events > 0) publish(self);
   if (!state.snapshot_at_sequence) {
     const auto words = state.index->filter().words();

@@ -18,6 +18,7 @@ struct PublisherConfig {
   QuerySemantics semantics;        // how token blocks are hashed
   std::uint32_t publication_threshold = 16;
   std::chrono::milliseconds publication_delay{1};
+  std::size_t max_subscribers = 64;  // streams attached at once
 };
 
 struct PoolPublisherState {

@@ -37,6 +37,24 @@ std::shared_ptr<const v1::FilterUpdate> encode_next_chunk(PoolStreamState& state
   return frame;
 }
 
+bool snapshot_complete(const PoolStreamState& state) {
+  return state.chunk_count > 0 && state.next_chunk == state.chunk_count;
+}
+
+void arm_heartbeat(Self* self, caf::actor_clock::time_point at) {
+  auto& state = self->state;
+  if (state.heartbeat_interval.count() == 0 || state.heartbeat_armed) return;
+  state.heartbeat_armed = true;
+  self->scheduled_send(self, at, atoms::heartbeat_atom_v);
+}
+
+// Every data frame restarts the heartbeat interval.
+void data_frame_sent(Self* self) {
+  auto& state = self->state;
+  state.last_frame_at = self->clock().now();
+  arm_heartbeat(self, state.last_frame_at + state.heartbeat_interval);
+}
+
 void end_invalid(Self* self, std::string message) {
   end_stream(self, self->state.writer,
              RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, std::move(message)));
@@ -50,9 +68,12 @@ void write_next(Self* self) {
     auto chunk = encode_next_chunk(state);
     if (!chunk) return end_invalid(self, "snapshot chunk could not be encoded");
     state.writer.write(std::move(chunk));
-  } else if (state.next_chunk == state.chunk_count && state.chunk_count > 0 && !state.deltas.empty()) {
-    auto delta = state.deltas.pop();
-    state.writer.write(std::move(delta), !state.deltas.empty());
+    data_frame_sent(self);
+  } else if (snapshot_complete(state) && !state.deltas.empty()) {
+    auto frame = state.deltas.pop();
+    const bool data = frame->kind() != v1::FILTER_UPDATE_KIND_HEARTBEAT;
+    state.writer.write(std::move(frame), !state.deltas.empty());
+    if (data) data_frame_sent(self);
   }
 }
 
@@ -80,6 +101,22 @@ void on_delta(Self* self, const PoolDeltaMsg& msg) {
   write_next(self);
 }
 
+// Heartbeats never interleave with snapshot chunks; a data frame since the timer was set
+// pushes the next heartbeat back.
+void on_heartbeat_due(Self* self) {
+  auto& state = self->state;
+  state.heartbeat_armed = false;
+  const auto now = self->clock().now();
+  const auto due = state.last_frame_at + state.heartbeat_interval;
+  if (!snapshot_complete(state)) return arm_heartbeat(self, now + state.heartbeat_interval);
+  if (now < due) return arm_heartbeat(self, due);
+  auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence);
+  if (!state.deltas.push(std::move(frame), 0)) return end_stream(self, state.writer, lagged_status());
+  state.last_frame_at = now;
+  write_next(self);
+  arm_heartbeat(self, now + state.heartbeat_interval);
+}
+
 }  // namespace
 
 std::uint64_t wall_clock_us() {
@@ -89,8 +126,9 @@ std::uint64_t wall_clock_us() {
 }
 
 caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher) {
+                          OutboxLimits limits, caf::actor publisher, std::chrono::milliseconds heartbeat) {
   self->state.writer.attach(std::move(sink));
+  self->state.heartbeat_interval = heartbeat;
   self->monitor(publisher);
   self->set_down_handler([self](const caf::down_msg&) {
     end_stream(self, self->state.writer,
@@ -101,6 +139,7 @@ caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, Pool
   caf::message_handler frames{
       [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
       [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
+      [=](atoms::heartbeat_atom) { on_heartbeat_due(self); },
   };
   return frames.or_else(transport_handlers(self, self->state.writer, [self] { write_next(self); }));
 }

@@ -18,14 +18,19 @@ struct PoolStreamState {
   std::uint32_t next_chunk = 0;
   std::uint32_t chunk_count = 0;
   std::uint64_t last_sequence = 0;  // of the last frame queued
+  std::chrono::milliseconds heartbeat_interval{0};  // 0 disables heartbeats
+  caf::actor_clock::time_point last_frame_at{};     // the last data frame handed on
+  bool heartbeat_armed = false;
   static inline const char* name = "pool-stream";
 };
 
 // The stream ends with PUBLICATION_UNAVAILABLE if `publisher` is (or becomes) gone before
 // it ended the stream itself.
+// After the complete snapshot, a heartbeat frame (no payload, sequence unchanged) follows
+// every `heartbeat` without a data frame.
 caf::behavior pool_stream(caf::stateful_actor<PoolStreamState>* self,
                           StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher);
+                          OutboxLimits limits, caf::actor publisher, std::chrono::milliseconds heartbeat);
 
 // Wall-clock microseconds since the Unix epoch (0 before it), as FilterUpdate.send_ts_us.
 std::uint64_t wall_clock_us();

@@ -7,6 +7,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/outbox.hpp"
+#include "actors/schedule.hpp"
 
 namespace kvrelay {
 
@@ -67,21 +68,33 @@ template <class Message>
 struct LatestValueStreamState {
   StreamWriter<Message> writer;
   std::shared_ptr<const Message> unsent;  // the newest update not yet handed to the sink
+  std::shared_ptr<const Message> latest;  // the newest update received: what a heartbeat re-sends
+  FixedSchedule heartbeat;
   static inline const char* name = "latest-value-stream";
 };
 
+// With a non-zero `heartbeat`, the latest update is re-sent (same revision) on a fixed
+// schedule from the stream's start, not reset by change-driven sends.
 template <class Message>
 caf::behavior latest_value_stream(caf::stateful_actor<LatestValueStreamState<Message>>* self,
-                                  StreamSinkPtr<Message> sink) {
+                                  StreamSinkPtr<Message> sink, std::chrono::milliseconds heartbeat) {
   self->state.writer.attach(std::move(sink));
+  if (heartbeat.count() > 0) self->state.heartbeat.start(self, heartbeat, atoms::heartbeat_atom_v);
   auto write_unsent = [self] {
     auto& state = self->state;
     if (state.unsent && state.writer.ready()) state.writer.write(std::move(state.unsent));
   };
   caf::message_handler updates{
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
+        self->state.latest = update;
         self->state.unsent = std::move(update);
         write_unsent();
+      },
+      [=](atoms::heartbeat_atom) {
+        auto& state = self->state;
+        if (!state.unsent) state.unsent = state.latest;
+        write_unsent();
+        state.heartbeat.rearm(self, atoms::heartbeat_atom_v);
       },
   };
   return updates.or_else(transport_handlers(self, self->state.writer, write_unsent));

@@ -87,6 +87,6 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &received);
   spdlog::info("{} received: draining", received == SIGTERM ? "SIGTERM" : "SIGINT");
   if (demo) demo->stop();
-  (*relay)->shutdown(std::chrono::milliseconds(5000));
+  (*relay)->shutdown();
   return 0;
 }

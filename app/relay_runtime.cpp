@@ -1,7 +1,9 @@
 #include "app/relay_runtime.hpp"
 
 #include <caf/all.hpp>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@ namespace kvrelay {
 namespace {
 
 constexpr std::uint64_t k63Bits = 0x7FFF'FFFF'FFFF'FFFF;
+constexpr std::size_t kMinMessageBytes = 4'259'904;  // the largest CBI1 frame + 64 KiB of envelope
 
 // decisions.md row 4: stable across restarts of one pod, fresh incarnation every start.
 std::uint64_t default_instance_id() {
@@ -67,8 +70,10 @@ void load_topology(const ingest_v1::TopologyFile& file, const caf::actor& member
   }
 }
 
+// The standard grpc.health.v1.Health service reports `service_name` (and "") SERVING.
 std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std::string& address,
                                                                        grpc::Service* service,
+                                                                       const std::string& service_name,
                                                                        const RelayOptions& options,
                                                                        std::string* bound) {
   grpc::ServerBuilder builder;
@@ -86,6 +91,8 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return std::unexpected("cannot listen on " + address);
   *bound = host_of(address) + ":" + std::to_string(port);
+  server->GetHealthCheckService()->SetServingStatus(service_name, true);
+  server->GetHealthCheckService()->SetServingStatus("", true);
   return server;
 }
 
@@ -102,6 +109,7 @@ struct RelayRuntime::Impl {
   std::string wan_address, ingest_address;
   v1::RelayIdentity relay;
   std::uint64_t dc_id = 0;
+  std::chrono::milliseconds drain{5000};
   bool stopped = false;
 };
 
@@ -120,6 +128,10 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->relay.set_drt_instance_id(options.instance_id.value_or(default_instance_id()));
   impl->relay.set_relay_incarnation(fresh_incarnation());
 
+  if (options.max_message_bytes < kMinMessageBytes) {
+    return std::unexpected("--max-message-bytes must hold one full CBI1 frame plus envelope (>= 4259904)");
+  }
+  impl->drain = std::chrono::milliseconds(options.drain_timeout_ms);
   impl->actor_config.set("scheduler.max-threads", options.actor_threads);
   // Work sharing wakes an idle worker at once; work stealing's relaxed polling can leave a
   // message waiting for up to its 10 ms sleep, which showed in event-to-wire tail latency.
@@ -134,22 +146,35 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                      *bucket_count,
                                      ckf::kDefaultSeed,
                                      options.publication_threshold,
-                                     std::chrono::milliseconds(options.publication_delay_ms)};
+                                     std::chrono::milliseconds(options.publication_delay_ms),
+                                     options.max_subscribers_per_pool};
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load});
   if (options.topology) load_topology(*options.topology, impl->membership);
 
-  gateway::RelayServiceConfig relay_config{impl->relay,
-                                           OutboxLimits{options.stream_queue_frames, options.stream_queue_bytes},
-                                           options.load_queue_windows};
+  gateway::RelayServiceConfig relay_config;
+  relay_config.relay = impl->relay;
+  relay_config.pool_outbox = OutboxLimits{options.stream_queue_frames, options.stream_queue_bytes};
+  relay_config.load_outbox_windows = options.load_queue_windows;
+  relay_config.max_catalog_subscribers = options.max_catalog_subscribers;
+  relay_config.max_readiness_subscribers = options.max_readiness_subscribers;
+  relay_config.max_load_subscribers = options.max_load_subscribers;
+  relay_config.max_pool_streams_total = options.max_pool_streams_total;
+  relay_config.catalog_heartbeat = std::chrono::milliseconds(options.catalog_heartbeat_ms);
+  relay_config.readiness_heartbeat = std::chrono::milliseconds(options.readiness_heartbeat_ms);
+  relay_config.pool_heartbeat = std::chrono::milliseconds(options.pool_heartbeat_ms);
   impl->relay_service = std::make_unique<gateway::RelayService>(
       system, relay_config, gateway::RelayServicePeers{impl->catalog_view, impl->catalog, impl->topology, impl->load});
   impl->ingest_service = std::make_unique<gateway::IngestService>(gateway::IngestPeers{impl->membership, impl->load});
 
-  auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), options, &impl->ingest_address);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), "kvrelay.ingest.v1.RelayIngest",
+                             options, &impl->ingest_address);
   if (!ingest) return std::unexpected(ingest.error());
   impl->ingest_server = std::move(*ingest);
-  auto wan = start_server(options.listen, impl->relay_service.get(), options, &impl->wan_address);
+  auto wan = start_server(options.listen, impl->relay_service.get(), "dynamo.kvrelay.v1.KvEventRelay", options,
+                          &impl->wan_address);
   if (!wan) return std::unexpected(wan.error());
   impl->wan_server = std::move(*wan);
   spdlog::info("relay started: wan={} ingest={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,
@@ -166,14 +191,27 @@ const std::string& RelayRuntime::ingest_address() const { return impl_->ingest_a
 std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 
-void RelayRuntime::shutdown(std::chrono::milliseconds drain) {
+std::size_t RelayRuntime::open_streams(std::string_view kind) const { return impl_->relay_service->open_streams(kind); }
+
+bool RelayRuntime::await_open_streams_at_most(std::string_view kind, std::size_t count,
+                                              std::chrono::milliseconds timeout) const {
+  return impl_->relay_service->await_open_streams_at_most(kind, count, timeout);
+}
+
+void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   if (impl_->stopped) return;
   impl_->stopped = true;
+  for (grpc::Server* server : {impl_->wan_server.get(), impl_->ingest_server.get()}) {
+    server->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING from now on
+  }
+  impl_->relay_service->begin_drain();
+  impl_->ingest_service->begin_drain();
   const auto closing = RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "relay shutting down");
   for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership}) {
     caf::anon_send(actor, atoms::shutdown_atom_v, closing);
   }
-  const auto deadline = std::chrono::system_clock::now() + drain;
+  // Calls still open at the deadline (clients that stopped reading) are cancelled.
+  const auto deadline = std::chrono::system_clock::now() + drain.value_or(impl_->drain);
   impl_->wan_server->Shutdown(deadline);
   impl_->ingest_server->Shutdown(deadline);
   impl_->wan_server->Wait();

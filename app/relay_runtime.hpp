@@ -25,6 +25,15 @@ struct RelayOptions {
   std::size_t stream_queue_bytes = 16u << 20;
   std::size_t load_queue_windows = 16;
   std::size_t max_message_bytes = 8u << 20;
+  std::size_t max_catalog_subscribers = 64;
+  std::size_t max_readiness_subscribers = 64;
+  std::size_t max_load_subscribers = 64;
+  std::size_t max_pool_streams_total = 64;
+  std::size_t max_subscribers_per_pool = 64;
+  std::uint32_t pool_heartbeat_ms = 10000;
+  std::uint32_t readiness_heartbeat_ms = 10000;
+  std::uint32_t catalog_heartbeat_ms = 10000;  // 0 disables
+  std::uint32_t drain_timeout_ms = 5000;
   std::size_t actor_threads = 2;
   std::optional<::kvrelay::ingest::v1::TopologyFile> topology;
 };
@@ -44,9 +53,17 @@ class RelayRuntime {
   std::uint64_t relay_incarnation() const;
   std::uint64_t dc_id() const;
 
-  // Ends every open stream with UNAVAILABLE / PUBLICATION_UNAVAILABLE, stops accepting,
-  // and waits at most `drain` for calls to finish. Idempotent.
-  void shutdown(std::chrono::milliseconds drain = std::chrono::milliseconds(5000));
+  // Call from the thread that started the relay (CAF's actor system expects to be torn
+  // down there). Graceful drain: health flips to NOT_SERVING, new calls are refused with UNAVAILABLE,
+  // every open stream ends with UNAVAILABLE / PUBLICATION_UNAVAILABLE, and calls still
+  // open after `drain` (clients that do not read) are cancelled. Idempotent.
+  void shutdown(std::optional<std::chrono::milliseconds> drain = std::nullopt);
+
+  // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use.
+  std::size_t open_streams(std::string_view kind) const;
+  // Blocks until at most `count` streams of `kind` are open, or `timeout` passes.
+  bool await_open_streams_at_most(std::string_view kind, std::size_t count,
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
  private:
   struct Impl;

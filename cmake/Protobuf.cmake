@@ -3,9 +3,8 @@
 find_program(KVRELAY_PROTOC protoc REQUIRED)
 find_program(KVRELAY_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 
-# kvrelay_generate_proto(<messages-out-var> <services-out-var> <proto relative to proto/> ...)
-function(kvrelay_generate_proto messages_var services_var)
-  set(proto_root "${PROJECT_SOURCE_DIR}/proto")
+# kvrelay_generate_proto(<messages-out-var> <services-out-var> <proto root> <proto relative to root> ...)
+function(kvrelay_generate_proto messages_var services_var proto_root)
   set(out_root "${PROJECT_BINARY_DIR}/generated")
   set(messages)
   set(services)

@@ -11,12 +11,26 @@ namespace kvrelay::gateway {
 
 namespace {
 
+grpc::Status draining_status() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay is shutting down"); }
+
+// A client stream refused before anything was read.
+template <class Request>
+class RefusedRead final : public grpc::ServerReadReactor<Request> {
+ public:
+  explicit RefusedRead(grpc::Status status) { this->Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
 // Checks the request, then hands it to `actor` as a UnaryCall that finishes the RPC.
 template <class Atom, class Request, class Response>
 grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, const caf::actor& actor, Atom atom,
                                          const Request& request, Response* response,
-                                         const ingest_check::Problem& problem) {
+                                         const ingest_check::Problem& problem, bool draining) {
   auto* reactor = context->DefaultReactor();
+  if (draining) {
+    reactor->Finish(draining_status());
+    return reactor;
+  }
   if (problem) {
     reactor->Finish(to_grpc(context, RpcStatus::invalid_argument(*problem)));
     return reactor;
@@ -139,31 +153,32 @@ grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* 
                                                    const ingest_v1::PutWorkerRequest* request,
                                                    ingest_v1::PutWorkerResponse* response) {
   return dispatch_unary(context, peers_.membership, atoms::put_worker_atom_v, *request, response,
-                        ingest_check::put_worker(*request));
+                        ingest_check::put_worker(*request), draining_);
 }
 
 grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
                                                       const ingest_v1::RemoveWorkerRequest* request,
                                                       ingest_v1::RemoveWorkerResponse* response) {
   return dispatch_unary(context, peers_.membership, atoms::remove_worker_atom_v, *request, response,
-                        ingest_check::remove_worker(*request));
+                        ingest_check::remove_worker(*request), draining_);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
                                                          const ingest_v1::SetAvailabilityRequest* request,
                                                          ingest_v1::SetAvailabilityResponse* response) {
   return dispatch_unary(context, peers_.membership, atoms::availability_atom_v, *request, response,
-                        ingest_check::set_availability(*request));
+                        ingest_check::set_availability(*request), draining_);
 }
 
 grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
                                                   const ingest_v1::GetStateRequest* request,
                                                   ingest_v1::RelayState* response) {
-  return dispatch_unary(context, peers_.membership, atoms::state_atom_v, *request, response, std::nullopt);
+  return dispatch_unary(context, peers_.membership, atoms::state_atom_v, *request, response, std::nullopt, draining_);
 }
 
 grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(
     grpc::CallbackServerContext*, ingest_v1::PublishKvEventsResponse* response) {
+  if (draining_) return new RefusedRead<ingest_v1::KvEventBatch>(draining_status());
   auto* reader = new EventBatchReader(peers_.membership, response, read_window_);
   reader->start();
   return reader;
@@ -171,6 +186,7 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
 
 grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext*,
                                                                          ingest_v1::ReportLoadResponse* response) {
+  if (draining_) return new RefusedRead<ingest_v1::LoadReport>(draining_status());
   auto* reader = new LoadReportReader(peers_.load, response, read_window_);
   reader->start();
   return reader;

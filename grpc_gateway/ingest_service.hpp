@@ -5,6 +5,8 @@
 // goes on.
 #include <caf/all.hpp>
 
+#include <atomic>
+
 #include "actors/messages.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
@@ -35,9 +37,13 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
   grpc::ServerReadReactor<ingest_v1::LoadReport>* ReportLoad(grpc::CallbackServerContext* context,
                                                             ingest_v1::ReportLoadResponse* response) override;
 
+  // From now on every new call is refused with UNAVAILABLE.
+  void begin_drain() { draining_ = true; }
+
  private:
   IngestPeers peers_;
   std::size_t read_window_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace kvrelay::gateway

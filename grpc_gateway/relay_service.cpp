@@ -16,13 +16,13 @@ RpcStatus rejection(const wire::Error& error) {
                                 error.field.empty() ? error.message : error.field + ": " + error.message);
 }
 
+RpcStatus draining_status() {
+  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the relay is shutting down");
+}
+
 template <class Message>
 grpc::ServerWriteReactor<Message>* refuse(grpc::CallbackServerContext* context, const RpcStatus& status) {
   return new RefusedStream<Message>(context, status);
-}
-
-void log_admitted(std::string_view rpc, const std::string& subscriber, grpc::CallbackServerContext* context) {
-  spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", rpc, subscriber, context->peer());
 }
 
 std::string ending_of(const RpcStatus& status) {
@@ -31,19 +31,22 @@ std::string ending_of(const RpcStatus& status) {
   return status.ok() ? "clean end" : status.message;
 }
 
-StreamRelease log_ended(std::string rpc, std::string subscriber) {
-  return [rpc = std::move(rpc), subscriber = std::move(subscriber)](const RpcStatus& status) {
+// Logs the admission now and the end later; the permit is returned when the stream ends.
+StreamRelease admitted(std::string_view rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
+                       std::shared_ptr<StreamLimit::Permit> permit) {
+  spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", rpc, subscriber, context->peer());
+  return [rpc = std::string(rpc), subscriber, permit = std::move(permit)](const RpcStatus& status) mutable {
+    permit.reset();
     spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", rpc, subscriber, ending_of(status));
   };
 }
 
 // A stream fed by a long-lived source actor (catalog, readiness, load).
 template <class Message, class Behavior, class... Args>
-grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, grpc::CallbackServerContext* context,
-                                              std::string_view rpc, const std::string& subscriber,
-                                              const caf::actor& source, Behavior behavior, Args&&... args) {
-  log_admitted(rpc, subscriber, context);
-  auto* reactor = new StreamReactor<Message>(context, log_ended(std::string(rpc), subscriber));
+grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, StreamRelease release,
+                                              grpc::CallbackServerContext* context, const caf::actor& source,
+                                              Behavior behavior, Args&&... args) {
+  auto* reactor = new StreamReactor<Message>(context, std::move(release));
   StreamSinkPtr<Message> sink = reactor->link();
   caf::actor stream = system.spawn(behavior, std::move(sink), std::forward<Args>(args)...);
   reactor->link()->bind(stream);
@@ -54,70 +57,116 @@ grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, grpc::C
 }  // namespace
 
 RelayService::RelayService(caf::actor_system& system, RelayServiceConfig config, RelayServicePeers peers)
-    : system_(system), config_(std::move(config)), peers_(std::move(peers)) {}
+    : system_(system),
+      config_(std::move(config)),
+      peers_(std::move(peers)),
+      catalog_streams_("catalog stream", config_.max_catalog_subscribers),
+      readiness_streams_("readiness stream", config_.max_readiness_subscribers),
+      load_streams_("load stream", config_.max_load_subscribers),
+      pool_streams_("total pool stream", config_.max_pool_streams_total) {}
+
+const StreamLimit& RelayService::limit_of(std::string_view kind) const {
+  if (kind == "catalog") return catalog_streams_;
+  if (kind == "readiness") return readiness_streams_;
+  if (kind == "load") return load_streams_;
+  return pool_streams_;
+}
+
+std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
+
+bool RelayService::await_open_streams_at_most(std::string_view kind, std::size_t count,
+                                              std::chrono::milliseconds timeout) const {
+  return limit_of(kind).await_at_most(count, timeout);
+}
+
+// The common admission steps after request validation: refuse while draining, then take a
+// permit without waiting. Returns the refusal, or nullptr with `permit` set.
+template <class Message>
+grpc::ServerWriteReactor<Message>* RelayService::admit(grpc::CallbackServerContext* context, StreamLimit& limit,
+                                                       std::shared_ptr<StreamLimit::Permit>& permit) {
+  if (draining_) return refuse<Message>(context, draining_status());
+  permit = limit.try_acquire();
+  if (!permit) {
+    return refuse<Message>(context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()));
+  }
+  return nullptr;
+}
 
 grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext* context,
                                                      const v1::RelayInfoRequest* request,
                                                      v1::RelayInfo* response) {
   auto* reactor = context->DefaultReactor();
-  if (auto error = wire::check_request(*request)) {
+  if (draining_) {
+    reactor->Finish(to_grpc(context, draining_status()));
+  } else if (auto error = wire::check_request(*request)) {
     reactor->Finish(to_grpc(context, rejection(*error)));
-    return reactor;
+  } else {
+    response->set_protocol_version(wire::kProtocolVersion);
+    *response->mutable_relay() = config_.relay;
+    response->set_contract_marker(wire::kContractMarker);
+    reactor->Finish(grpc::Status::OK);
   }
-  response->set_protocol_version(wire::kProtocolVersion);
-  *response->mutable_relay() = config_.relay;
-  response->set_contract_marker(wire::kContractMarker);
-  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::KvPoolCatalogUpdate>* RelayService::WatchKvPoolCatalog(
     grpc::CallbackServerContext* context, const v1::WatchKvPoolCatalogRequest* request) {
-  if (auto error = wire::check_request(*request)) return refuse<v1::KvPoolCatalogUpdate>(context, rejection(*error));
-  return open_watch<v1::KvPoolCatalogUpdate>(system_, context, "WatchKvPoolCatalog", request->subscriber_id(),
-                                             peers_.catalog, latest_value_stream<v1::KvPoolCatalogUpdate>);
+  using Message = v1::KvPoolCatalogUpdate;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  std::shared_ptr<StreamLimit::Permit> permit;
+  if (auto* refused = admit<Message>(context, catalog_streams_, permit)) return refused;
+  return open_watch<Message>(system_, admitted("WatchKvPoolCatalog", request->subscriber_id(), context, permit),
+                             context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat);
 }
 
 grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* RelayService::SubscribeServingReadiness(
     grpc::CallbackServerContext* context, const v1::SubscribeServingReadinessRequest* request) {
-  if (auto error = wire::check_request(*request)) return refuse<v1::ServingReadinessUpdate>(context, rejection(*error));
-  return open_watch<v1::ServingReadinessUpdate>(system_, context, "SubscribeServingReadiness",
-                                                request->subscriber_id(), peers_.topology,
-                                                latest_value_stream<v1::ServingReadinessUpdate>);
+  using Message = v1::ServingReadinessUpdate;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  std::shared_ptr<StreamLimit::Permit> permit;
+  if (auto* refused = admit<Message>(context, readiness_streams_, permit)) return refused;
+  return open_watch<Message>(system_, admitted("SubscribeServingReadiness", request->subscriber_id(), context, permit),
+                             context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat);
 }
 
 grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* RelayService::SubscribeKvPoolLoad(
     grpc::CallbackServerContext* context, const v1::SubscribeKvPoolLoadRequest* request) {
-  if (auto error = wire::check_request(*request)) return refuse<v1::KvPoolLoadUpdate>(context, rejection(*error));
+  using Message = v1::KvPoolLoadUpdate;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  std::shared_ptr<StreamLimit::Permit> permit;
+  if (auto* refused = admit<Message>(context, load_streams_, permit)) return refused;
   // A window stream lags when more than load_outbox_windows windows wait for the client.
   const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
-  return open_watch<v1::KvPoolLoadUpdate>(system_, context, "SubscribeKvPoolLoad", request->subscriber_id(),
-                                          peers_.load, bounded_stream<v1::KvPoolLoadUpdate>, limits);
+  return open_watch<Message>(system_, admitted("SubscribeKvPoolLoad", request->subscriber_id(), context, permit),
+                             context, peers_.load, bounded_stream<Message>, limits);
 }
 
 grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context,
                                                                           const v1::SubscribeKvPoolRequest* request) {
-  if (auto error = wire::check_request(*request)) return refuse<v1::FilterUpdate>(context, rejection(*error));
+  using Message = v1::FilterUpdate;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  std::shared_ptr<StreamLimit::Permit> permit;
+  if (auto* refused = admit<Message>(context, pool_streams_, permit)) return refused;
   const v1::ProducerIdentity& expected = request->expected_producer();
   const auto view = peers_.catalog_view->current();
   const auto pool = view->pools.find(wire::pool_key(expected.pool_id()));
   if (pool == view->pools.end()) {
-    return refuse<v1::FilterUpdate>(
+    return refuse<Message>(
         context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
   }
   const v1::ProducerIdentity& current = pool->second.descriptor.producer();
   if (wire::producer_key(current) != wire::producer_key(expected)) {
-    return refuse<v1::FilterUpdate>(
+    return refuse<Message>(
         context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
                                         "the pool is served by another producer generation; re-read the catalog"));
   }
-  log_admitted("SubscribeKvPool", request->subscriber_id(), context);
-  auto* reactor = new StreamReactor<v1::FilterUpdate>(context, log_ended("SubscribeKvPool", request->subscriber_id()));
+  auto* reactor =
+      new StreamReactor<Message>(context, admitted("SubscribeKvPool", request->subscriber_id(), context, permit));
   PoolStreamSpec spec{config_.relay, current, current.pool_id().dc_id(), current.ckf_format().seed(),
                       current.ckf_format().bucket_count()};
-  StreamSinkPtr<v1::FilterUpdate> sink = reactor->link();
+  StreamSinkPtr<Message> sink = reactor->link();
   caf::actor stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
-                                    pool->second.publisher);
+                                    pool->second.publisher, config_.pool_heartbeat);
   reactor->link()->bind(stream);
   caf::anon_send(pool->second.publisher, atoms::attach_atom_v, stream);
   return reactor;

@@ -4,9 +4,13 @@
 // No gRPC thread ever waits on an actor.
 #include <caf/all.hpp>
 
+#include <atomic>
+#include <chrono>
+
 #include "actors/catalog.hpp"
 #include "actors/messages.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "grpc_gateway/admission.hpp"
 
 namespace kvrelay::gateway {
 
@@ -14,6 +18,13 @@ struct RelayServiceConfig {
   v1::RelayIdentity relay;
   OutboxLimits pool_outbox;        // per pool stream: frames and bytes
   std::size_t load_outbox_windows = 16;
+  std::size_t max_catalog_subscribers = 64;
+  std::size_t max_readiness_subscribers = 64;
+  std::size_t max_load_subscribers = 64;
+  std::size_t max_pool_streams_total = 64;
+  std::chrono::milliseconds catalog_heartbeat{10000};    // 0 disables
+  std::chrono::milliseconds readiness_heartbeat{10000};
+  std::chrono::milliseconds pool_heartbeat{10000};
 };
 
 struct RelayServicePeers {
@@ -40,10 +51,28 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
   grpc::ServerWriteReactor<v1::ServingLoadUpdate>* SubscribeServingLoad(
       grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest* request) override;
 
+  // From now on every new call is refused with UNAVAILABLE (graceful drain).
+  void begin_drain() { draining_ = true; }
+  // Permits in use per stream kind ("catalog", "readiness", "load", "pool").
+  std::size_t open_streams(std::string_view kind) const;
+  // Blocks until at most `count` streams of `kind` are open, or `timeout` passes.
+  bool await_open_streams_at_most(std::string_view kind, std::size_t count, std::chrono::milliseconds timeout) const;
+
  private:
+  const StreamLimit& limit_of(std::string_view kind) const;
+
+  template <class Message>
+  grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, StreamLimit& limit,
+                                           std::shared_ptr<StreamLimit::Permit>& permit);
+
   caf::actor_system& system_;
   RelayServiceConfig config_;
   RelayServicePeers peers_;
+  std::atomic<bool> draining_{false};
+  StreamLimit catalog_streams_;
+  StreamLimit readiness_streams_;
+  StreamLimit load_streams_;
+  StreamLimit pool_streams_;
 };
 
 }  // namespace kvrelay::gateway

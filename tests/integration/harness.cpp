@@ -35,8 +35,10 @@ TestRelay::TestRelay(RelayOptions options) {
   INFO((runtime ? std::string() : runtime.error()));
   REQUIRE(runtime.has_value());
   runtime_ = std::move(*runtime);
-  wan_ = v1::KvEventRelay::NewStub(channel_to(runtime_->wan_address()));
-  ingest_ = ingest_v1::RelayIngest::NewStub(channel_to(runtime_->ingest_address()));
+  wan_channel_ = channel_to(runtime_->wan_address());
+  ingest_channel_ = channel_to(runtime_->ingest_address());
+  wan_ = v1::KvEventRelay::NewStub(wan_channel_);
+  ingest_ = ingest_v1::RelayIngest::NewStub(ingest_channel_);
 }
 
 TestRelay::~TestRelay() { shutdown(); }

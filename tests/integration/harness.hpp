@@ -30,6 +30,8 @@ class TestRelay {
   ~TestRelay();
 
   RelayRuntime& runtime() { return *runtime_; }
+  std::shared_ptr<grpc::Channel> wan_channel() const { return wan_channel_; }
+  std::shared_ptr<grpc::Channel> ingest_channel() const { return ingest_channel_; }
   v1::KvEventRelay::Stub& wan() { return *wan_; }
   // A WAN client on a connection of its own (HTTP/2 flow control is per connection).
   std::unique_ptr<v1::KvEventRelay::Stub> separate_wan_client();
@@ -48,6 +50,8 @@ class TestRelay {
 
  private:
   std::unique_ptr<RelayRuntime> runtime_;
+  std::shared_ptr<grpc::Channel> wan_channel_;
+  std::shared_ptr<grpc::Channel> ingest_channel_;
   std::unique_ptr<v1::KvEventRelay::Stub> wan_;
   std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
 };

@@ -1,0 +1,254 @@
+// Contract hardening (relay-behaviour.md §2–§3, decisions.md rows 1, 6): admission limits,
+// heartbeats, health, reflection and graceful drain.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+
+#include "kvrelay_test/standard_services.pb.h"
+#include "tests/integration/harness.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+const auto kBackend = endpoint_ref("prod", "backend");
+
+template <class Response>
+std::pair<grpc::StatusCode, std::string> ending(StreamReader<Response>& stream) {
+  while (stream.next()) {
+  }
+  const auto status = stream.finish();
+  return {status.error_code(), stream.reason()};
+}
+
+kvrelay::test::HealthCheckResponse::ServingStatus health(const std::shared_ptr<grpc::Channel>& channel,
+                                                         const std::string& service) {
+  grpc::ClientContext context;
+  const grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check", grpc::internal::RpcMethod::NORMAL_RPC,
+                                         channel);
+  kvrelay::test::HealthCheckRequest request;
+  request.set_service(service);
+  kvrelay::test::HealthCheckResponse response;
+  const auto status = grpc::internal::BlockingUnaryCall(channel.get(), method, &context, request, &response);
+  if (!status.ok()) return kvrelay::test::HealthCheckResponse::UNKNOWN;
+  return response.status();
+}
+
+std::vector<std::string> reflected_services(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::ClientContext context;
+  const grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  std::unique_ptr<grpc::ClientReaderWriter<kvrelay::test::ServerReflectionRequest, kvrelay::test::ServerReflectionResponse>>
+      stream(grpc::internal::ClientReaderWriterFactory<kvrelay::test::ServerReflectionRequest,
+                                                       kvrelay::test::ServerReflectionResponse>::Create(channel.get(),
+                                                                                                        method, &context));
+  kvrelay::test::ServerReflectionRequest request;
+  request.set_list_services("*");
+  REQUIRE(stream->Write(request));
+  stream->WritesDone();
+  kvrelay::test::ServerReflectionResponse response;
+  REQUIRE(stream->Read(&response));
+  std::vector<std::string> names;
+  for (const auto& service : response.list_services_response().service()) names.push_back(service.name());
+  stream->Finish();
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("admission: each stream kind refuses the N+1st and admits again after one ends", "[limits]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.max_catalog_subscribers = 2;
+  options.max_readiness_subscribers = 2;
+  options.max_load_subscribers = 2;
+  TestRelay relay(options);
+
+  SECTION("catalog") {
+    auto a = watch_catalog(relay, "a");
+    auto b = watch_catalog(relay, "b");
+    REQUIRE(a->next().has_value());
+    REQUIRE(b->next().has_value());
+    auto refused = watch_catalog(relay, "c");
+    CHECK(ending(*refused) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+    a->cancel();
+    ending(*a);
+    CHECK(relay.runtime().await_open_streams_at_most("catalog", 1));  // the permit comes back with the cancel
+    auto admitted = watch_catalog(relay, "d");
+    CHECK(admitted->next().has_value());
+  }
+  SECTION("readiness") {
+    auto a = watch_readiness(relay, "a");
+    auto b = watch_readiness(relay, "b");
+    REQUIRE(a->next().has_value());
+    REQUIRE(b->next().has_value());
+    auto refused = watch_readiness(relay, "c");
+    CHECK(ending(*refused).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
+    b->cancel();
+    ending(*b);
+    REQUIRE(relay.runtime().await_open_streams_at_most("readiness", 1));
+    CHECK(watch_readiness(relay, "d")->next().has_value());
+  }
+  SECTION("load") {
+    auto a = watch_load(relay, "a");
+    auto b = watch_load(relay, "b");
+    REQUIRE(a->next().has_value());
+    REQUIRE(b->next().has_value());
+    auto refused = watch_load(relay, "c");
+    CHECK(ending(*refused).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
+    a->cancel();
+    ending(*a);
+    REQUIRE(relay.runtime().await_open_streams_at_most("load", 1));
+    CHECK(watch_load(relay, "d")->next().has_value());
+  }
+}
+
+TEST_CASE("admission: pool streams, in total and per pool; lag and withdrawal return permits", "[limits]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.max_pool_streams_total = 3;
+  options.max_subscribers_per_pool = 2;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  relay.put_worker(put_worker_request(endpoint_ref("prod", "other"), 2));
+  const auto pools = await_catalog(*catalog, 2);
+  // Pools are listed by PoolId: find the one each endpoint serves.
+  auto producer_of = [&](const std::string& component) {
+    for (const auto& pool : pools.snapshot().pools()) {
+      if (pool.serving_endpoint().component() == component) return pool.producer();
+    }
+    FAIL("no pool for " << component);
+    return v1::ProducerIdentity{};
+  };
+  const auto first = producer_of("backend");
+  const auto second = producer_of("other");
+
+  auto a = subscribe_pool(relay, first, "a");
+  auto b = subscribe_pool(relay, first, "b");
+  REQUIRE(a->next().has_value());
+  REQUIRE(b->next().has_value());
+  auto per_pool = subscribe_pool(relay, first, "c");  // a third on one pool
+  CHECK(ending(*per_pool) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+
+  auto c = subscribe_pool(relay, second, "d");
+  REQUIRE(c->next().has_value());
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 3));
+  auto total = subscribe_pool(relay, second, "e");  // a fourth in all
+  CHECK(ending(*total).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
+  CHECK(relay.runtime().open_streams("pool") == 3);
+
+  // A withdrawn pool ends its streams, and their permits come back.
+  relay.remove_worker(endpoint_ref("prod", "other"), 2);
+  CHECK(ending(*c).second == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 2));
+  auto again = subscribe_pool(relay, first, "f");
+  CHECK(ending(*again).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");  // still 2 on the first pool
+  a->cancel();
+  ending(*a);
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 1));
+  auto admitted = subscribe_pool(relay, first, "g");
+  CHECK(admitted->next().has_value());
+}
+
+TEST_CASE("heartbeats: catalog and readiness re-send the same revision; pool streams send empty frames",
+          "[heartbeat]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.catalog_heartbeat_ms = 20;
+  options.readiness_heartbeat_ms = 20;
+  options.pool_heartbeat_ms = 20;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto current = await_catalog(*catalog, 1);
+  for (int beat = 0; beat < 3; ++beat) {
+    const auto again = catalog->next();
+    REQUIRE(again.has_value());
+    CHECK(again->revision() == current.revision());
+    CHECK(again->SerializeAsString() == current.SerializeAsString());
+  }
+
+  auto readiness = watch_readiness(relay);
+  const auto first = readiness->next();
+  REQUIRE(first.has_value());
+  const auto beat = readiness->next();
+  REQUIRE(beat.has_value());
+  CHECK(beat->revision() == first->revision());
+
+  auto pool = subscribe_pool(relay, current.snapshot().pools(0).producer());
+  const auto snapshot = pool->next();
+  REQUIRE(snapshot.has_value());
+  REQUIRE(snapshot->kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK);
+  const auto heartbeat = pool->next();
+  REQUIRE(heartbeat.has_value());
+  CHECK(heartbeat->kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT);
+  CHECK(heartbeat->payload().empty());
+  CHECK(heartbeat->sequence() == snapshot->sequence());
+  CHECK(heartbeat->base_sequence() == snapshot->sequence());
+  CHECK(heartbeat->producer().SerializeAsString() == snapshot->producer().SerializeAsString());
+}
+
+TEST_CASE("catalog heartbeat 0 disables it", "[heartbeat]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.catalog_heartbeat_ms = 0;
+  options.readiness_heartbeat_ms = 10;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  REQUIRE(catalog->next().has_value());
+  // Readiness heartbeats prove time passes; the catalog stream meanwhile stays silent until
+  // a real change arrives.
+  auto readiness = watch_readiness(relay);
+  for (int i = 0; i < 5; ++i) REQUIRE(readiness->next().has_value());
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto next = catalog->next();
+  REQUIRE(next.has_value());
+  CHECK(next->revision() == 1);
+}
+
+TEST_CASE("health and reflection on both listeners; drain flips health and refuses new calls", "[health]") {
+  TestRelay relay;
+  using Status = kvrelay::test::HealthCheckResponse;
+  CHECK(health(relay.wan_channel(), "dynamo.kvrelay.v1.KvEventRelay") == Status::SERVING);
+  CHECK(health(relay.wan_channel(), "") == Status::SERVING);
+  CHECK(health(relay.ingest_channel(), "kvrelay.ingest.v1.RelayIngest") == Status::SERVING);
+  const auto wan_services = reflected_services(relay.wan_channel());
+  CHECK(std::find(wan_services.begin(), wan_services.end(), "dynamo.kvrelay.v1.KvEventRelay") != wan_services.end());
+  const auto ingest_services = reflected_services(relay.ingest_channel());
+  CHECK(std::find(ingest_services.begin(), ingest_services.end(), "kvrelay.ingest.v1.RelayIngest") !=
+        ingest_services.end());
+
+  // Watch health during the drain; read the catalog stream as it ends. The relay itself is
+  // shut down from the thread that started it.
+  grpc::ClientContext watch_context;
+  const grpc::internal::RpcMethod watch_method("/grpc.health.v1.Health/Watch",
+                                               grpc::internal::RpcMethod::SERVER_STREAMING, relay.wan_channel());
+  kvrelay::test::HealthCheckRequest watch_request;
+  watch_request.set_service("dynamo.kvrelay.v1.KvEventRelay");
+  std::unique_ptr<grpc::ClientReader<Status>> watch(grpc::internal::ClientReaderFactory<Status>::Create(
+      relay.wan_channel().get(), watch_method, &watch_context, watch_request));
+  Status seen;
+  REQUIRE(watch->Read(&seen));
+  CHECK(seen.status() == Status::SERVING);
+
+  auto catalog = watch_catalog(relay);
+  REQUIRE(catalog->next().has_value());
+  std::pair<grpc::StatusCode, std::string> catalog_end;
+  std::vector<Status::ServingStatus> health_during_drain;
+  std::thread readers([&] {
+    catalog_end = ending(*catalog);
+    while (watch->Read(&seen)) health_during_drain.push_back(seen.status());
+  });
+  relay.shutdown();
+  readers.join();
+  CHECK(catalog_end == std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+  REQUIRE_FALSE(health_during_drain.empty());
+  CHECK(health_during_drain.front() == Status::NOT_SERVING);
+
+  // After the drain nothing is accepted.
+  grpc::ClientContext context;
+  v1::RelayInfoRequest request;
+  request.set_contract_marker(kMarker);
+  v1::RelayInfo info;
+  CHECK(relay.wan().GetRelayInfo(&context, request, &info).error_code() == grpc::StatusCode::UNAVAILABLE);
+}
