@@ -6,8 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <grpcpp/grpcpp.h>
+
 #include <fstream>
 #include <sstream>
+
+#include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 
 namespace {
 
@@ -79,4 +83,49 @@ TEST_CASE("kv-relay refuses a bad value with one message and exit code 2", "[bin
   CHECK(wait_exit(child.pid) == 2);
   CHECK(output == "kv-relay: --load-window-ms: 'zero' is not a non-negative integer\n");
   close(child.output);
+}
+
+TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary]") {
+  namespace v1 = dynamo::kvrelay::v1;
+  const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-drain.json";
+  unlink(ready.c_str());
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--ready-file", ready, "--drain-timeout-ms", "500", "--topology",
+                             std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
+  REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
+  std::stringstream content;
+  content << std::ifstream(ready).rdbuf();
+  const std::string text = content.str();
+  const auto start = text.find("\"wan\": \"") + 8;
+  const std::string wan = text.substr(start, text.find('"', start) - start);
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);
+  auto stub = v1::KvEventRelay::NewStub(grpc::CreateCustomChannel(wan, grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext catalog_context;
+  v1::WatchKvPoolCatalogRequest watch;
+  watch.set_subscriber_id("drain-test");
+  watch.set_contract_marker(0x4B565231);
+  auto catalog = stub->WatchKvPoolCatalog(&catalog_context, watch);
+  v1::KvPoolCatalogUpdate update;
+  while (catalog->Read(&update) && update.snapshot().pools_size() == 0) {
+  }
+  REQUIRE(update.snapshot().pools_size() == 3);
+  // Three pool streams whose 4 MiB snapshot chunks nobody reads.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::FilterUpdate>>> stalled;
+  for (const auto& pool : update.snapshot().pools()) {
+    v1::SubscribeKvPoolRequest request;
+    request.set_subscriber_id("stalled");
+    *request.mutable_expected_producer() = pool.producer();
+    request.set_contract_marker(0x4B565231);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    stalled.push_back(stub->SubscribeKvPool(contexts.back().get(), request));
+  }
+  REQUIRE(kill(child.pid, SIGTERM) == 0);
+  CHECK(wait_exit(child.pid) == 0);
+  CHECK_THAT(read_until(child.output, "relay stopped"), Catch::Contains("relay stopped"));
+  close(child.output);
+  for (auto& context : contexts) context->TryCancel();
+  catalog_context.TryCancel();
 }
