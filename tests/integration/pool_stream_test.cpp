@@ -211,3 +211,56 @@ TEST_CASE("relay shutdown ends open streams with PUBLICATION_UNAVAILABLE", "[poo
   }
   CHECK(catalog->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
 }
+
+TEST_CASE("pool stream: a publication too large for one delta ends the streams; resubscribers get it in a snapshot",
+          "[pool]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.expected_unique_blocks = 1 << 20;  // 2^19 buckets
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_single_pool(*catalog);
+  // 800 k blocks land in more buckets than one CBI1 delta can carry (349 525 images).
+  std::vector<ingest_v1::KvEventBatch> batches;
+  std::mt19937_64 rng(5);
+  for (std::uint64_t b = 0; b < 800; ++b) {
+    ingest_v1::KvEventBatch batch;
+    *batch.mutable_endpoint() = kBackend;
+    batch.set_worker_id(1);
+    batch.set_sequence(b);
+    auto* stored = batch.add_events()->mutable_stored();
+    for (int i = 0; i < 1000; ++i) {
+      auto* block = stored->add_blocks();
+      block->set_block_hash(rng());
+      block->set_tokens_hash(rng());
+    }
+    batches.push_back(std::move(batch));
+  }
+  REQUIRE(relay.publish(batches).batches_applied() == 800);
+  auto stream = subscribe_pool(relay, producer);
+  Replica before(producer);
+  before.apply(*stream->next());
+  REQUIRE(before.installed());
+
+  // One Cleared event empties all of those buckets at once.
+  ingest_v1::KvEventBatch clear;
+  *clear.mutable_endpoint() = kBackend;
+  clear.set_worker_id(1);
+  clear.set_sequence(800);
+  clear.add_events()->mutable_cleared();
+  REQUIRE(relay.publish({clear}).batches_applied() == 1);
+  while (stream->next()) {
+  }
+  CHECK(stream->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(stream->reason() == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+
+  auto again = subscribe_pool(relay, producer);  // same generation, a fresh snapshot
+  Replica after(producer);
+  after.apply(*again->next());
+  REQUIRE(after.installed());
+  CHECK(after.sequence() > before.sequence());
+  const auto state = relay.get_state();
+  CHECK(state.pools(0).unique_blocks() == 0);
+  CHECK(after.digest() == state.pools(0).filter_digest());
+  CHECK(std::all_of(after.words().begin(), after.words().end(), [](std::uint64_t w) { return w == 0; }));
+}

@@ -41,17 +41,6 @@ WorkerTopology worker(std::optional<WorkerType> type, Needs needs = {}, std::uin
   return {type, model_type, std::move(needs)};
 }
 
-Role declared_role(std::optional<WorkerType> type) {
-  if (!type) return Role::kLegacy;
-  switch (*type) {
-    case WorkerType::kPrefill: return Role::kPrefill;
-    case WorkerType::kDecode: return Role::kDecode;
-    case WorkerType::kEncode: return Role::kEncode;
-    case WorkerType::kAggregated: return Role::kAggregated;
-  }
-  return Role::kLegacy;
-}
-
 // An endpoint "ns/component/endpoint" serving `model` with the given workers; declared roles
 // are derived from the workers the way the membership projection does (sorted, distinct).
 EndpointFacts endpoint(const std::string& ns, const std::string& component, const std::string& name,
@@ -60,7 +49,7 @@ EndpointFacts endpoint(const std::string& ns, const std::string& component, cons
   facts.endpoint = {ns, component, name};
   facts.registrations.push_back({model, {model, std::nullopt}, {}});
   std::set<Role> roles;
-  for (const auto& [id, topology] : workers) roles.insert(declared_role(topology.worker_type));
+  for (const auto& [id, topology] : workers) roles.insert(role_of(topology.worker_type));
   facts.roles.assign(roles.begin(), roles.end());
   facts.workers = std::move(workers);
   facts.live_workers = std::move(live);
