@@ -65,14 +65,15 @@ v1::ProducerIdentity new_producer(Self* self, const membership::IndexerDomain& d
 
 MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
   auto& state = self->state;
-  MaterializedPool pool{domain, {}, new_producer(self, domain), {}};
+  MaterializedPool pool{domain, {}, {}, new_producer(self, domain), {}};
+  pool.subscribers = std::make_shared<StreamLimit>("subscriber (per pool)", state.config.max_subscribers_per_pool);
   PublisherConfig config;
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed,
                                state.config.bucket_count};
   config.semantics = {domain.kv_block_size, domain.hash_format};
   config.publication_threshold = state.config.publication_threshold;
   config.publication_delay = state.config.publication_delay;
-  config.max_subscribers = state.config.max_subscribers_per_pool;
+  config.hub_slots = state.config.hub_slots;
   pool.publisher = self->spawn(pool_publisher, std::move(config));
   spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
                pool.producer.layout_generation(), state.config.bucket_count);
@@ -83,7 +84,7 @@ MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const memb
 
 std::vector<CatalogEntry> catalog_entries(const MembershipState& state) {
   std::vector<CatalogEntry> entries;
-  for (const auto& [endpoint, pool] : state.pools) entries.push_back({pool.descriptor, pool.publisher});
+  for (const auto& [endpoint, pool] : state.pools) entries.push_back({pool.descriptor, pool.publisher, pool.subscribers});
   return entries;
 }
 

@@ -22,6 +22,7 @@ struct MembershipConfig {
   std::uint32_t publication_threshold = 16;
   std::chrono::milliseconds publication_delay{1};
   std::size_t max_subscribers_per_pool = 64;
+  std::shared_ptr<StreamLimit> hub_slots;
 };
 
 struct MembershipPeers {
@@ -46,6 +47,7 @@ struct SourceId {
 struct MaterializedPool {
   membership::IndexerDomain domain;
   caf::actor publisher;
+  std::shared_ptr<StreamLimit> subscribers;
   v1::ProducerIdentity producer;
   v1::KvPoolDescriptor descriptor;
 };

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/permits.hpp"
 #include "actors/stream_sink.hpp"
 #include "core/pool_index.hpp"
 #include "core/pool_load.hpp"
@@ -119,6 +120,7 @@ struct LoadReportBatch {
 struct CatalogEntry {
   v1::KvPoolDescriptor descriptor;
   caf::actor publisher;
+  std::shared_ptr<StreamLimit> subscribers;  // this generation's per-pool stream permits
 };
 
 using CatalogUpdatePtr = std::shared_ptr<const v1::KvPoolCatalogUpdate>;
@@ -180,4 +182,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvrelay, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, shutdown_atom, "shutdown")
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, heartbeat_atom, "heartbeat")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, acquire_atom, "acquire")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, granted_atom, "granted")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, release_atom, "release")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, progress_atom, "progress")
 CAF_END_TYPE_ID_BLOCK(kvrelay)

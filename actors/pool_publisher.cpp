@@ -21,6 +21,11 @@ void end_all_streams(Self* self, const RpcStatus& status) {
     self->send(stream, atoms::end_stream_atom_v, status);
   }
   self->state.streams.clear();
+  self->state.hub_slot.reset();
+}
+
+RpcStatus resource_limit(std::string message) {
+  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, std::move(message));
 }
 
 cbi1::FilterFormat format_of(const PoolStreamSpec& spec) { return {spec.seed, spec.bucket_count}; }
@@ -97,12 +102,14 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
 
 void attach_stream(Self* self, const caf::actor& stream) {
   auto& state = self->state;
-  if (state.streams.size() >= state.config.max_subscribers) {
-    self->send(stream, atoms::end_stream_atom_v,
-               RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT,
-                                      "Relay subscriber limit " + std::to_string(state.config.max_subscribers) +
-                                          " reached for this pool"));
-    return;
+  if (!state.hub_slot && state.config.hub_slots) {
+    state.hub_slot = state.config.hub_slots->try_acquire();
+    if (!state.hub_slot) {
+      self->send(stream, atoms::end_stream_atom_v,
+                 resource_limit("Relay initialized publication hub limit " +
+                                std::to_string(state.config.hub_slots->max()) + " reached"));
+      return;
+    }
   }
   if (state.pending_events > 0) publish(self);
   if (!state.snapshot_at_sequence) {
@@ -145,7 +152,9 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
   self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
   self->state.config = std::move(config);
   self->set_down_handler([self](const caf::down_msg& down) {
-    std::erase(self->state.streams, caf::actor_cast<caf::actor>(down.source));
+    auto& state = self->state;
+    std::erase(state.streams, caf::actor_cast<caf::actor>(down.source));
+    if (state.streams.empty()) state.hub_slot.reset();  // an idle pool gives its hub slot back
   });
   return {
       [=](atoms::batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchSinkPtr& sink,

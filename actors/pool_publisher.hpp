@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "actors/messages.hpp"
+#include "actors/permits.hpp"
 #include "core/kv_events.hpp"
 
 namespace kvrelay {
@@ -18,7 +19,9 @@ struct PublisherConfig {
   QuerySemantics semantics;        // how token blocks are hashed
   std::uint32_t publication_threshold = 16;
   std::chrono::milliseconds publication_delay{1};
-  std::size_t max_subscribers = 64;  // streams attached at once
+  // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
+  // A pool holds a slot while it has at least one stream: an idle pool holds none.
+  std::shared_ptr<StreamLimit> hub_slots;
 };
 
 struct PoolPublisherState {
@@ -31,6 +34,7 @@ struct PoolPublisherState {
   std::int64_t oldest_pending_receipt_ns = 0;
   std::shared_ptr<const SnapshotImage> snapshot_at_sequence;  // shared by streams joining now
   std::vector<caf::actor> streams;
+  std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
   std::uint64_t events_rejected = 0;
   std::uint64_t source_resets = 0;
   static inline const char* name = "pool-publisher";

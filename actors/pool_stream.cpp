@@ -43,7 +43,7 @@ bool snapshot_complete(const PoolStreamState& state) {
 
 void arm_heartbeat(Self* self, caf::actor_clock::time_point at) {
   auto& state = self->state;
-  if (state.heartbeat_interval.count() == 0 || state.heartbeat_armed) return;
+  if (state.pacing.heartbeat.count() == 0 || state.heartbeat_armed) return;
   state.heartbeat_armed = true;
   self->scheduled_send(self, at, atoms::heartbeat_atom_v);
 }
@@ -52,7 +52,7 @@ void arm_heartbeat(Self* self, caf::actor_clock::time_point at) {
 void data_frame_sent(Self* self) {
   auto& state = self->state;
   state.last_frame_at = self->clock().now();
-  arm_heartbeat(self, state.last_frame_at + state.heartbeat_interval);
+  arm_heartbeat(self, state.last_frame_at + state.pacing.heartbeat);
 }
 
 void end_invalid(Self* self, std::string message) {
@@ -60,21 +60,49 @@ void end_invalid(Self* self, std::string message) {
              RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, std::move(message)));
 }
 
+void release_permit(Self* self) {
+  auto& state = self->state;
+  if (!state.permit_held) return;
+  state.permit_held = false;
+  self->send(state.pacing.encoders, atoms::release_atom_v);
+}
+
+void write_chunk(Self* self) {
+  auto& state = self->state;
+  const std::uint32_t index = state.next_chunk;
+  auto chunk = encode_next_chunk(state);
+  if (!chunk) return end_invalid(self, "snapshot chunk could not be encoded");
+  state.chunk_in_flight = index;
+  state.writer.write(std::move(chunk));
+  data_frame_sent(self);
+  self->delayed_send(self, state.pacing.progress_timeout, atoms::progress_atom_v, index);
+}
+
 // Chunks first, then deltas: the stream never interleaves them.
 void write_next(Self* self) {
   auto& state = self->state;
   if (!state.writer.ready()) return;
+  state.chunk_in_flight = -1;  // the writer is free: any chunk write has completed
   if (state.snapshot) {
-    auto chunk = encode_next_chunk(state);
-    if (!chunk) return end_invalid(self, "snapshot chunk could not be encoded");
-    state.writer.write(std::move(chunk));
-    data_frame_sent(self);
-  } else if (snapshot_complete(state) && !state.deltas.empty()) {
+    if (!state.awaiting_permit) write_chunk(self);
+    return;
+  }
+  release_permit(self);  // every chunk has been handed on
+  if (snapshot_complete(state) && !state.deltas.empty()) {
     auto frame = state.deltas.pop();
     const bool data = frame->kind() != v1::FILTER_UPDATE_KIND_HEARTBEAT;
     state.writer.write(std::move(frame), !state.deltas.empty());
     if (data) data_frame_sent(self);
   }
+}
+
+void on_progress_due(Self* self, std::uint32_t chunk) {
+  auto& state = self->state;
+  if (state.chunk_in_flight != static_cast<std::int64_t>(chunk)) return;  // written in time
+  release_permit(self);
+  end_stream(self, state.writer,
+             RpcStatus::relay_error(v1::RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT,
+                                    "the subscriber did not take a snapshot frame within the progress timeout"));
 }
 
 void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
@@ -83,6 +111,10 @@ void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
   state.chunk_count = static_cast<std::uint32_t>(cbi1::chunk_count_for(state.spec.bucket_count));
   state.next_chunk = 0;
   state.last_sequence = msg.image->sequence;
+  if (state.pacing.encoders) {
+    state.awaiting_permit = true;
+    self->send(state.pacing.encoders, atoms::acquire_atom_v);
+  }
   write_next(self);
 }
 
@@ -107,14 +139,14 @@ void on_heartbeat_due(Self* self) {
   auto& state = self->state;
   state.heartbeat_armed = false;
   const auto now = self->clock().now();
-  const auto due = state.last_frame_at + state.heartbeat_interval;
-  if (!snapshot_complete(state)) return arm_heartbeat(self, now + state.heartbeat_interval);
+  const auto due = state.last_frame_at + state.pacing.heartbeat;
+  if (!snapshot_complete(state)) return arm_heartbeat(self, now + state.pacing.heartbeat);
   if (now < due) return arm_heartbeat(self, due);
   auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence);
   if (!state.deltas.push(std::move(frame), 0)) return end_stream(self, state.writer, lagged_status());
   state.last_frame_at = now;
   write_next(self);
-  arm_heartbeat(self, now + state.heartbeat_interval);
+  arm_heartbeat(self, now + state.pacing.heartbeat);
 }
 
 }  // namespace
@@ -126,9 +158,9 @@ std::uint64_t wall_clock_us() {
 }
 
 caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher, std::chrono::milliseconds heartbeat) {
+                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing) {
   self->state.writer.attach(std::move(sink));
-  self->state.heartbeat_interval = heartbeat;
+  self->state.pacing = std::move(pacing);
   self->monitor(publisher);
   self->set_down_handler([self](const caf::down_msg&) {
     end_stream(self, self->state.writer,
@@ -140,6 +172,12 @@ caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, Pool
       [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
       [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
       [=](atoms::heartbeat_atom) { on_heartbeat_due(self); },
+      [=](atoms::granted_atom) {
+        self->state.awaiting_permit = false;
+        self->state.permit_held = true;
+        write_next(self);
+      },
+      [=](atoms::progress_atom, std::uint32_t chunk) { on_progress_due(self, chunk); },
   };
   return frames.or_else(transport_handlers(self, self->state.writer, [self] { write_next(self); }));
 }

@@ -10,6 +10,13 @@
 
 namespace kvrelay {
 
+// How a pool stream takes part in snapshot admission.
+struct SnapshotPacing {
+  caf::actor encoders;                              // the shared encoder permits (none: unlimited)
+  std::chrono::milliseconds progress_timeout{60000};  // per snapshot frame
+  std::chrono::milliseconds heartbeat{10000};         // 0 disables heartbeats
+};
+
 struct PoolStreamState {
   StreamWriter<v1::FilterUpdate> writer;
   Outbox<v1::FilterUpdate> deltas;
@@ -18,7 +25,10 @@ struct PoolStreamState {
   std::uint32_t next_chunk = 0;
   std::uint32_t chunk_count = 0;
   std::uint64_t last_sequence = 0;  // of the last frame queued
-  std::chrono::milliseconds heartbeat_interval{0};  // 0 disables heartbeats
+  SnapshotPacing pacing;
+  bool awaiting_permit = false;
+  bool permit_held = false;
+  std::int64_t chunk_in_flight = -1;  // index of the chunk being written, -1 when none
   caf::actor_clock::time_point last_frame_at{};     // the last data frame handed on
   bool heartbeat_armed = false;
   static inline const char* name = "pool-stream";
@@ -26,11 +36,13 @@ struct PoolStreamState {
 
 // The stream ends with PUBLICATION_UNAVAILABLE if `publisher` is (or becomes) gone before
 // it ended the stream itself.
-// After the complete snapshot, a heartbeat frame (no payload, sequence unchanged) follows
-// every `heartbeat` without a data frame.
+// The snapshot waits for an encoder permit; each of its frames must be written within the
+// progress timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes
+// on). After the complete snapshot, a heartbeat frame (no payload, sequence unchanged)
+// follows every `pacing.heartbeat` without a data frame.
 caf::behavior pool_stream(caf::stateful_actor<PoolStreamState>* self,
                           StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher, std::chrono::milliseconds heartbeat);
+                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing);
 
 // Wall-clock microseconds since the Unix epoch (0 before it), as FilterUpdate.send_ts_us.
 std::uint64_t wall_clock_us();

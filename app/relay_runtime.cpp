@@ -12,6 +12,7 @@
 #include "actors/catalog.hpp"
 #include "actors/load_window.hpp"
 #include "actors/membership.hpp"
+#include "actors/snapshot_encoders.hpp"
 #include "actors/topology_projector.hpp"
 #include "core/ckf.hpp"
 #include "core/identity.hpp"
@@ -102,7 +103,8 @@ struct RelayRuntime::Impl {
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
-  caf::actor catalog, topology, load, membership;
+  caf::actor catalog, topology, load, membership, encoders;
+  std::shared_ptr<StreamLimit> hub_slots;
   std::unique_ptr<gateway::RelayService> relay_service;
   std::unique_ptr<gateway::IngestService> ingest_service;
   std::unique_ptr<grpc::Server> wan_server, ingest_server;
@@ -141,13 +143,16 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->catalog = system.spawn(catalog, impl->catalog_view, impl->relay);
   impl->topology = system.spawn(topology_projector, impl->relay);
   impl->load = system.spawn(load_window, impl->relay, std::chrono::milliseconds(options.load_window_ms));
+  impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders);
+  impl->hub_slots = std::make_shared<StreamLimit>("initialized publication hub", options.max_initialized_pool_hubs);
   MembershipConfig membership_config{impl->relay,
                                      impl->dc_id,
                                      *bucket_count,
                                      ckf::kDefaultSeed,
                                      options.publication_threshold,
                                      std::chrono::milliseconds(options.publication_delay_ms),
-                                     options.max_subscribers_per_pool};
+                                     options.max_subscribers_per_pool,
+                                     impl->hub_slots};
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load});
   if (options.topology) load_topology(*options.topology, impl->membership);
@@ -163,8 +168,10 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   relay_config.catalog_heartbeat = std::chrono::milliseconds(options.catalog_heartbeat_ms);
   relay_config.readiness_heartbeat = std::chrono::milliseconds(options.readiness_heartbeat_ms);
   relay_config.pool_heartbeat = std::chrono::milliseconds(options.pool_heartbeat_ms);
+  relay_config.snapshot_progress_timeout = std::chrono::milliseconds(options.snapshot_progress_timeout_ms);
   impl->relay_service = std::make_unique<gateway::RelayService>(
-      system, relay_config, gateway::RelayServicePeers{impl->catalog_view, impl->catalog, impl->topology, impl->load});
+      system, relay_config,
+      gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load});
   impl->ingest_service = std::make_unique<gateway::IngestService>(gateway::IngestPeers{impl->membership, impl->load});
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -191,11 +198,24 @@ const std::string& RelayRuntime::ingest_address() const { return impl_->ingest_a
 std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 
-std::size_t RelayRuntime::open_streams(std::string_view kind) const { return impl_->relay_service->open_streams(kind); }
+namespace {
+
+const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kind) {
+  return kind == "hubs" ? *impl.hub_slots : impl.relay_service->limit_of(kind);
+}
+
+}  // namespace
+
+std::size_t RelayRuntime::open_streams(std::string_view kind) const { return limit_of(*impl_, kind).in_use(); }
 
 bool RelayRuntime::await_open_streams_at_most(std::string_view kind, std::size_t count,
                                               std::chrono::milliseconds timeout) const {
-  return impl_->relay_service->await_open_streams_at_most(kind, count, timeout);
+  return limit_of(*impl_, kind).await_at_most(count, timeout);
+}
+
+bool RelayRuntime::await_open_streams_at_least(std::string_view kind, std::size_t count,
+                                               std::chrono::milliseconds timeout) const {
+  return limit_of(*impl_, kind).await_at_least(count, timeout);
 }
 
 void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
@@ -216,7 +236,7 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   impl_->ingest_server->Shutdown(deadline);
   impl_->wan_server->Wait();
   impl_->ingest_server->Wait();
-  for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership}) {
+  for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership, impl_->encoders}) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
   impl_->system.reset();  // waits for every actor to finish

@@ -30,6 +30,9 @@ struct RelayOptions {
   std::size_t max_load_subscribers = 64;
   std::size_t max_pool_streams_total = 64;
   std::size_t max_subscribers_per_pool = 64;
+  std::size_t max_initialized_pool_hubs = 64;
+  std::size_t snapshot_encoders = 2;
+  std::uint32_t snapshot_progress_timeout_ms = 60000;
   std::uint32_t pool_heartbeat_ms = 10000;
   std::uint32_t readiness_heartbeat_ms = 10000;
   std::uint32_t catalog_heartbeat_ms = 10000;  // 0 disables
@@ -59,14 +62,18 @@ class RelayRuntime {
   // open after `drain` (clients that do not read) are cancelled. Idempotent.
   void shutdown(std::optional<std::chrono::milliseconds> drain = std::nullopt);
 
-  // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use.
+  // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use;
+  // "hubs": pools that have subscribers.
   std::size_t open_streams(std::string_view kind) const;
-  // Blocks until at most `count` streams of `kind` are open, or `timeout` passes.
+  // Block until at most / at least `count` streams of `kind` are open, or `timeout` passes.
   bool await_open_streams_at_most(std::string_view kind, std::size_t count,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  bool await_open_streams_at_least(std::string_view kind, std::size_t count,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
+ struct Impl;
 
  private:
-  struct Impl;
   explicit RelayRuntime(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -31,12 +31,12 @@ std::string ending_of(const RpcStatus& status) {
   return status.ok() ? "clean end" : status.message;
 }
 
-// Logs the admission now and the end later; the permit is returned when the stream ends.
+// Logs the admission now and the end later; the permits are returned when the stream ends.
 StreamRelease admitted(std::string_view rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
-                       std::shared_ptr<StreamLimit::Permit> permit) {
+                       std::vector<std::shared_ptr<StreamLimit::Permit>> permits) {
   spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", rpc, subscriber, context->peer());
-  return [rpc = std::string(rpc), subscriber, permit = std::move(permit)](const RpcStatus& status) mutable {
-    permit.reset();
+  return [rpc = std::string(rpc), subscriber, permits = std::move(permits)](const RpcStatus& status) mutable {
+    permits.clear();
     spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", rpc, subscriber, ending_of(status));
   };
 }
@@ -74,11 +74,6 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
 
 std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
 
-bool RelayService::await_open_streams_at_most(std::string_view kind, std::size_t count,
-                                              std::chrono::milliseconds timeout) const {
-  return limit_of(kind).await_at_most(count, timeout);
-}
-
 // The common admission steps after request validation: refuse while draining, then take a
 // permit without waiting. Returns the refusal, or nullptr with `permit` set.
 template <class Message>
@@ -115,7 +110,7 @@ grpc::ServerWriteReactor<v1::KvPoolCatalogUpdate>* RelayService::WatchKvPoolCata
   if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit<Message>(context, catalog_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted("WatchKvPoolCatalog", request->subscriber_id(), context, permit),
+  return open_watch<Message>(system_, admitted("WatchKvPoolCatalog", request->subscriber_id(), context, {permit}),
                              context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat);
 }
 
@@ -125,7 +120,7 @@ grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* RelayService::SubscribeSer
   if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit<Message>(context, readiness_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted("SubscribeServingReadiness", request->subscriber_id(), context, permit),
+  return open_watch<Message>(system_, admitted("SubscribeServingReadiness", request->subscriber_id(), context, {permit}),
                              context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat);
 }
 
@@ -137,7 +132,7 @@ grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* RelayService::SubscribeKvPoolLoa
   if (auto* refused = admit<Message>(context, load_streams_, permit)) return refused;
   // A window stream lags when more than load_outbox_windows windows wait for the client.
   const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
-  return open_watch<Message>(system_, admitted("SubscribeKvPoolLoad", request->subscriber_id(), context, permit),
+  return open_watch<Message>(system_, admitted("SubscribeKvPoolLoad", request->subscriber_id(), context, {permit}),
                              context, peers_.load, bounded_stream<Message>, limits);
 }
 
@@ -160,13 +155,19 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
         context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
                                         "the pool is served by another producer generation; re-read the catalog"));
   }
-  auto* reactor =
-      new StreamReactor<Message>(context, admitted("SubscribeKvPool", request->subscriber_id(), context, permit));
+  auto pool_permit = pool->second.subscribers->try_acquire();
+  if (!pool_permit) {
+    return refuse<Message>(context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT,
+                                                           pool->second.subscribers->refusal()));
+  }
+  auto* reactor = new StreamReactor<Message>(
+      context, admitted("SubscribeKvPool", request->subscriber_id(), context, {permit, pool_permit}));
   PoolStreamSpec spec{config_.relay, current, current.pool_id().dc_id(), current.ckf_format().seed(),
                       current.ckf_format().bucket_count()};
   StreamSinkPtr<Message> sink = reactor->link();
+  SnapshotPacing pacing{peers_.snapshot_encoders, config_.snapshot_progress_timeout, config_.pool_heartbeat};
   caf::actor stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
-                                    pool->second.publisher, config_.pool_heartbeat);
+                                    pool->second.publisher, std::move(pacing));
   reactor->link()->bind(stream);
   caf::anon_send(pool->second.publisher, atoms::attach_atom_v, stream);
   return reactor;

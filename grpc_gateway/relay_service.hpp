@@ -10,7 +10,7 @@
 #include "actors/catalog.hpp"
 #include "actors/messages.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
-#include "grpc_gateway/admission.hpp"
+#include "actors/permits.hpp"
 
 namespace kvrelay::gateway {
 
@@ -25,10 +25,12 @@ struct RelayServiceConfig {
   std::chrono::milliseconds catalog_heartbeat{10000};    // 0 disables
   std::chrono::milliseconds readiness_heartbeat{10000};
   std::chrono::milliseconds pool_heartbeat{10000};
+  std::chrono::milliseconds snapshot_progress_timeout{60000};
 };
 
 struct RelayServicePeers {
   std::shared_ptr<CatalogRegistry> catalog_view;
+  caf::actor snapshot_encoders;
   caf::actor catalog;
   caf::actor topology;
   caf::actor load;
@@ -55,12 +57,9 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
   void begin_drain() { draining_ = true; }
   // Permits in use per stream kind ("catalog", "readiness", "load", "pool").
   std::size_t open_streams(std::string_view kind) const;
-  // Blocks until at most `count` streams of `kind` are open, or `timeout` passes.
-  bool await_open_streams_at_most(std::string_view kind, std::size_t count, std::chrono::milliseconds timeout) const;
-
- private:
   const StreamLimit& limit_of(std::string_view kind) const;
 
+ private:
   template <class Message>
   grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, StreamLimit& limit,
                                            std::shared_ptr<StreamLimit::Permit>& permit);

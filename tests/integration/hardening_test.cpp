@@ -134,7 +134,6 @@ TEST_CASE("admission: pool streams, in total and per pool; lag and withdrawal re
 
   auto c = subscribe_pool(relay, second, "d");
   REQUIRE(c->next().has_value());
-  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 3));
   auto total = subscribe_pool(relay, second, "e");  // a fourth in all
   CHECK(ending(*total).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
   CHECK(relay.runtime().open_streams("pool") == 3);
@@ -251,4 +250,110 @@ TEST_CASE("health and reflection on both listeners; drain flips health and refus
   request.set_contract_marker(kMarker);
   v1::RelayInfo info;
   CHECK(relay.wan().GetRelayInfo(&context, request, &info).error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+namespace {
+
+// One pool whose 4 MiB snapshot chunk a client that never reads cannot take.
+kvrelay::RelayOptions big_snapshot_options() {
+  kvrelay::RelayOptions options = loopback_options();
+  options.expected_unique_blocks = 1 << 20;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when the pool retires", "[limits]") {
+  kvrelay::RelayOptions options = big_snapshot_options();
+  options.snapshot_encoders = 1;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_single_pool(*catalog);
+
+  auto stalled_client = relay.separate_wan_client();
+  auto holder = subscribe_pool(relay, producer, "holder", stalled_client.get());  // never reads
+  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  auto queued = subscribe_pool(relay, producer, "queued");
+
+  SECTION("the permit passes on when the holder goes") {
+    holder->cancel();
+    const auto snapshot = queued->next();  // arrives only once the holder's permit is back
+    REQUIRE(snapshot.has_value());
+    CHECK(snapshot->kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK);
+  }
+  SECTION("a waiting subscriber ends when its generation retires") {
+    relay.remove_worker(kBackend, 1);
+    CHECK(ending(*queued) == std::pair{grpc::StatusCode::UNAVAILABLE,
+                                       std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+    holder->cancel();
+  }
+}
+
+TEST_CASE("snapshot progress timeout ends a stalled subscriber alone; the generation goes on", "[limits]") {
+  kvrelay::RelayOptions options = big_snapshot_options();
+  options.snapshot_progress_timeout_ms = 100;
+  options.snapshot_encoders = 1;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_single_pool(*catalog);
+
+  auto stalled_client = relay.separate_wan_client();
+  auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
+  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));  // the timeout ended it
+  CHECK(ending(*stalled) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                      std::string("RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT")});
+  // Its encoder permit came back, and the same generation still serves.
+  auto healthy = subscribe_pool(relay, producer, "healthy");
+  const auto snapshot = healthy->next();
+  REQUIRE(snapshot.has_value());
+  CHECK(snapshot->producer().layout_generation() == producer.layout_generation());
+}
+
+TEST_CASE("initialized hubs: pools with subscribers are limited; an idle pool frees its slot", "[limits]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.max_initialized_pool_hubs = 1;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  relay.put_worker(put_worker_request(endpoint_ref("prod", "other"), 2));
+  const auto pools = await_catalog(*catalog, 2);
+  const auto first = pools.snapshot().pools(0).producer();
+  const auto second = pools.snapshot().pools(1).producer();
+
+  auto a = subscribe_pool(relay, first, "a");
+  REQUIRE(a->next().has_value());
+  auto b = subscribe_pool(relay, first, "b");  // the same pool needs no second slot
+  REQUIRE(b->next().has_value());
+  auto refused = subscribe_pool(relay, second, "c");
+  CHECK(ending(*refused) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+  a->cancel();
+  b->cancel();
+  ending(*a);
+  ending(*b);
+  REQUIRE(relay.runtime().await_open_streams_at_most("hubs", 0));
+  auto admitted = subscribe_pool(relay, second, "d");
+  CHECK(admitted->next().has_value());
+}
+
+TEST_CASE("a lagging stream returns its permit", "[limits]") {
+  kvrelay::RelayOptions options = big_snapshot_options();
+  options.max_pool_streams_total = 1;
+  options.stream_queue_frames = 1;
+  options.publication_threshold = 1;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_single_pool(*catalog);
+  auto stalled_client = relay.separate_wan_client();
+  auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
+  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  // Two deltas while the snapshot chunk is stuck: the outbox of one overflows.
+  relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}}), stored_batch(kBackend, 1, 0, 1, 1, {{2, 12}})});
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
+  CHECK(ending(*stalled).second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
+  auto next = subscribe_pool(relay, producer, "next");
+  CHECK(next->next().has_value());
 }

@@ -1,7 +1,7 @@
 #pragma once
-// Admission limits of the WAN streams (relay-behaviour.md §3): a fixed number of permits
-// per stream kind, taken without waiting when a call is admitted and returned the moment
-// its stream ends, however it ends.
+// Admission limits (relay-behaviour.md §3): a fixed number of permits, taken without
+// waiting and returned the moment their holder lets go (a stream ends, however it ends; a
+// pool's last subscriber leaves). Shared by gRPC threads and actors, hence thread-safe.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -9,12 +9,12 @@
 #include <mutex>
 #include <string>
 
-namespace kvrelay::gateway {
+namespace kvrelay {
 
 class StreamLimit {
   struct Count {
     std::mutex mutex;
-    std::condition_variable released;
+    std::condition_variable changed;
     std::size_t in_use = 0;
   };
 
@@ -28,7 +28,7 @@ class StreamLimit {
         std::lock_guard lock(count_->mutex);
         --count_->in_use;
       }
-      count_->released.notify_all();
+      count_->changed.notify_all();
     }
     Permit(const Permit&) = delete;
     Permit& operator=(const Permit&) = delete;
@@ -41,9 +41,12 @@ class StreamLimit {
 
   // nullptr when every permit is taken.
   std::shared_ptr<Permit> try_acquire() {
-    std::lock_guard lock(count_->mutex);
-    if (count_->in_use >= max_) return nullptr;
-    ++count_->in_use;
+    {
+      std::lock_guard lock(count_->mutex);
+      if (count_->in_use >= max_) return nullptr;
+      ++count_->in_use;
+    }
+    count_->changed.notify_all();
     return std::make_shared<Permit>(count_);
   }
 
@@ -52,10 +55,15 @@ class StreamLimit {
     return count_->in_use;
   }
 
-  // Blocks until at most `count` permits are in use, or `timeout` passes; true if reached.
+  // Block until at most / at least `count` permits are in use, or `timeout` passes; true if
+  // reached. For tests and drain, which await a stream's end or admission.
   bool await_at_most(std::size_t count, std::chrono::milliseconds timeout) const {
     std::unique_lock lock(count_->mutex);
-    return count_->released.wait_for(lock, timeout, [&] { return count_->in_use <= count; });
+    return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use <= count; });
+  }
+  bool await_at_least(std::size_t count, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(count_->mutex);
+    return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use >= count; });
   }
 
   std::size_t max() const { return max_; }
@@ -68,4 +76,4 @@ class StreamLimit {
   std::shared_ptr<Count> count_ = std::make_shared<Count>();
 };
 
-}  // namespace kvrelay::gateway
+}  // namespace kvrelay

@@ -1,0 +1,54 @@
+#include "actors/snapshot_encoders.hpp"
+
+#include <algorithm>
+
+namespace kvrelay {
+
+namespace {
+
+using Self = caf::stateful_actor<SnapshotEncodersState>;
+
+void grant_waiting(Self* self) {
+  auto& state = self->state;
+  while (state.available > 0 && !state.waiting.empty()) {
+    caf::actor next = std::move(state.waiting.front());
+    state.waiting.pop_front();
+    --state.available;
+    state.holders.insert(next.address());
+    self->send(next, atoms::granted_atom_v);
+  }
+}
+
+void give_back(Self* self, const caf::actor_addr& stream) {
+  auto& state = self->state;
+  if (state.holders.erase(stream) > 0) {
+    ++state.available;
+    grant_waiting(self);
+    return;
+  }
+  std::erase_if(state.waiting, [&](const caf::actor& a) { return a.address() == stream; });
+}
+
+}  // namespace
+
+caf::behavior snapshot_encoders(Self* self, std::size_t permits) {
+  self->state.available = permits;
+  self->set_down_handler([self](const caf::down_msg& down) { give_back(self, down.source); });
+  return {
+      [=](atoms::acquire_atom) {
+        auto stream = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!stream) return;
+        self->monitor(stream);
+        self->state.waiting.push_back(std::move(stream));
+        grant_waiting(self);
+      },
+      [=](atoms::release_atom) {
+        const auto stream = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!stream) return;
+        self->demonitor(stream);
+        give_back(self, stream.address());
+      },
+  };
+}
+
+}  // namespace kvrelay
