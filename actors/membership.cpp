@@ -74,6 +74,7 @@ MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const memb
   config.publication_threshold = state.config.publication_threshold;
   config.publication_delay = state.config.publication_delay;
   config.hub_slots = state.config.hub_slots;
+  config.owner = self;
   pool.publisher = self->spawn(pool_publisher, std::move(config));
   spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
                pool.producer.layout_generation(), state.config.bucket_count);
@@ -339,6 +340,17 @@ caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPe
       [=](atoms::state_atom, const GetStateCall& call) { get_state(self, call); },
       [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
         on_batch(self, batch, sink, receipt_ns);
+      },
+      [=](atoms::fence_atom, std::uint64_t layout_generation) {
+        // The fenced publisher is gone: forget it and let reconcile build a new generation.
+        auto& pools = self->state.pools;
+        std::erase_if(pools, [&](const auto& entry) {
+          return entry.second.producer.layout_generation() == layout_generation;
+        });
+        reconcile(self);
+      },
+      [=](atoms::corrupt_atom) {  // test hook: the next delta of every pool breaks its sequence
+        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::corrupt_atom_v);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
         for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::retire_atom_v, status);

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "core/cbi1.hpp"
 #include "core/xxh3.hpp"
 
@@ -51,8 +53,8 @@ void publish(Self* self) {
   auto payload = cbi1::encode_delta(format_of(state.config.spec), state.config.spec.dc_id, base,
                                     state.sequence, images);
   if (!payload) return end_all_streams(self, publication_unavailable(payload.error().detail));
-  const PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)),
-                           receipt_ns};
+  PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)), receipt_ns};
+  if (std::exchange(state.corrupt_next_delta, false)) delta.base_sequence += 1;
   for (const caf::actor& stream : state.streams) self->send(stream, delta);
 }
 
@@ -184,6 +186,16 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         end_all_streams(self, status);
         self->quit();
       },
+      [=](atoms::fence_atom, const std::string& reason) {
+        auto& state = self->state;
+        spdlog::error("pool generation {} fenced: {}", state.config.spec.producer.layout_generation(), reason);
+        end_all_streams(self, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
+        if (state.config.owner) {
+          self->send(state.config.owner, atoms::fence_atom_v, state.config.spec.producer.layout_generation());
+        }
+        self->quit();
+      },
+      [=](atoms::corrupt_atom) { self->state.corrupt_next_delta = true; },
   };
 }
 

@@ -22,6 +22,7 @@ struct PublisherConfig {
   // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
   // A pool holds a slot while it has at least one stream: an idle pool holds none.
   std::shared_ptr<StreamLimit> hub_slots;
+  caf::actor owner;  // told (fence_atom, layout_generation) when this generation is fenced
 };
 
 struct PoolPublisherState {
@@ -35,6 +36,7 @@ struct PoolPublisherState {
   std::shared_ptr<const SnapshotImage> snapshot_at_sequence;  // shared by streams joining now
   std::vector<caf::actor> streams;
   std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
+  bool corrupt_next_delta = false;  // test hook: the next delta breaks its sequence
   std::uint64_t events_rejected = 0;
   std::uint64_t source_resets = 0;
   static inline const char* name = "pool-publisher";

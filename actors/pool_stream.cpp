@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "core/cbi1.hpp"
 #include "core/wire_validation.hpp"
 
@@ -55,10 +57,12 @@ void data_frame_sent(Self* self) {
   arm_heartbeat(self, state.last_frame_at + state.pacing.heartbeat);
 }
 
-void end_invalid(Self* self, std::string message) {
-  end_stream(self, self->state.writer,
-             RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, std::move(message)));
+// A frame that would break the contract is never forwarded: the stream reports it, and the
+// publisher fences the whole generation (every stream ends with INVALID_PUBLICATION).
+void fence(Self* self, std::string reason) {
+  if (self->state.publisher) self->send(self->state.publisher, atoms::fence_atom_v, std::move(reason));
 }
+
 
 void release_permit(Self* self) {
   auto& state = self->state;
@@ -71,7 +75,7 @@ void write_chunk(Self* self) {
   auto& state = self->state;
   const std::uint32_t index = state.next_chunk;
   auto chunk = encode_next_chunk(state);
-  if (!chunk) return end_invalid(self, "snapshot chunk could not be encoded");
+  if (!chunk) return fence(self, "a snapshot chunk could not be encoded");
   state.chunk_in_flight = index;
   state.writer.write(std::move(chunk));
   data_frame_sent(self);
@@ -120,9 +124,10 @@ void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
 
 void on_delta(Self* self, const PoolDeltaMsg& msg) {
   auto& state = self->state;
-  if (state.chunk_count == 0) return end_invalid(self, "delta before the snapshot");
+  if (state.chunk_count == 0) return fence(self, "a delta before the snapshot");
   if (msg.base_sequence != state.last_sequence || msg.sequence != msg.base_sequence + 1) {
-    return end_invalid(self, "delta does not continue the stream's sequence");
+    return fence(self, fmt::format("delta {} -> {} does not continue sequence {}", msg.base_sequence, msg.sequence,
+                                   state.last_sequence));
   }
   auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_DELTA, msg.base_sequence, msg.sequence);
   frame->set_payload(*msg.payload);
@@ -161,6 +166,7 @@ caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, Pool
                           OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing) {
   self->state.writer.attach(std::move(sink));
   self->state.pacing = std::move(pacing);
+  self->state.publisher = publisher;
   self->monitor(publisher);
   self->set_down_handler([self](const caf::down_msg&) {
     end_stream(self, self->state.writer,

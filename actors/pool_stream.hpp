@@ -26,6 +26,7 @@ struct PoolStreamState {
   std::uint32_t chunk_count = 0;
   std::uint64_t last_sequence = 0;  // of the last frame queued
   SnapshotPacing pacing;
+  caf::actor publisher;
   bool awaiting_permit = false;
   bool permit_held = false;
   std::int64_t chunk_in_flight = -1;  // index of the chunk being written, -1 when none

@@ -198,6 +198,8 @@ const std::string& RelayRuntime::ingest_address() const { return impl_->ingest_a
 std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 
+void RelayRuntime::inject_publication_fault() { caf::anon_send(impl_->membership, atoms::corrupt_atom_v); }
+
 namespace {
 
 const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kind) {

@@ -56,6 +56,10 @@ class RelayRuntime {
   std::uint64_t relay_incarnation() const;
   std::uint64_t dc_id() const;
 
+  // Test hook: the next delta of every pool breaks its sequence. Streams must refuse to
+  // forward it, and the generation must be fenced and rebuilt.
+  void inject_publication_fault();
+
   // Call from the thread that started the relay (CAF's actor system expects to be torn
   // down there). Graceful drain: health flips to NOT_SERVING, new calls are refused with UNAVAILABLE,
   // every open stream ends with UNAVAILABLE / PUBLICATION_UNAVAILABLE, and calls still
