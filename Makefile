@@ -7,7 +7,7 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
 
-.PHONY: deps build build-asan test test-normal test-asan bench run clean
+.PHONY: deps build build-asan test test-normal test-asan bench soak run clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -37,6 +37,11 @@ run: build
 
 bench: build
 	@bash scripts/run-benchmarks.sh build/bin
+
+# Ten minutes of churn against one relay (SOAK_SECONDS to change); prints a summary table.
+SOAK_SECONDS ?= 600
+soak: build
+	@build/bin/soak $(SOAK_SECONDS)
 
 clean:
 	rm -rf build build-asan

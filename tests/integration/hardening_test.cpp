@@ -352,8 +352,15 @@ TEST_CASE("a lagging stream returns its permit", "[limits]") {
   auto stalled_client = relay.separate_wan_client();
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
-  // Two deltas while the snapshot chunk is stuck: the outbox of one overflows.
-  relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}}), stored_batch(kBackend, 1, 0, 1, 1, {{2, 12}})});
+  // Deltas of a few hundred KiB in all while nothing is read: transport buffers fill, then
+  // the outbox of one frame overflows.
+  std::vector<ingest_v1::KvEventBatch> batches;
+  for (std::uint64_t b = 0; b < 64; ++b) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
+    for (std::uint64_t i = 0; i < 500; ++i) blocks.emplace_back(b * 1000 + i + 1, b * 7919 + i * 104729 + 1);
+    batches.push_back(stored_batch(kBackend, 1, 0, 1, b, blocks));
+  }
+  relay.publish(batches);
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
   CHECK(ending(*stalled).second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
   auto next = subscribe_pool(relay, producer, "next");
