@@ -51,6 +51,8 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
       {{"--expected-unique-blocks", "53687092"}, "--expected-unique-blocks"},
       {{"--publication-threshold", "0"}, "--publication-threshold"},
       {{"--stream-queue-bytes", "1024"}, "--stream-queue-bytes"},
+      {{"--max-message-bytes", "4259903"}, "--max-message-bytes"},  // below one full chunk frame
+      {{"--snapshot-encoders", "0"}, "--snapshot-encoders"},
       {{"--log-level", "loud"}, "--log-level"},
       {{"positional"}, "unexpected argument"},
   };

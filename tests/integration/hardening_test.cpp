@@ -398,3 +398,15 @@ TEST_CASE("fencing: a broken delta is never forwarded; the generation is rebuilt
   REQUIRE(snapshot.has_value());
   CHECK(snapshot->sequence() == 0);
 }
+
+TEST_CASE("messages above --max-message-bytes are refused by the transport", "[limits]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.max_message_bytes = 4'259'904;  // the smallest allowed: one full chunk frame plus envelope
+  TestRelay relay(options);
+  auto request = put_worker_request(kBackend, 1);
+  request.mutable_card()->set_source_path(std::string(5 << 20, 'x'));
+  grpc::ClientContext context;
+  ingest_v1::PutWorkerResponse response;
+  CHECK(relay.ingest().PutWorker(&context, request, &response).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(relay.get_state().endpoints_size() == 0);  // nothing of it applied; the relay serves on
+}
