@@ -7,7 +7,7 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
 
-.PHONY: deps build build-asan test test-normal test-asan bench soak run clean
+.PHONY: deps build build-asan test test-normal test-asan bench soak run image-check clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -22,6 +22,7 @@ build-asan: deps
 
 test-normal: build
 	@cd build && ctest $(CTEST_FLAGS)
+	@bash scripts/image-check.sh build/bin
 
 test-asan: build-asan
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -37,6 +38,10 @@ run: build
 
 bench: build
 	@bash scripts/run-benchmarks.sh build/bin
+
+# The container's runtime package list must match ldd of the built binaries.
+image-check: build
+	@bash scripts/image-check.sh build/bin
 
 # Ten minutes of churn against one relay (SOAK_SECONDS to change); prints a summary table.
 SOAK_SECONDS ?= 600
