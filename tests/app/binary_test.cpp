@@ -20,10 +20,10 @@ struct Child {
   int output = -1;  // stdout + stderr
 };
 
-Child spawn_relay(std::vector<std::string> args) {
+Child spawn(const char* program, std::vector<std::string> args) {
   int pipe_fds[2];
   REQUIRE(pipe(pipe_fds) == 0);
-  args.insert(args.begin(), KVRELAY_BINARY);
+  args.insert(args.begin(), program);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -52,13 +52,58 @@ std::string read_until(int fd, const std::string& needle) {
   return text;
 }
 
+Child spawn_relay(std::vector<std::string> args) { return spawn(KVRELAY_BINARY, std::move(args)); }
+
+// The whole output of a short-lived program and its exit code.
+std::pair<std::string, int> run_to_end(const char* program, std::vector<std::string> args);
+
 int wait_exit(pid_t pid) {
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+std::pair<std::string, int> run_to_end(const char* program, std::vector<std::string> args) {
+  Child child = spawn(program, std::move(args));
+  const std::string output = read_until(child.output, std::string(1, '\0'));  // until EOF
+  close(child.output);
+  return {output, wait_exit(child.pid)};
+}
+
+std::string wan_of(const std::string& ready_file) {
+  std::stringstream content;
+  content << std::ifstream(ready_file).rdbuf();
+  const std::string text = content.str();
+  const auto start = text.find("\"wan\": \"") + 8;
+  return text.substr(start, text.find('"', start) - start);
+}
+
 }  // namespace
+
+TEST_CASE("kvrelay-cli reads a running relay and fails clearly when it cannot", "[binary]") {
+  const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-cli.json";
+  unlink(ready.c_str());
+  Child relay = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--ready-file", ready, "--topology",
+                             std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
+  REQUIRE_THAT(read_until(relay.output, "ready: "), Catch::Contains("ready: "));
+  const std::string wan = wan_of(ready);
+  const auto [info, info_exit] = run_to_end(KVRELAY_CLI, {"info", "--target", wan});
+  CHECK(info_exit == 0);
+  CHECK_THAT(info, Catch::Contains("\"relayIncarnation\""));
+  const auto [catalog, catalog_exit] = run_to_end(KVRELAY_CLI, {"catalog", "--target", wan});
+  CHECK(catalog_exit == 0);
+  CHECK_THAT(catalog, Catch::Contains("\"layoutGeneration\""));
+  const auto [unreachable, unreachable_exit] = run_to_end(KVRELAY_CLI, {"info", "--target", "127.0.0.1:1"});
+  CHECK(unreachable_exit == 1);
+  CHECK_THAT(unreachable, Catch::StartsWith("kvrelay-cli: 127.0.0.1:1: "));
+  const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"bogus"});
+  CHECK(usage_exit == 2);
+  CHECK_THAT(usage, Catch::Contains("unknown command 'bogus'"));
+  REQUIRE(kill(relay.pid, SIGTERM) == 0);
+  CHECK(wait_exit(relay.pid) == 0);
+  close(relay.output);
+}
 
 TEST_CASE("kv-relay writes its ready file, drains on SIGTERM and exits 0", "[binary]") {
   const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready.json";
@@ -93,11 +138,7 @@ TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary
                              "--ready-file", ready, "--drain-timeout-ms", "500", "--topology",
                              std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
   REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
-  std::stringstream content;
-  content << std::ifstream(ready).rdbuf();
-  const std::string text = content.str();
-  const auto start = text.find("\"wan\": \"") + 8;
-  const std::string wan = text.substr(start, text.find('"', start) - start);
+  const std::string wan = wan_of(ready);
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
