@@ -60,49 +60,35 @@ std::vector<std::string> reflected_services(const std::shared_ptr<grpc::Channel>
 
 }  // namespace
 
+// With a limit of two: the third is refused; once one is cancelled, a new one is admitted.
+template <class Open>
+void check_limit_of_two(TestRelay& relay, std::string_view kind, Open open) {
+  auto a = open("a");
+  auto b = open("b");
+  REQUIRE(a->next().has_value());
+  REQUIRE(b->next().has_value());
+  auto refused = open("c");
+  CHECK(ending(*refused) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+  a->cancel();
+  ending(*a);
+  REQUIRE(relay.runtime().await_open_streams_at_most(kind, 1));  // the permit comes back with the cancel
+  CHECK(open("d")->next().has_value());
+}
+
 TEST_CASE("admission: each stream kind refuses the N+1st and admits again after one ends", "[limits]") {
   kvrelay::RelayOptions options = loopback_options();
   options.max_catalog_subscribers = 2;
   options.max_readiness_subscribers = 2;
   options.max_load_subscribers = 2;
   TestRelay relay(options);
-
   SECTION("catalog") {
-    auto a = watch_catalog(relay, "a");
-    auto b = watch_catalog(relay, "b");
-    REQUIRE(a->next().has_value());
-    REQUIRE(b->next().has_value());
-    auto refused = watch_catalog(relay, "c");
-    CHECK(ending(*refused) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
-    a->cancel();
-    ending(*a);
-    CHECK(relay.runtime().await_open_streams_at_most("catalog", 1));  // the permit comes back with the cancel
-    auto admitted = watch_catalog(relay, "d");
-    CHECK(admitted->next().has_value());
+    check_limit_of_two(relay, "catalog", [&](const char* id) { return watch_catalog(relay, id); });
   }
   SECTION("readiness") {
-    auto a = watch_readiness(relay, "a");
-    auto b = watch_readiness(relay, "b");
-    REQUIRE(a->next().has_value());
-    REQUIRE(b->next().has_value());
-    auto refused = watch_readiness(relay, "c");
-    CHECK(ending(*refused).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
-    b->cancel();
-    ending(*b);
-    REQUIRE(relay.runtime().await_open_streams_at_most("readiness", 1));
-    CHECK(watch_readiness(relay, "d")->next().has_value());
+    check_limit_of_two(relay, "readiness", [&](const char* id) { return watch_readiness(relay, id); });
   }
   SECTION("load") {
-    auto a = watch_load(relay, "a");
-    auto b = watch_load(relay, "b");
-    REQUIRE(a->next().has_value());
-    REQUIRE(b->next().has_value());
-    auto refused = watch_load(relay, "c");
-    CHECK(ending(*refused).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
-    a->cancel();
-    ending(*a);
-    REQUIRE(relay.runtime().await_open_streams_at_most("load", 1));
-    CHECK(watch_load(relay, "d")->next().has_value());
+    check_limit_of_two(relay, "load", [&](const char* id) { return watch_load(relay, id); });
   }
 }
 
