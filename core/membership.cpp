@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <expected>
-#include <limits>
 #include <set>
 #include <utility>
 
@@ -379,20 +378,6 @@ RuntimeConfig to_runtime_config(const ingest_v1::RuntimeConfig& config) {
     out.kv_state_endpoint = EndpointKey{ref.namespace_(), ref.component(), ref.endpoint()};
   }
   return out;
-}
-
-std::vector<WorkerRank> declared_ranks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs) {
-  std::vector<WorkerRank> ranks;
-  for (const auto& [worker_id, config] : runtime_configs) {
-    // 64-bit bounds so an unvalidated start near 2^32 stops at the last u32 rank.
-    const std::uint64_t first = config.data_parallel_start_rank;
-    const std::uint64_t last = std::min<std::uint64_t>(first + std::max<std::uint32_t>(config.data_parallel_size, 1),
-                                                       std::uint64_t{std::numeric_limits<std::uint32_t>::max()} + 1);
-    for (std::uint64_t rank = first; rank < last; ++rank) {
-      ranks.push_back({worker_id, static_cast<std::uint32_t>(rank)});
-    }
-  }
-  return ranks;  // map order by worker, ascending ranks within: already sorted
 }
 
 // ---- catalog builders ----

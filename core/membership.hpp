@@ -37,13 +37,6 @@ struct IndexerDomain {
   friend bool operator==(const IndexerDomain&, const IndexerDomain&) = default;
 };
 
-// One expected KV event source of an endpoint.
-struct WorkerRank {
-  std::uint64_t worker_id = 0;
-  std::uint32_t dp_rank = 0;
-  friend auto operator<=>(const WorkerRank&, const WorkerRank&) = default;
-};
-
 struct EndpointMembership {
   EndpointKey endpoint;
   // Base and LoRA registrations ascending by (canonical id, target, aliases). Canonical ids are
@@ -81,8 +74,6 @@ MembershipView project(const EndpointCards& endpoints);
 // becomes unknown. Expects a config that passed ingest validation.
 RuntimeConfig to_runtime_config(const ingest_v1::RuntimeConfig& config);
 
-// Every declared (worker_id, dp_rank): ranks start .. start + size - 1 of each worker, ascending.
-std::vector<WorkerRank> declared_ranks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs);
 
 // Catalog builders. The producer identity (incarnation, layout generation, CKF format) is the
 // caller's; its pool_id is expected to be pool_id(*membership.domain, dc_id).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/membership.hpp"
+#include "core/pool_load.hpp"
 #include "core/wire_validation.hpp"
 
 using namespace kvrelay;
@@ -578,9 +579,16 @@ TEST_CASE("runtime configs are normalised and expand to the declared ranks", "[m
   configs[7] = {std::nullopt, 2, 3, false, std::nullopt};
   configs[3] = {std::nullopt, 0, 1, false, std::nullopt};
   configs[9] = {std::nullopt, 0xFFFFFFFF, 1, false, std::nullopt};
-  CHECK(declared_ranks(configs) == std::vector<WorkerRank>{{3, 0}, {7, 2}, {7, 3}, {7, 4}, {9, 0xFFFFFFFF}});
-  CHECK(declared_ranks(project_one(cards({worker(1, "llama")})).runtime_configs) ==
-        std::vector<WorkerRank>{{1, 0}});
+  // The rank expansion the relay uses (load windows): core/pool_load.
+  auto ranks = [](const std::map<std::uint64_t, RuntimeConfig>& c) {
+    const auto declared = kvrelay::declared_ranks(c);
+    REQUIRE(declared.has_value());
+    std::vector<RankKey> keys;
+    for (const auto& [rank, capacity] : *declared) keys.push_back(rank);
+    return keys;
+  };
+  CHECK(ranks(configs) == std::vector<RankKey>{{3, 0}, {7, 2}, {7, 3}, {7, 4}, {9, 0xFFFFFFFF}});
+  CHECK(ranks(project_one(cards({worker(1, "llama")})).runtime_configs) == std::vector<RankKey>{{1, 0}});
 }
 
 // ---- catalog builders ----
