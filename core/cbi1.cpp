@@ -240,6 +240,18 @@ Result<Decoded> decode(std::span<const std::uint8_t> frame, const FilterFormat& 
   }
 }
 
+Result<Decoded> decode_standalone(std::span<const std::uint8_t> frame) {
+  if (frame.size() < kHeaderBytes) return fail(ErrorKind::kTruncated, fmt::format("{} bytes", frame.size()));
+  const Header header = parse_header(frame.data());
+  auto decoded = decode(frame, FilterFormat{header.seed, header.bucket_count});
+  if (!decoded) return decoded;
+  // No consumer format vouches for the bucket count here, so check its shape too.
+  if (auto format = FilterFormat::make(header.seed, header.bucket_count); !format) {
+    return std::unexpected(format.error());
+  }
+  return decoded;
+}
+
 void SnapshotAssembly::reset() {
   epoch_ = 0;
   chunk_count_ = 0;

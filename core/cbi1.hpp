@@ -123,6 +123,9 @@ inline Result<Decoded> decode(std::string_view frame, const FilterFormat& expect
                 expected);
 }
 
+// A captured frame on its own (debugging tools): validated against the format its header names.
+Result<Decoded> decode_standalone(std::span<const std::uint8_t> frame);
+
 // ---- snapshot assembly ----
 
 struct AssembledSnapshot {

@@ -92,9 +92,7 @@ std::optional<BucketWrite> Filter::remove(std::uint64_t hash) {
 
 std::uint64_t Filter::occupied_slots() const {
   std::uint64_t occupied = 0;
-  for (std::uint64_t word : words_) {
-    for (unsigned i = 0; i < kSlotsPerBucket; ++i) occupied += slot(word, i) != 0;
-  }
+  for (std::uint64_t word : words_) occupied += occupied_in(word);
   return occupied;
 }
 

@@ -39,6 +39,11 @@ inline std::uint64_t with_slot(std::uint64_t word, unsigned i, std::uint16_t fin
   const unsigned shift = 16 * i;
   return (word & ~(std::uint64_t{0xFFFF} << shift)) | (std::uint64_t{fingerprint} << shift);
 }
+inline unsigned occupied_in(std::uint64_t word) {
+  unsigned occupied = 0;
+  for (unsigned i = 0; i < kSlotsPerBucket; ++i) occupied += slot(word, i) != 0;
+  return occupied;
+}
 // Lowest slot holding `fingerprint` (0 finds an empty slot), or -1.
 inline int first_slot(std::uint64_t word, std::uint16_t fingerprint) {
   for (unsigned i = 0; i < kSlotsPerBucket; ++i) {

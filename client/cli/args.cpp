@@ -1,0 +1,124 @@
+#include "client/cli/args.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace kvrelay::cli {
+
+const char* const kUsage =
+    "Usage: kvrelay-cli COMMAND [OPTIONS]\n\n"
+    "Relay views (WAN API, default target localhost:50051):\n"
+    "  info                 each relay's identity and protocol version\n"
+    "  catalog              the pool catalog\n"
+    "  readiness            serving readiness per (namespace, model)\n"
+    "  load                 the latest pool load window\n"
+    "  top                  live view of one or more relays: pools, sequences, delta rates,\n"
+    "                       fingerprints held, filter load, readiness and load\n"
+    "  overlap --model NAME --tokens FILE\n"
+    "                       per relay and pool, how many leading blocks of the prompt are\n"
+    "                       cached, and whether the pool's topology is READY\n"
+    "Ingest API (default target localhost:50052):\n"
+    "  state                what the relay holds: endpoints, pools, sequences, filter digests\n"
+    "Offline tools:\n"
+    "  hash --block-size N [--eagle] [--lora NAME] --tokens FILE\n"
+    "                       block and sequence hashes of a prompt\n"
+    "  decode-frame FILE    validate and describe a captured CBI1 payload\n\n"
+    "Options:\n"
+    "  --target HOST:PORT   a relay to read (repeatable)\n"
+    "  --watch              keep printing every update (info/catalog/readiness/load, one target)\n"
+    "  --json               machine-readable output\n"
+    "  --interval-ms N      top: refresh period (default 1000)\n"
+    "  --iterations N       top: stop after N refreshes (default: until interrupted)\n"
+    "  --timeout-ms N       top/overlap: how long to wait for the relays' state (default 10000)\n\n"
+    "Exit codes: 0 ok, 1 relay error or unreachable, 2 usage, 3 contract mismatch,\n"
+    "4 invalid input file.\n";
+
+namespace {
+
+std::expected<std::uint32_t, std::string> number(const std::string& flag, const std::string& text) {
+  std::uint32_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) {
+    return std::unexpected(fmt::format("{} needs a non-negative integer, got '{}'", flag, text));
+  }
+  return value;
+}
+
+}  // namespace
+
+std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv) {
+  if (argv.empty()) return std::unexpected("missing COMMAND");
+  Args args;
+  args.command = argv[0];
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    const std::string& flag = argv[i];
+    auto value = [&]() -> std::expected<std::string, std::string> {
+      if (i + 1 >= argv.size()) return std::unexpected(fmt::format("{} needs a value", flag));
+      return argv[++i];
+    };
+    auto assign_number = [&](std::uint32_t& out) -> std::expected<void, std::string> {
+      auto text = value();
+      if (!text) return std::unexpected(text.error());
+      auto parsed = number(flag, *text);
+      if (!parsed) return std::unexpected(parsed.error());
+      out = *parsed;
+      return {};
+    };
+    std::expected<void, std::string> outcome;
+    if (flag == "--watch") {
+      args.watch = true;
+    } else if (flag == "--json") {
+      args.json = true;
+    } else if (flag == "--eagle") {
+      args.eagle = true;
+    } else if (flag == "--target" || flag == "--model" || flag == "--tokens" || flag == "--lora") {
+      auto text = value();
+      if (!text) return std::unexpected(text.error());
+      if (flag == "--target") args.targets.push_back(*text);
+      if (flag == "--model") args.model = *text;
+      if (flag == "--tokens") args.tokens_file = *text;
+      if (flag == "--lora") args.lora = *text;
+    } else if (flag == "--block-size") {
+      outcome = assign_number(args.block_size);
+    } else if (flag == "--interval-ms") {
+      outcome = assign_number(args.interval_ms);
+    } else if (flag == "--timeout-ms") {
+      outcome = assign_number(args.timeout_ms);
+    } else if (flag == "--iterations") {
+      outcome = assign_number(args.iterations);
+    } else if (!flag.starts_with("--") && args.command == "decode-frame" && !args.file) {
+      args.file = flag;
+    } else {
+      return std::unexpected(fmt::format("unexpected argument '{}'", flag));
+    }
+    if (!outcome) return std::unexpected(outcome.error());
+  }
+  return args;
+}
+
+std::expected<std::vector<std::uint32_t>, std::string> read_tokens(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::unexpected(fmt::format("cannot read tokens file '{}'", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  for (char& c : text) {
+    if (c == ',') c = ' ';
+  }
+  std::istringstream words(text);
+  std::vector<std::uint32_t> tokens;
+  for (std::string word; words >> word;) {
+    std::uint32_t token = 0;
+    const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), token);
+    if (error != std::errc{} || end != word.data() + word.size()) {
+      return std::unexpected(fmt::format("'{}' in {} is not a token id (0..4294967295)", word, path));
+    }
+    tokens.push_back(token);
+  }
+  return tokens;
+}
+
+}  // namespace kvrelay::cli

@@ -1,0 +1,39 @@
+#pragma once
+// kvrelay-cli's command line: one command, then flags shared by every command.
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvrelay::cli {
+
+inline constexpr int kOk = 0;
+inline constexpr int kRelayError = 1;        // unreachable relay, error status, timeout
+inline constexpr int kUsageError = 2;
+inline constexpr int kContractMismatch = 3;  // the relay speaks another contract
+inline constexpr int kInvalidInput = 4;      // an invalid file (tokens, CBI1 frame)
+
+struct Args {
+  std::string command;
+  std::vector<std::string> targets;  // empty: the command's default
+  bool watch = false;
+  bool json = false;
+  std::optional<std::string> model;
+  std::optional<std::string> tokens_file;
+  std::optional<std::string> file;  // decode-frame's positional FILE
+  std::uint32_t block_size = 0;
+  bool eagle = false;
+  std::string lora;
+  std::uint32_t interval_ms = 1000;
+  std::uint32_t timeout_ms = 10000;
+  std::uint32_t iterations = 0;  // top: 0 = until interrupted
+};
+
+std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv);
+extern const char* const kUsage;
+
+// Token ids separated by whitespace and/or commas.
+std::expected<std::vector<std::uint32_t>, std::string> read_tokens(const std::string& path);
+
+}  // namespace kvrelay::cli

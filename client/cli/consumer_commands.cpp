@@ -1,0 +1,204 @@
+// top and overlap: views built on the consumer library, so what they show is exactly what a
+// router using the library would see.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "client/cli/commands.hpp"
+#include "client/cli/format.hpp"
+#include "client/cli/table.hpp"
+#include "kvrelay/client/consumer.hpp"
+
+namespace kvrelay::cli {
+
+namespace {
+
+using client::ConsumerView;
+using client::RelayView;
+
+client::ConsumerOptions options_for(const Args& args, const std::string& subscriber) {
+  client::ConsumerOptions options;
+  options.targets = args.targets.empty() ? std::vector<std::string>{"localhost:50051"} : args.targets;
+  options.subscriber_id = subscriber;
+  return options;
+}
+
+bool relay_settled(const RelayView& relay) {
+  if (relay.incompatible) return true;
+  if (!relay.catalog.valid || !relay.readiness.valid || !relay.load.valid) return false;
+  return std::ranges::none_of(relay.pools, [](const auto& pool) { return pool.status == client::ReplicaStatus::kSubscribing; });
+}
+
+// Exit status for relays that never settled or speak another contract; reports each once.
+int report_unsettled(const ConsumerView& view) {
+  int worst = kOk;
+  for (const auto& relay : view.relays) {
+    if (relay.incompatible) {
+      std::fprintf(stderr, "kvrelay-cli: %s: contract mismatch: %s\n", relay.target.c_str(), relay.catalog.last_error.c_str());
+      worst = std::max(worst, kContractMismatch);
+    } else if (!relay_settled(relay)) {
+      const auto& why = !relay.catalog.last_error.empty() ? relay.catalog.last_error : std::string("timed out waiting for its state");
+      std::fprintf(stderr, "kvrelay-cli: %s: relay not ready: %s\n", relay.target.c_str(), why.c_str());
+      worst = std::max(worst, kRelayError);
+    }
+  }
+  return worst;
+}
+
+std::string readiness_text(const std::optional<v1::ServingReadinessState>& state) {
+  return state ? state_name(*state) : "?";
+}
+
+std::string load_text(const std::optional<client::LoadFacts>& load) {
+  if (!load) return "-";
+  return fmt::format("{}/{} ({}/{} ranks{})", load->used_blocks, load->total_blocks, load->observed_ranks,
+                     load->expected_ranks, load->authoritative() ? "" : ", partial");
+}
+
+// The readiness a subscriber sees for a pool: its base model's entry in the serving namespace.
+std::string pool_readiness(const RelayView& relay, const client::PoolView& pool) {
+  const auto& ns = pool.descriptor.serving_endpoint().namespace_();
+  for (const auto& registration : pool.descriptor.registrations()) {
+    if (!registration.target().has_base()) continue;
+    for (const auto& entry : relay.readiness_entries) {
+      if (entry.namespace_() == ns && entry.canonical_model_id() == registration.canonical_model_id()) {
+        return state_name(entry.state());
+      }
+    }
+  }
+  return relay.readiness.valid ? "-" : "?";
+}
+
+std::string base_models(const client::PoolView& pool) {
+  std::string models;
+  for (const auto& registration : pool.descriptor.registrations()) {
+    if (registration.target().has_base()) models += (models.empty() ? "" : ",") + registration.canonical_model_id();
+  }
+  return models.empty() ? "-" : models;
+}
+
+std::string plane_text(const char* name, const client::PlaneView& plane, std::uint64_t position) {
+  return fmt::format("{} {}{}", name, position, plane.valid ? "" : " (stale)");
+}
+
+using DeltaCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>;
+
+void render_top(const ConsumerView& view, const DeltaCounts& previous, double elapsed_s) {
+  for (const auto& relay : view.relays) {
+    const auto identity = relay.identity ? fmt::format("instance {:016x} incarnation {:016x}", relay.identity->drt_instance_id(),
+                                                       relay.identity->relay_incarnation())
+                                         : std::string("identity unknown");
+    std::printf("RELAY %s  %s  %s  %s  %s  restarts %lu\n", relay.target.c_str(), identity.c_str(),
+                plane_text("catalog rev", relay.catalog, relay.catalog_revision).c_str(),
+                plane_text("readiness rev", relay.readiness, relay.readiness_revision).c_str(),
+                plane_text("load window", relay.load, relay.load_window).c_str(),
+                static_cast<unsigned long>(relay.identity_changes));
+    if (relay.incompatible || !relay.catalog.valid) std::printf("  ! %s\n", relay.catalog.last_error.c_str());
+    Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "FINGERPRINTS", "FILTER LOAD", "READINESS", "KV LOAD"});
+    for (const auto& pool : relay.pools) {
+      const auto it = previous.find({relay.target, pool.endpoint});
+      const double rate = it == previous.end() || elapsed_s <= 0 || pool.deltas_applied < it->second
+                              ? 0.0
+                              : double(pool.deltas_applied - it->second) / elapsed_s;
+      table.add({"  " + pool.endpoint, base_models(pool), std::string(client::to_string(pool.status)),
+                 std::to_string(pool.sequence), fmt::format("{:.1f}", rate), std::to_string(pool.occupied_slots),
+                 fmt::format("{:.2f}%", 100.0 * pool.load_factor()), pool_readiness(relay, pool), load_text(pool.load)});
+    }
+    table.print();
+    for (const auto& quarantined : relay.quarantined_pools) std::printf("  quarantined pool: %s\n", quarantined.c_str());
+    for (const auto& quarantined : relay.quarantined_entries) std::printf("  quarantined readiness: %s\n", quarantined.c_str());
+    std::printf("\n");
+  }
+}
+
+DeltaCounts delta_counts(const ConsumerView& view) {
+  DeltaCounts counts;
+  for (const auto& relay : view.relays) {
+    for (const auto& pool : relay.pools) counts[{relay.target, pool.endpoint}] = pool.deltas_applied;
+  }
+  return counts;
+}
+
+nlohmann::json match_json(const client::PoolMatch& match) {
+  nlohmann::json out{{"target", match.target},     {"dc_id", match.dc_id},
+                     {"endpoint", match.endpoint}, {"model", match.canonical_model_id},
+                     {"block_size", match.block_size}, {"prompt_blocks", match.prompt_blocks},
+                     {"sequence", match.sequence}};
+  out["adapter"] = match.adapter ? nlohmann::json(*match.adapter) : nlohmann::json();
+  out["cached_blocks"] = match.depth ? nlohmann::json(*match.depth) : nlohmann::json();
+  out["readiness"] = match.readiness ? nlohmann::json(state_name(*match.readiness)) : nlohmann::json();
+  if (match.load) {
+    out["load"] = {{"used_blocks", match.load->used_blocks}, {"total_blocks", match.load->total_blocks},
+                   {"observed_ranks", match.load->observed_ranks}, {"expected_ranks", match.load->expected_ranks},
+                   {"authoritative", match.load->authoritative()}};
+  } else {
+    out["load"] = nullptr;
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_top(const Args& args) {
+  client::Consumer consumer(options_for(args, "kvrelay-cli-top"));
+  consumer.start();
+  consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_settled); },
+                 std::chrono::milliseconds(args.timeout_ms));
+  auto previous = delta_counts(consumer.view());
+  auto previous_at = std::chrono::steady_clock::now();
+  const bool live = args.iterations != 1;
+  for (std::uint32_t i = 0; args.iterations == 0 || i < args.iterations; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.interval_ms));  // the refresh period
+    const auto view = consumer.view();
+    const auto now = std::chrono::steady_clock::now();
+    if (live) std::printf("\x1b[H\x1b[2J");
+    std::printf("kvrelay-cli top  %zu relay(s)  refresh %u ms\n\n", view.relays.size(), args.interval_ms);
+    render_top(view, previous, std::chrono::duration<double>(now - previous_at).count());
+    std::fflush(stdout);
+    previous = delta_counts(view);
+    previous_at = now;
+  }
+  return report_unsettled(consumer.view());
+}
+
+int run_overlap(const Args& args) {
+  if (!args.model || !args.tokens_file) {
+    std::fprintf(stderr, "kvrelay-cli: overlap needs --model NAME and --tokens FILE\n");
+    return kUsageError;
+  }
+  const auto tokens = read_tokens(*args.tokens_file);
+  if (!tokens) {
+    std::fprintf(stderr, "kvrelay-cli: %s\n", tokens.error().c_str());
+    return kInvalidInput;
+  }
+  client::Consumer consumer(options_for(args, "kvrelay-cli-overlap"));
+  consumer.start();
+  consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_settled); },
+                 std::chrono::milliseconds(args.timeout_ms));
+  const int unsettled = report_unsettled(consumer.view());
+  const auto matches = consumer.overlap(*args.model, *tokens);
+  if (args.json) {
+    auto out = nlohmann::json::array();
+    for (const auto& match : matches) out.push_back(match_json(match));
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    Table table({"TARGET", "DC", "ENDPOINT", "MODEL", "BLOCK", "CACHED", "READINESS", "KV LOAD"});
+    for (const auto& match : matches) {
+      const auto cached = match.depth ? fmt::format("{}/{}", *match.depth, match.prompt_blocks) : "no replica";
+      table.add({match.target, fmt::format("{:x}", match.dc_id), match.endpoint,
+                 match.canonical_model_id + (match.adapter ? " (lora)" : ""), std::to_string(match.block_size), cached,
+                 readiness_text(match.readiness), load_text(match.load)});
+    }
+    if (!table.empty()) table.print();
+  }
+  if (matches.empty() && unsettled == kOk) {
+    std::fprintf(stderr, "kvrelay-cli: no pool serves '%s' (unknown or ambiguous name)\n", args.model->c_str());
+    return kRelayError;
+  }
+  return unsettled;
+}
+
+}  // namespace kvrelay::cli

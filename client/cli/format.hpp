@@ -1,0 +1,58 @@
+#pragma once
+// Shared rendering of wire values for the CLI's tables.
+#include <fmt/format.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <string>
+
+#include "dynamo/kvrelay/v1/relay.pb.h"
+
+namespace kvrelay::cli {
+
+namespace v1 = ::dynamo::kvrelay::v1;
+
+inline std::string json_of(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
+  return text;
+}
+
+// Enum names without their type prefix: WORKER_ROLE_DECODE -> DECODE.
+inline std::string short_name(const std::string& name, std::string_view prefix) {
+  return name.starts_with(prefix) ? name.substr(prefix.size()) : name;
+}
+inline std::string role_name(int role) {
+  return v1::WorkerRole_IsValid(role) ? short_name(v1::WorkerRole_Name(role), "WORKER_ROLE_") : fmt::format("?{}", role);
+}
+inline std::string state_name(int state) {
+  return v1::ServingReadinessState_IsValid(state)
+             ? short_name(v1::ServingReadinessState_Name(state), "SERVING_READINESS_STATE_")
+             : fmt::format("?{}", state);
+}
+template <class Roles>
+std::string roles_of(const Roles& roles) {
+  std::string out;
+  for (int role : roles) out += (out.empty() ? "" : ",") + role_name(role);
+  return out.empty() ? "-" : out;
+}
+inline std::string endpoint_of(const v1::DynamoEndpointId& endpoint) {
+  return fmt::format("{}/{}/{}", endpoint.namespace_(), endpoint.component(), endpoint.endpoint());
+}
+// A pool's stable id, shortened for tables: dc id and the first bytes of both domain digests.
+inline std::string pool_label(const v1::KvPoolId& pool) {
+  auto head = [](const std::string& digest) {
+    std::string hex;
+    for (std::size_t i = 0; i < std::min<std::size_t>(digest.size(), 3); ++i) {
+      hex += fmt::format("{:02x}", static_cast<unsigned char>(digest[i]));
+    }
+    return hex;
+  };
+  return fmt::format("{:x}:{}:{}", pool.dc_id(), head(pool.indexer_domain().cache_semantics().digest()),
+                     head(pool.indexer_domain().routing_scope().digest()));
+}
+
+}  // namespace kvrelay::cli

@@ -1,0 +1,31 @@
+// kvrelay-cli: an operator's window into one or more relays, built on the consumer library.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "client/cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  using namespace kvrelay::cli;
+  const std::vector<std::string> argv_list(argv + 1, argv + argc);
+  if (!argv_list.empty() && (argv_list[0] == "--help" || argv_list[0] == "-h" || argv_list[0] == "help")) {
+    std::fputs(kUsage, stdout);
+    return kOk;
+  }
+  const auto args = parse_args(argv_list);
+  if (!args) {
+    std::fprintf(stderr, "kvrelay-cli: %s\n\n%s", args.error().c_str(), kUsage);
+    return kUsageError;
+  }
+  const std::map<std::string, int (*)(const Args&)> commands{
+      {"info", run_info},   {"catalog", run_catalog}, {"readiness", run_readiness}, {"load", run_load},
+      {"state", run_state}, {"top", run_top},         {"overlap", run_overlap},     {"hash", run_hash},
+      {"decode-frame", run_decode_frame}};
+  const auto command = commands.find(args->command);
+  if (command == commands.end()) {
+    std::fprintf(stderr, "kvrelay-cli: unknown command '%s' (see --help)\n", args->command.c_str());
+    return kUsageError;
+  }
+  return command->second(*args);
+}

@@ -1,0 +1,135 @@
+#pragma once
+// kv-relay's consumer library: a router-side replica of every plane of one or more relays
+// (one per data center), kept as four independent state machines per relay — catalog, pool
+// filters, readiness, load — exactly as grpc-contract.md requires, with quarantine of
+// unsupported entries, reconnection with jittered backoff, and a thread-safe query API.
+//
+//   Consumer consumer({.targets = {"dc-a:50051", "dc-b:50051"}});
+//   consumer.start();
+//   for (const auto& match : consumer.overlap("meta/llama-3-8b", prompt_tokens)) ...
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dynamo/kvrelay/v1/relay.pb.h"
+
+namespace kvrelay::client {
+
+struct ConsumerOptions {
+  std::vector<std::string> targets;  // host:port of each relay's WAN API
+  std::string subscriber_id = "kvrelay-client";
+  int max_receive_bytes = 8 << 20;  // a full snapshot chunk is just over 4 MiB
+  std::chrono::milliseconds backoff_initial{100};
+  std::chrono::milliseconds backoff_max{5000};
+  bool subscribe_pools = true;  // false: catalog, readiness and load only
+};
+
+enum class ReplicaStatus {
+  kSubscribing,  // stream open or (re)opening, snapshot not yet complete
+  kInstalled,    // snapshot installed, deltas applying
+  kWaiting,      // the relay refused this generation; waits for the catalog to change
+  kQuarantined,  // the pool's semantics are unsupported: never queried
+};
+std::string_view to_string(ReplicaStatus status);
+
+struct PlaneView {
+  bool valid = false;        // holds a complete, validated snapshot/window
+  std::uint64_t opens = 0;   // streams opened so far (1 + reconnects)
+  std::string last_error;    // the last stream end or local fault, for people
+};
+
+struct LoadFacts {
+  std::uint64_t used_blocks = 0;
+  std::uint64_t total_blocks = 0;
+  std::uint32_t observed_ranks = 0;
+  std::uint32_t expected_ranks = 0;
+  // Every declared rank reported and capacity is known: only then is used/total a load.
+  bool authoritative() const { return expected_ranks > 0 && observed_ranks == expected_ranks && total_blocks > 0; }
+};
+
+struct PoolView {
+  dynamo::kvrelay::v1::KvPoolDescriptor descriptor;
+  std::string endpoint;  // namespace/component/endpoint
+  ReplicaStatus status = ReplicaStatus::kSubscribing;
+  std::uint64_t sequence = 0;
+  std::uint64_t deltas_applied = 0;
+  std::uint64_t images_applied = 0;
+  std::uint64_t occupied_slots = 0;  // fingerprints held
+  std::uint64_t bucket_count = 0;
+  std::uint64_t digest = 0;          // XXH3 of the replica's bucket words (GetState's filter_digest)
+  std::uint64_t subscriptions = 0;   // snapshots requested for this generation
+  std::string last_fault;
+  std::optional<LoadFacts> load;
+  double load_factor() const { return bucket_count ? double(occupied_slots) / double(bucket_count * 4) : 0.0; }
+};
+
+struct RelayView {
+  std::string target;
+  std::optional<dynamo::kvrelay::v1::RelayIdentity> identity;
+  bool incompatible = false;  // contract mismatch: every stream of this relay stopped
+  std::uint64_t identity_changes = 0;  // relay restarts seen (new incarnations)
+  PlaneView catalog, readiness, load;
+  std::uint64_t catalog_revision = 0;
+  std::uint64_t readiness_revision = 0;
+  std::uint64_t load_window = 0;
+  std::vector<PoolView> pools;                   // supported pools of the catalog
+  std::vector<std::string> quarantined_pools;    // fault kinds of the quarantined ones
+  std::vector<dynamo::kvrelay::v1::TopologyEntry> readiness_entries;
+  std::vector<std::string> quarantined_entries;  // "namespace/model: fault kind"
+};
+
+struct ConsumerView {
+  std::vector<RelayView> relays;
+};
+
+struct PoolMatch {
+  std::string target;
+  std::uint64_t dc_id = 0;
+  std::string endpoint;  // namespace/component/endpoint
+  std::string canonical_model_id;
+  std::optional<std::string> adapter;  // set when the name bound to a LoRA target
+  std::uint32_t block_size = 0;
+  std::size_t prompt_blocks = 0;  // full blocks of the prompt under this pool's semantics
+  std::optional<std::size_t> depth;  // leading blocks cached; nullopt while no replica is installed
+  std::uint64_t sequence = 0;
+  std::optional<dynamo::kvrelay::v1::ServingReadinessState> readiness;  // nullopt: no usable entry
+  std::optional<LoadFacts> load;
+};
+
+class RelayLink;
+
+class Consumer {
+ public:
+  explicit Consumer(ConsumerOptions options);
+  ~Consumer();
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  void start();
+  void stop();
+
+  // Every supported pool, across all relays, that serves `model` (a canonical id or alias that
+  // resolves to exactly one binding in that relay's catalog), with the prompt's prefix-hit depth
+  // under that pool's own semantics, its readiness and its load. Thread-safe.
+  std::vector<PoolMatch> overlap(std::string_view model, std::span<const std::uint32_t> tokens) const;
+
+  ConsumerView view() const;
+
+  // Blocks until `done(view())` holds or `timeout` passes; re-evaluates on every state change.
+  bool await(const std::function<bool(const ConsumerView&)>& done, std::chrono::milliseconds timeout) const;
+
+  struct Notifier;
+
+ private:
+  ConsumerOptions options_;
+  std::shared_ptr<Notifier> notifier_;
+  std::vector<std::unique_ptr<RelayLink>> links_;
+};
+
+}  // namespace kvrelay::client

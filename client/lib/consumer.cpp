@@ -1,0 +1,59 @@
+#include "kvrelay/client/consumer.hpp"
+
+#include "client/lib/relay_link.hpp"
+
+namespace kvrelay::client {
+
+std::string_view to_string(ReplicaStatus status) {
+  switch (status) {
+    case ReplicaStatus::kSubscribing: return "subscribing";
+    case ReplicaStatus::kInstalled: return "installed";
+    case ReplicaStatus::kWaiting: return "waiting";
+    case ReplicaStatus::kQuarantined: return "quarantined";
+  }
+  return "unknown";
+}
+
+Consumer::Consumer(ConsumerOptions options)
+    : options_(std::move(options)), notifier_(std::make_shared<Notifier>()) {
+  for (const auto& target : options_.targets) {
+    links_.push_back(std::make_unique<RelayLink>(target, options_, notifier_));
+  }
+}
+
+Consumer::~Consumer() { stop(); }
+
+void Consumer::start() {
+  for (auto& link : links_) link->start();
+}
+
+void Consumer::stop() {
+  for (auto& link : links_) link->stop();
+}
+
+std::vector<PoolMatch> Consumer::overlap(std::string_view model, std::span<const std::uint32_t> tokens) const {
+  PromptHashes prompt(tokens);
+  std::vector<PoolMatch> matches;
+  for (const auto& link : links_) link->match(model, prompt, matches);
+  return matches;
+}
+
+ConsumerView Consumer::view() const {
+  ConsumerView view;
+  for (const auto& link : links_) view.relays.push_back(link->view());
+  return view;
+}
+
+bool Consumer::await(const std::function<bool(const ConsumerView&)>& done, std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(notifier_->mutex);
+  while (true) {
+    const auto seen = notifier_->version;
+    lock.unlock();
+    if (done(view())) return true;
+    lock.lock();
+    if (!notifier_->changed.wait_until(lock, deadline, [&] { return notifier_->version != seen; })) return false;
+  }
+}
+
+}  // namespace kvrelay::client

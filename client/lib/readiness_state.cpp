@@ -1,0 +1,45 @@
+#include "client/lib/readiness_state.hpp"
+
+#include <fmt/format.h>
+
+namespace kvrelay::client {
+
+Applied ReadinessState::apply(const v1::ServingReadinessUpdate& update) {
+  std::optional<Fault> fault;
+  if (auto error = wire::check_response(update)) {
+    fault = fault_of(*error);
+  } else if (valid_ && update.revision() < revision_) {
+    fault = Fault{"RevisionRegressed", fmt::format("readiness revision went back from {} to {}", revision_, update.revision())};
+  }
+  if (fault) {
+    invalidate();
+    return fault;
+  }
+  entries_.clear();
+  quarantined_.clear();
+  for (int i = 0; i < update.entries_size(); ++i) {
+    const auto& entry = update.entries(i);
+    ReadinessKey key{entry.namespace_(), entry.canonical_model_id()};
+    if (auto error = wire::check_topology_entry(entry, fmt::format("entries[{}]", i))) {
+      quarantined_.emplace(std::move(key), fault_of(*error));
+    } else {
+      entries_.emplace(std::move(key), entry);
+    }
+  }
+  valid_ = true;
+  revision_ = update.revision();
+  return std::nullopt;
+}
+
+void ReadinessState::invalidate() {
+  valid_ = false;
+  entries_.clear();
+  quarantined_.clear();
+}
+
+const v1::TopologyEntry* ReadinessState::find(const ReadinessKey& key) const {
+  const auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+}  // namespace kvrelay::client

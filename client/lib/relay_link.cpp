@@ -1,0 +1,432 @@
+#include "client/lib/relay_link.hpp"
+
+#include <fmt/format.h>
+
+namespace kvrelay::client {
+
+namespace {
+
+constexpr auto kInfoDeadline = std::chrono::seconds(5);
+
+std::string endpoint_label(const v1::DynamoEndpointId& endpoint) {
+  return fmt::format("{}/{}/{}", endpoint.namespace_(), endpoint.component(), endpoint.endpoint());
+}
+
+bool same_relay(const v1::RelayIdentity& a, const v1::RelayIdentity& b) {
+  return a.drt_instance_id() == b.drt_instance_id() && a.relay_incarnation() == b.relay_incarnation();
+}
+
+// The envelope of a streamed message, checked before its relay identity is trusted.
+template <class Response>
+bool envelope_ok(const Response& message) {
+  return !wire::check_envelope(message.contract_marker(), message.protocol_version()) && message.has_relay();
+}
+
+}  // namespace
+
+std::string StreamEnd::describe() const {
+  if (fault) return fmt::format("local fault {}: {}", fault->kind, fault->detail);
+  const auto reason_name = reason ? v1::RelayErrorReason_Name(*reason) : std::string("no reason");
+  if (status.ok()) return "the relay ended the stream cleanly (state invalidated)";
+  return fmt::format("status {} [{}]: {}", static_cast<int>(status.error_code()), reason_name, status.error_message());
+}
+
+RelayLink::RelayLink(std::string target, const ConsumerOptions& options, std::shared_ptr<Consumer::Notifier> notifier)
+    : target_(std::move(target)), options_(options), notifier_(std::move(notifier)) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(options_.max_receive_bytes);
+  // Pool streams must stay on one connection: each relay replica has its own identity.
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), arguments);
+  stub_ = v1::KvEventRelay::NewStub(channel_);
+}
+
+RelayLink::~RelayLink() { stop(); }
+
+void RelayLink::start() {
+  auto request = [this](auto message) {
+    message.set_subscriber_id(options_.subscriber_id);
+    message.set_contract_marker(wire::kContractMarker);
+    return message;
+  };
+  plane_threads_.emplace_back([this, request] {
+    const auto open = [&](grpc::ClientContext* context) {
+      return stub_->WatchKvPoolCatalog(context, request(v1::WatchKvPoolCatalogRequest{}));
+    };
+    run_plane<v1::KvPoolCatalogUpdate>(
+        Plane::kCatalog, catalog_control_, catalog_stats_, open,
+        [this](const v1::KvPoolCatalogUpdate& update) {
+          std::unique_lock lock(mutex_);
+          if (envelope_ok(update)) observe_identity(update.relay());
+          auto fault = catalog_.apply(update);
+          if (!fault) reconcile_pools();
+          return fault;
+        },
+        [this] { catalog_.invalidate(); });
+  });
+  plane_threads_.emplace_back([this, request] {
+    const auto open = [&](grpc::ClientContext* context) {
+      return stub_->SubscribeServingReadiness(context, request(v1::SubscribeServingReadinessRequest{}));
+    };
+    run_plane<v1::ServingReadinessUpdate>(
+        Plane::kReadiness, readiness_control_, readiness_stats_, open,
+        [this](const v1::ServingReadinessUpdate& update) {
+          std::unique_lock lock(mutex_);
+          if (envelope_ok(update)) observe_identity(update.relay());
+          return readiness_.apply(update);
+        },
+        [this] { readiness_.invalidate(); });
+  });
+  plane_threads_.emplace_back([this, request] {
+    const auto open = [&](grpc::ClientContext* context) {
+      return stub_->SubscribeKvPoolLoad(context, request(v1::SubscribeKvPoolLoadRequest{}));
+    };
+    run_plane<v1::KvPoolLoadUpdate>(
+        Plane::kLoad, load_control_, load_stats_, open,
+        [this](const v1::KvPoolLoadUpdate& update) {
+          std::unique_lock lock(mutex_);
+          if (envelope_ok(update)) observe_identity(update.relay());
+          return load_.apply(update);
+        },
+        [this] { load_.invalidate(); });
+  });
+}
+
+void RelayLink::stop() {
+  for (auto* control : {&catalog_control_, &readiness_control_, &load_control_}) control->stop();
+  for (auto& thread : plane_threads_) thread.join();
+  plane_threads_.clear();
+  {
+    std::unique_lock lock(mutex_);
+    for (auto& [key, slot] : slots_) retire(slot);
+    slots_.clear();
+  }
+  reap();
+}
+
+template <class Response>
+StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
+                                 const std::function<Reader<Response>(grpc::ClientContext*)>& open,
+                                 const std::function<Applied(const Response&)>& apply, Backoff& backoff) {
+  grpc::ClientContext context;
+  control.attach(&context);
+  auto reader = open(&context);
+  if (stats != nullptr) {
+    std::unique_lock lock(mutex_);
+    ++stats->opens;
+  }
+  StreamEnd end;
+  Response message;
+  while (reader->Read(&message)) {
+    end.fault = apply(message);
+    notifier_->bump();
+    // Plane threads join the subscriptions a message retired; a pool thread could be joining itself.
+    if (stats != nullptr) reap();
+    if (end.fault) {
+      context.TryCancel();
+      break;
+    }
+    backoff.reset();
+  }
+  end.status = reader->Finish();
+  control.detach();
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (const auto it = trailers.find("kv-relay-error-reason"); it != trailers.end()) {
+    end.reason = parse_reason(std::string_view(it->second.data(), it->second.size()));
+  }
+  return end;
+}
+
+template <class Response>
+void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats,
+                          const std::function<Reader<Response>(grpc::ClientContext*)>& open,
+                          const std::function<Applied(const Response&)>& apply,
+                          const std::function<void()>& invalidate) {
+  Backoff backoff({options_.backoff_initial, options_.backoff_max});
+  bool verify = true;
+  while (!control.stopped()) {
+    if (verify && !verify_relay(control, stats)) {
+      if (!control.wait(backoff.next())) return;
+      continue;
+    }
+    verify = false;
+    const StreamEnd end = read_stream<Response>(control, &stats, open, apply, backoff);
+    if (control.stopped()) return;
+    // Every end — an error, a local fault, even a clean end — leaves this plane's state stale.
+    {
+      std::unique_lock lock(mutex_);
+      invalidate();
+      stats.last_error = end.describe();
+    }
+    notifier_->bump();
+    reap();
+    const Reaction reaction = end.fault ? Reaction{} : react(plane, end.status, end.reason);
+    if (reaction.stop_relay) return mark_incompatible(end.describe());
+    if (reaction.retry == Retry::kNever) return;
+    verify = reaction.retry == Retry::kVerifyRelay;
+    if (!control.wait(backoff.next())) return;
+  }
+}
+
+bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kInfoDeadline);
+  control.attach(&context);
+  v1::RelayInfoRequest request;
+  request.set_contract_marker(wire::kContractMarker);
+  v1::RelayInfo info;
+  const grpc::Status status = stub_->GetRelayInfo(&context, request, &info);
+  control.detach();
+  if (!status.ok()) {
+    std::unique_lock lock(mutex_);
+    stats.last_error = fmt::format("GetRelayInfo: status {}: {}", static_cast<int>(status.error_code()), status.error_message());
+    return false;
+  }
+  if (auto error = wire::check_response(info)) {
+    mark_incompatible(fmt::format("GetRelayInfo: {} ({})", wire::to_string(error->code), error->message));
+    return false;
+  }
+  return true;
+}
+
+void RelayLink::mark_incompatible(std::string why) {
+  {
+    std::unique_lock lock(mutex_);
+    incompatible_ = true;
+    catalog_stats_.last_error = why;
+    catalog_.invalidate();
+    readiness_.invalidate();
+    load_.invalidate();
+    for (auto& [key, slot] : slots_) retire(slot);
+    slots_.clear();
+  }
+  for (auto* control : {&catalog_control_, &readiness_control_, &load_control_}) control->stop();
+  notifier_->bump();
+}
+
+void RelayLink::observe_identity(const v1::RelayIdentity& relay) {
+  if (identity_ && same_relay(*identity_, relay)) return;
+  if (identity_) {
+    ++identity_changes_;
+    catalog_.invalidate();
+    readiness_.invalidate();
+    load_.invalidate();
+    for (auto& [key, slot] : slots_) retire(slot);
+    slots_.clear();
+  }
+  identity_ = relay;
+}
+
+// A new producer for a known pool replaces its slot; a pool absent or quarantined is dropped;
+// a subscription parked until "a newer catalog" restarts once one arrives.
+void RelayLink::reconcile_pools() {
+  const auto& pools = catalog_.pools();
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    const auto* pool = catalog_.find(it->first);
+    if (pool != nullptr && pool->producer == it->second.pool.producer) {
+      ++it;
+      continue;
+    }
+    retire(it->second);
+    it = slots_.erase(it);
+  }
+  for (const auto& [key, pool] : pools) {
+    auto [it, inserted] = slots_.try_emplace(key);
+    auto& slot = it->second;
+    slot.pool = pool;
+    const bool retry_now = slot.parked == Retry::kAwaitNewCatalog && catalog_.revision() > slot.parked_at_revision;
+    if (inserted || retry_now) subscribe(slot);
+  }
+}
+
+void RelayLink::subscribe(PoolSlot& slot) {
+  retire(slot);
+  slot.parked.reset();
+  slot.status = ReplicaStatus::kSubscribing;
+  if (!options_.subscribe_pools) return;
+  auto subscription = std::make_shared<Subscription>();
+  slot.subscription = subscription;
+  subscription->thread = std::thread([this, subscription, key = slot.pool.producer.pool] { run_pool(subscription, key); });
+}
+
+void RelayLink::retire(PoolSlot& slot) {
+  slot.replica.reset();
+  if (!slot.subscription) return;
+  slot.subscription->control.stop();
+  retired_.push_back(std::move(slot.subscription));
+}
+
+void RelayLink::reap() {
+  std::vector<std::shared_ptr<Subscription>> retired;
+  {
+    std::unique_lock lock(mutex_);
+    retired.swap(retired_);
+  }
+  for (auto& subscription : retired) subscription->thread.join();
+}
+
+RelayLink::PoolSlot* RelayLink::slot_of(const wire::PoolKey& key, const std::shared_ptr<Subscription>& subscription) {
+  const auto it = slots_.find(key);
+  if (it == slots_.end() || it->second.subscription != subscription) return nullptr;
+  return &it->second;
+}
+
+void RelayLink::run_pool(std::shared_ptr<Subscription> subscription, wire::PoolKey key) {
+  Backoff backoff({options_.backoff_initial, options_.backoff_max});
+  const auto open = [&](grpc::ClientContext* context) -> Reader<v1::FilterUpdate> {
+    v1::SubscribeKvPoolRequest request;
+    if (!prepare_pool_stream(subscription, key, request)) context->TryCancel();
+    return stub_->SubscribeKvPool(context, request);
+  };
+  const auto apply = [&](const v1::FilterUpdate& update) { return apply_pool_frame(subscription, key, update); };
+  while (!subscription->control.stopped()) {
+    const StreamEnd end = read_stream<v1::FilterUpdate>(subscription->control, nullptr, open, apply, backoff);
+    if (subscription->control.stopped()) return;
+    const Reaction reaction = end.fault ? Reaction{} : react(Plane::kPool, end.status, end.reason);
+    if (reaction.stop_relay) return mark_incompatible(end.describe());
+    if (!settle_pool_stream(subscription, key, end, reaction)) return;
+    if (!subscription->control.wait(backoff.next())) return;
+  }
+}
+
+// A fresh replica for every stream: a pool stream always starts with a new snapshot.
+bool RelayLink::prepare_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
+                                    v1::SubscribeKvPoolRequest& request) {
+  std::unique_lock lock(mutex_);
+  auto* slot = slot_of(key, subscription);
+  if (slot == nullptr || !identity_) return false;
+  request.set_subscriber_id(options_.subscriber_id);
+  request.set_contract_marker(wire::kContractMarker);
+  *request.mutable_expected_producer() = slot->pool.descriptor.producer();
+  slot->replica = std::make_unique<PoolReplica>(slot->pool.descriptor.producer(), *identity_);
+  slot->status = ReplicaStatus::kSubscribing;
+  ++slot->subscriptions;
+  return true;
+}
+
+Applied RelayLink::apply_pool_frame(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
+                                    const v1::FilterUpdate& update) {
+  std::unique_lock lock(mutex_);
+  auto* slot = slot_of(key, subscription);
+  if (slot == nullptr || !slot->replica) return Fault{"Retired", "the subscription was retired"};
+  auto fault = slot->replica->apply(update);
+  if (!fault && slot->replica->installed()) slot->status = ReplicaStatus::kInstalled;
+  return fault;
+}
+
+// Drops the replica and records what the reaction decided; false when the thread should end.
+bool RelayLink::settle_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
+                                   const StreamEnd& end, const Reaction& reaction) {
+  {
+    std::unique_lock lock(mutex_);
+    auto* slot = slot_of(key, subscription);
+    if (slot == nullptr) return false;
+    slot->replica.reset();
+    slot->last_fault = end.describe();
+    const bool retries = reaction.retry == Retry::kBackoff || reaction.retry == Retry::kVerifyRelay;
+    slot->status = reaction.quarantine_pool ? ReplicaStatus::kQuarantined
+                   : retries                ? ReplicaStatus::kSubscribing
+                                            : ReplicaStatus::kWaiting;
+    if (!retries) {
+      slot->parked = reaction.retry;
+      slot->parked_at_revision = catalog_.revision();
+    }
+  }
+  notifier_->bump();
+  return reaction.retry == Retry::kBackoff || reaction.retry == Retry::kVerifyRelay;
+}
+
+std::optional<LoadFacts> RelayLink::load_of(const wire::ProducerKey& producer) const {
+  if (!load_.valid()) return std::nullopt;
+  const auto* entry = load_.find(producer);
+  if (entry == nullptr) return std::nullopt;
+  return LoadFacts{entry->kv_used_blocks(), entry->total_kv_blocks(), entry->kv_observed_ranks(),
+                   entry->kv_expected_ranks()};
+}
+
+// Readiness is keyed by the serving namespace and the base model; a LoRA binding reads its
+// adapter's row of the base entry.
+std::optional<v1::ServingReadinessState> RelayLink::readiness_of(const CatalogPool& pool, const Binding& binding) const {
+  if (!readiness_.valid()) return std::nullopt;
+  const auto& ns = pool.descriptor.serving_endpoint().namespace_();
+  const auto* entry = readiness_.find({ns, binding.adapter ? binding.base_model : binding.canonical_model_id});
+  if (entry == nullptr) return std::nullopt;
+  if (!binding.adapter) return entry->state();
+  for (const auto& adapter : entry->adapters()) {
+    if (adapter.canonical_model_id() == binding.canonical_model_id) return adapter.state();
+  }
+  return std::nullopt;
+}
+
+void RelayLink::match(std::string_view model, PromptHashes& prompt, std::vector<PoolMatch>& out) const {
+  std::shared_lock lock(mutex_);
+  if (!catalog_.valid()) return;
+  const auto resolution = catalog_.resolve(model);
+  if (!resolution) return;
+  for (const auto& key : resolution->pools) {
+    const auto& slot = slots_.at(key);
+    const auto& descriptor = slot.pool.descriptor;
+    const auto semantics = semantics_of(descriptor, resolution->binding);
+    const auto hashes = prompt.sequence_hashes(semantics);
+    PoolMatch match;
+    match.target = target_;
+    match.dc_id = key.dc_id;
+    match.endpoint = endpoint_label(descriptor.serving_endpoint());
+    match.canonical_model_id = resolution->binding.canonical_model_id;
+    match.adapter = resolution->binding.adapter;
+    match.block_size = semantics.block_size;
+    match.prompt_blocks = hashes.size();
+    if (slot.replica && slot.replica->installed()) {
+      match.depth = prefix_depth(slot.replica->words(), slot.replica->addressing(), hashes);
+      match.sequence = slot.replica->sequence();
+    }
+    match.readiness = readiness_of(slot.pool, resolution->binding);
+    match.load = load_of(slot.pool.producer);
+    out.push_back(std::move(match));
+  }
+}
+
+PoolView RelayLink::pool_view(const PoolSlot& slot) const {
+  PoolView view;
+  view.descriptor = slot.pool.descriptor;
+  view.endpoint = endpoint_label(slot.pool.descriptor.serving_endpoint());
+  view.status = slot.status;
+  view.bucket_count = slot.pool.producer.ckf_format.bucket_count;
+  view.subscriptions = slot.subscriptions;
+  view.last_fault = slot.last_fault;
+  view.load = load_of(slot.pool.producer);
+  if (const auto* replica = slot.replica.get(); replica != nullptr && replica->installed()) {
+    view.sequence = replica->sequence();
+    view.deltas_applied = replica->deltas_applied();
+    view.images_applied = replica->images_applied();
+    view.occupied_slots = replica->occupied_slots();
+    view.digest = replica->digest();
+  }
+  return view;
+}
+
+RelayView RelayLink::view() const {
+  std::shared_lock lock(mutex_);
+  RelayView view;
+  view.target = target_;
+  view.identity = identity_;
+  view.incompatible = incompatible_;
+  view.identity_changes = identity_changes_;
+  view.catalog = {catalog_.valid(), catalog_stats_.opens, catalog_stats_.last_error};
+  view.readiness = {readiness_.valid(), readiness_stats_.opens, readiness_stats_.last_error};
+  view.load = {load_.valid(), load_stats_.opens, load_stats_.last_error};
+  view.catalog_revision = catalog_.revision();
+  view.readiness_revision = readiness_.revision();
+  view.load_window = load_.window_sequence();
+  for (const auto& [key, slot] : slots_) view.pools.push_back(pool_view(slot));
+  for (const auto& quarantined : catalog_.quarantined()) {
+    view.quarantined_pools.push_back(fmt::format("{} ({})", wire::to_string(quarantined.error.code), quarantined.error.field));
+  }
+  for (const auto& [key, entry] : readiness_.entries()) view.readiness_entries.push_back(entry);
+  for (const auto& [key, fault] : readiness_.quarantined()) {
+    view.quarantined_entries.push_back(fmt::format("{}/{}: {}", key.first, key.second, fault.kind));
+  }
+  return view;
+}
+
+}  // namespace kvrelay::client

@@ -1,0 +1,133 @@
+#pragma once
+// Everything a consumer holds about one relay: its channel, the four planes, one subscription
+// thread per supported pool, and the reactions that keep them converging on the relay's state.
+// Planes are independent: a fault in one invalidates only that one (a new relay incarnation is
+// the exception — it invalidates everything learned from the old one).
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "client/lib/backoff.hpp"
+#include "client/lib/catalog_state.hpp"
+#include "client/lib/load_state.hpp"
+#include "client/lib/pool_replica.hpp"
+#include "client/lib/query.hpp"
+#include "client/lib/reaction.hpp"
+#include "client/lib/readiness_state.hpp"
+#include "client/lib/stream_control.hpp"
+#include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "kvrelay/client/consumer.hpp"
+
+namespace kvrelay::client {
+
+struct Consumer::Notifier {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::uint64_t version = 0;
+  void bump() {
+    {
+      std::lock_guard lock(mutex);
+      ++version;
+    }
+    changed.notify_all();
+  }
+};
+
+// How a stream ended: the relay's status and reason, or a local fault that made us cancel it.
+struct StreamEnd {
+  grpc::Status status;
+  std::optional<v1::RelayErrorReason> reason;
+  std::optional<Fault> fault;
+  std::string describe() const;
+};
+
+class RelayLink {
+ public:
+  RelayLink(std::string target, const ConsumerOptions& options, std::shared_ptr<Consumer::Notifier> notifier);
+  ~RelayLink();
+
+  void start();
+  void stop();
+  RelayView view() const;
+  void match(std::string_view model, PromptHashes& prompt, std::vector<PoolMatch>& out) const;
+
+ private:
+  struct Subscription {
+    StreamControl control;
+    std::thread thread;
+  };
+  struct PoolSlot {
+    CatalogPool pool;
+    std::unique_ptr<PoolReplica> replica;
+    ReplicaStatus status = ReplicaStatus::kSubscribing;
+    std::optional<Retry> parked;  // why the subscription stopped retrying, until the catalog moves
+    std::uint64_t parked_at_revision = 0;
+    std::uint64_t subscriptions = 0;
+    std::string last_fault;
+    std::shared_ptr<Subscription> subscription;
+  };
+  struct PlaneStats {
+    std::uint64_t opens = 0;
+    std::string last_error;
+  };
+  template <class Response>
+  using Reader = std::unique_ptr<grpc::ClientReaderInterface<Response>>;
+
+  template <class Response>
+  void run_plane(Plane plane, StreamControl& control, PlaneStats& stats,
+                 const std::function<Reader<Response>(grpc::ClientContext*)>& open,
+                 const std::function<Applied(const Response&)>& apply, const std::function<void()>& invalidate);
+  // `stats` is null for pool streams (plane streams count their opens there).
+  template <class Response>
+  StreamEnd read_stream(StreamControl& control, PlaneStats* stats,
+                        const std::function<Reader<Response>(grpc::ClientContext*)>& open,
+                        const std::function<Applied(const Response&)>& apply, Backoff& backoff);
+  void run_pool(std::shared_ptr<Subscription> subscription, wire::PoolKey key);
+  bool prepare_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
+                           v1::SubscribeKvPoolRequest& request);
+  Applied apply_pool_frame(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
+                           const v1::FilterUpdate& update);
+  bool settle_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
+                          const StreamEnd& end, const Reaction& reaction);
+
+  // GetRelayInfo: false when the relay is unreachable or incompatible.
+  bool verify_relay(StreamControl& control, PlaneStats& stats);
+  // Under the lock. A message from another relay incarnation drops everything from the old one.
+  void observe_identity(const v1::RelayIdentity& relay);
+  void reconcile_pools();
+  void subscribe(PoolSlot& slot);
+  void retire(PoolSlot& slot);
+  void mark_incompatible(std::string why);
+  void reap();  // joins retired subscription threads; never under the lock
+  PoolSlot* slot_of(const wire::PoolKey& key, const std::shared_ptr<Subscription>& subscription);
+  v1::SubscribeKvPoolRequest pool_request(const PoolSlot& slot) const;
+  PoolView pool_view(const PoolSlot& slot) const;
+  std::optional<LoadFacts> load_of(const wire::ProducerKey& producer) const;
+  std::optional<v1::ServingReadinessState> readiness_of(const CatalogPool& pool, const Binding& binding) const;
+
+  const std::string target_;
+  const ConsumerOptions options_;
+  const std::shared_ptr<Consumer::Notifier> notifier_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvEventRelay::Stub> stub_;
+
+  mutable std::shared_mutex mutex_;  // guards everything below
+  std::optional<v1::RelayIdentity> identity_;
+  std::uint64_t identity_changes_ = 0;
+  bool incompatible_ = false;
+  CatalogState catalog_;
+  ReadinessState readiness_;
+  LoadState load_;
+  PlaneStats catalog_stats_, readiness_stats_, load_stats_;
+  std::map<wire::PoolKey, PoolSlot> slots_;
+  std::vector<std::shared_ptr<Subscription>> retired_;
+
+  StreamControl catalog_control_, readiness_control_, load_control_;
+  std::vector<std::thread> plane_threads_;
+};
+
+}  // namespace kvrelay::client
