@@ -1,0 +1,192 @@
+// The consumer's catalog, readiness and load planes against the contract's validation table
+// ("Unknown Types and Validation"): quarantine rows keep the rest of a snapshot; envelope and
+// key faults invalidate the whole plane.
+#include <catch2/catch.hpp>
+
+#include "client/lib/catalog_state.hpp"
+#include "client/lib/load_state.hpp"
+#include "client/lib/readiness_state.hpp"
+#include "tests/client/wire_builders.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+using client::CatalogState;
+
+namespace {
+
+// One supported pool (1) beside one broken by `breaker` (2): the broken one is quarantined.
+void require_quarantines(const std::function<void(v1::KvPoolDescriptor&)>& breaker, bool keyed = true) {
+  CatalogState state;
+  auto broken = descriptor(2, "qwen");
+  breaker(broken);
+  REQUIRE_FALSE(state.apply(catalog(1, {descriptor(1), broken})));
+  CHECK(state.valid());
+  CHECK(state.pools().size() == 1);
+  CHECK(state.find(wire::pool_key(producer(1).pool_id())) != nullptr);
+  REQUIRE(state.quarantined().size() == 1);
+  CHECK(state.quarantined()[0].pool.has_value() == keyed);
+  CHECK_FALSE(state.resolve("qwen").has_value());
+  CHECK(state.resolve("llama").has_value());
+}
+
+}  // namespace
+
+TEST_CASE("catalog: unsupported pools are quarantined, the rest of the snapshot applies", "[client][catalog]") {
+  SECTION("unknown identity version") {
+    require_quarantines([](auto& pool) { pool.mutable_producer()->mutable_pool_id()->set_identity_version(2); }, false);
+  }
+  SECTION("unknown identity source") {
+    require_quarantines([](auto& pool) {
+      pool.mutable_producer()->mutable_pool_id()->mutable_indexer_domain()->mutable_cache_semantics()->set_source(
+          static_cast<v1::IdentitySource>(9));
+    }, false);
+  }
+  SECTION("unknown CKF format") {
+    require_quarantines([](auto& pool) { pool.mutable_producer()->mutable_ckf_format()->set_fingerprint_bits(8); });
+  }
+  SECTION("unknown hash format") {
+    require_quarantines([](auto& pool) {
+      pool.mutable_query_semantics()->set_hash_format(static_cast<v1::KvQueryHashFormat>(7));
+    });
+  }
+  SECTION("unknown pool role") {
+    require_quarantines([](auto& pool) { pool.set_pool_roles(0, static_cast<v1::WorkerRole>(17)); });
+  }
+  SECTION("missing or unknown model target alternative") {
+    require_quarantines([](auto& pool) { pool.mutable_registrations(0)->mutable_target()->Clear(); });
+  }
+  SECTION("malformed entry with a trustworthy key: block size 0") {
+    require_quarantines([](auto& pool) { pool.mutable_query_semantics()->set_kv_block_size(0); });
+  }
+  SECTION("unspecified role") {
+    require_quarantines([](auto& pool) { pool.set_pool_roles(0, v1::WORKER_ROLE_UNSPECIFIED); });
+  }
+}
+
+TEST_CASE("catalog: an invalid envelope or ambiguous keys invalidate the whole plane", "[client][catalog]") {
+  CatalogState state;
+  REQUIRE_FALSE(state.apply(catalog(5, {descriptor(1)})));
+  SECTION("marker mismatch") {
+    auto update = catalog(6, {descriptor(1)});
+    update.set_contract_marker(0x4B565232);
+    const auto fault = state.apply(update);
+    REQUIRE(fault);
+    CHECK(fault->kind == "ContractMarker");
+  }
+  SECTION("protocol version") {
+    auto update = catalog(6, {descriptor(1)});
+    update.set_protocol_version(2);
+    CHECK(state.apply(update));
+  }
+  SECTION("duplicate pool ids") {
+    auto again = descriptor(1, "other");
+    CHECK(state.apply(catalog(6, {descriptor(1), again}))->kind == "DuplicatePool");
+  }
+  SECTION("a revision going back") {
+    CHECK(state.apply(catalog(4, {descriptor(1)}))->kind == "RevisionRegressed");
+  }
+  CHECK_FALSE(state.valid());
+  CHECK(state.pools().empty());
+  CHECK_FALSE(state.resolve("llama").has_value());
+}
+
+TEST_CASE("catalog: each snapshot replaces the view; an absent pool is withdrawn", "[client][catalog]") {
+  CatalogState state;
+  REQUIRE_FALSE(state.apply(catalog(1, {descriptor(1), descriptor(2, "qwen")})));
+  REQUIRE_FALSE(state.apply(catalog(3, {descriptor(2, "qwen")})));  // revisions may skip
+  CHECK(state.pools().size() == 1);
+  CHECK_FALSE(state.resolve("llama").has_value());
+  CHECK(state.revision() == 3);
+}
+
+TEST_CASE("catalog: a name resolving to two distinct bindings is omitted; one binding on many pools resolves",
+          "[client][catalog]") {
+  CatalogState state;
+  auto lora_pool = descriptor(3, "llama");
+  add_lora(lora_pool, "tenant-a");
+  REQUIRE_FALSE(state.apply(catalog(1, {descriptor(1, "llama", {"chat"}), descriptor(2, "llama", {"chat"}),
+                                         descriptor(4, "qwen", {"chat-q", "shared"}), descriptor(5, "mistral", {"shared"}),
+                                         lora_pool})));
+  const auto llama = state.resolve("chat");
+  REQUIRE(llama);
+  CHECK(llama->pools.size() == 2);
+  CHECK(llama->binding.canonical_model_id == "llama");
+  CHECK(state.resolve("llama")->pools.size() == 3);
+  CHECK_FALSE(state.resolve("shared").has_value());
+  CHECK(state.resolve("chat-q")->binding.canonical_model_id == "qwen");
+  const auto adapter = state.resolve("tenant-a");
+  REQUIRE(adapter);
+  CHECK(adapter->binding.adapter == "tenant-a");
+  CHECK(adapter->binding.base_model == "llama");
+}
+
+TEST_CASE("readiness: unknown states or roles quarantine only their entry", "[client][readiness]") {
+  client::ReadinessState state;
+  auto unknown_state = topology_entry("qwen", v1::SERVING_READINESS_STATE_READY);
+  unknown_state.set_state(static_cast<v1::ServingReadinessState>(9));
+  auto unknown_role = topology_entry("mistral", v1::SERVING_READINESS_STATE_READY);
+  unknown_role.mutable_members(0)->set_roles(0, static_cast<v1::WorkerRole>(12));
+  auto unknown_adapter_role = topology_entry("phi", v1::SERVING_READINESS_STATE_READY);
+  auto* adapter = unknown_adapter_role.add_adapters();
+  adapter->set_canonical_model_id("phi-lora");
+  adapter->set_state(v1::SERVING_READINESS_STATE_UNAVAILABLE);
+  adapter->add_missing_roles(static_cast<v1::WorkerRole>(13));
+  auto encode_duplicate = topology_entry("gemma", v1::SERVING_READINESS_STATE_READY);
+  encode_duplicate.add_duplicate_role_endpoints(v1::WORKER_ROLE_ENCODE);
+  REQUIRE_FALSE(state.apply(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_UNKNOWN), unknown_state,
+                                          unknown_role, unknown_adapter_role, encode_duplicate})));
+  CHECK(state.entries().size() == 1);
+  REQUIRE(state.find({"prod", "llama"}) != nullptr);
+  CHECK(state.find({"prod", "llama"})->state() == v1::SERVING_READINESS_STATE_UNKNOWN);  // a valid state
+  CHECK(state.quarantined().size() == 4);
+  CHECK(state.find({"prod", "qwen"}) == nullptr);
+
+  // The next snapshot replaces everything, quarantine included.
+  REQUIRE_FALSE(state.apply(readiness(2, {topology_entry("qwen", v1::SERVING_READINESS_STATE_READY)})));
+  CHECK(state.quarantined().empty());
+  CHECK(state.find({"prod", "llama"}) == nullptr);
+}
+
+TEST_CASE("readiness: duplicate keys or a bad envelope invalidate the plane", "[client][readiness]") {
+  client::ReadinessState state;
+  REQUIRE_FALSE(state.apply(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)})));
+  SECTION("duplicate entry key") {
+    CHECK(state.apply(readiness(2, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY),
+                                    topology_entry("llama", v1::SERVING_READINESS_STATE_UNAVAILABLE)})));
+  }
+  SECTION("missing relay identity") {
+    auto update = readiness(2, {});
+    update.clear_relay();
+    CHECK(state.apply(update));
+  }
+  CHECK_FALSE(state.valid());
+  CHECK(state.entries().empty());
+}
+
+TEST_CASE("load: windows follow one another; a gap invalidates only the load plane", "[client][load]") {
+  client::LoadState state;
+  REQUIRE_FALSE(state.apply(load_window(4, {1, 2})));
+  CHECK(state.entries().size() == 2);
+  REQUIRE_FALSE(state.apply(load_window(5, {2})));
+  CHECK(state.entries().size() == 1);
+  CHECK(state.find(wire::producer_key(producer(1))) == nullptr);
+  CHECK(state.find(wire::producer_key(producer(2)))->kv_used_blocks() == 20);
+  const auto gap = state.apply(load_window(7, {2}));
+  REQUIRE(gap);
+  CHECK(gap->kind == "WindowGap");
+  CHECK_FALSE(state.valid());
+  // Reopened: the first window of the new stream is accepted whatever its number.
+  REQUIRE_FALSE(state.apply(load_window(9, {1})));
+  CHECK(state.valid());
+}
+
+TEST_CASE("load: an unsupported producer is quarantined; duplicate producers invalidate", "[client][load]") {
+  client::LoadState state;
+  auto update = load_window(1, {1, 2});
+  update.mutable_pools(1)->mutable_producer()->mutable_ckf_format()->set_slots_per_bucket(8);
+  REQUIRE_FALSE(state.apply(update));
+  CHECK(state.entries().size() == 1);
+  CHECK(state.quarantined() == 1);
+  CHECK(state.apply(load_window(2, {1, 1})));
+  CHECK_FALSE(state.valid());
+}
