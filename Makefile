@@ -7,7 +7,7 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
 CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
 
-.PHONY: deps build build-asan test test-normal test-asan bench soak run image-check clean
+.PHONY: deps build build-asan test test-normal test-asan bench soak run image-check deploy-check clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -23,6 +23,7 @@ build-asan: deps
 test-normal: build
 	@cd build && ctest $(CTEST_FLAGS)
 	@bash scripts/image-check.sh build/bin
+	@bash scripts/deploy-check.sh build/bin/kv-relay
 
 test-asan: build-asan
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -47,6 +48,10 @@ image-check: build
 SOAK_SECONDS ?= 600
 soak: build
 	@build/bin/soak $(SOAK_SECONDS)
+
+# The Helm chart: lint, render, yamllint, and every flag it passes known to kv-relay.
+deploy-check: build
+	@bash scripts/deploy-check.sh build/bin/kv-relay
 
 clean:
 	rm -rf build build-asan

@@ -1,0 +1,185 @@
+{{/* Names and labels. */}}
+{{- define "kv-relay.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kv-relay.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A name derived from the full name: "kv-relay.child" (list . "suffix"). */}}
+{{- define "kv-relay.child" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s" (include "kv-relay.fullname" $root | trunc (int (sub 62 (len (index . 1))))) (index . 1) | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kv-relay.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kv-relay.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kv-relay.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kv-relay.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kv-relay
+{{- end -}}
+
+{{- define "kv-relay.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kv-relay.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A scalar as the relay reads it: values files hand numbers over as float64, which would
+print 16777216 as 1.6777216e+07.
+*/}}
+{{- define "kv-relay.scalar" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The relay map with "_" spelled "-" and null entries dropped. */}}
+{{- define "kv-relay.relayValues" -}}
+{{- $out := dict -}}
+{{- range $key, $value := .Values.relay -}}
+{{- if not (kindIs "invalid" $value) -}}
+{{- $name := $key | replace "_" "-" -}}
+{{- if hasKey $out $name -}}
+{{- fail (printf "relay.%s is given twice (with - and with _)" $name) -}}
+{{- end -}}
+{{- $_ := set $out $name $value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* --drain-timeout-ms in whole seconds, rounded up (the relay's default is 5000 ms). */}}
+{{- define "kv-relay.drainSeconds" -}}
+{{- $relay := include "kv-relay.relayValues" . | fromJson -}}
+{{- $ms := 5000 -}}
+{{- if hasKey $relay "drain-timeout-ms" -}}
+{{- $ms = int64 (include "kv-relay.scalar" (index $relay "drain-timeout-ms")) -}}
+{{- end -}}
+{{- div (add $ms 999) 1000 -}}
+{{- end -}}
+
+{{/* How long Envoy keeps serving after the pod is told to stop (0 without the sidecar). */}}
+{{- define "kv-relay.envoyHoldSeconds" -}}
+{{- if .Values.mtls.enabled -}}
+{{- if kindIs "invalid" .Values.mtls.drainHoldSeconds -}}
+{{- add (include "kv-relay.drainSeconds" . | int64) 2 -}}
+{{- else -}}
+{{- int64 .Values.mtls.drainHoldSeconds -}}
+{{- end -}}
+{{- else -}}
+0
+{{- end -}}
+{{- end -}}
+
+{{/* The pod's grace period: above both the relay's drain and Envoy's hold. */}}
+{{- define "kv-relay.gracePeriodSeconds" -}}
+{{- $floor := max (include "kv-relay.drainSeconds" . | int64) (include "kv-relay.envoyHoldSeconds" . | int64) -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add $floor 15 -}}
+{{- else -}}
+{{- $grace := int64 .Values.terminationGracePeriodSeconds -}}
+{{- if le $grace $floor -}}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be above the drain timeout and the Envoy hold (%d s)" $grace $floor) -}}
+{{- end -}}
+{{- $grace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the relay's WAN listener binds: the pod address, or loopback behind Envoy. */}}
+{{- define "kv-relay.listen" -}}
+{{- if .Values.mtls.enabled -}}
+127.0.0.1:{{ .Values.ports.relayLoopback }}
+{{- else -}}
+{{ .Values.bindAddress }}:{{ .Values.ports.wan }}
+{{- end -}}
+{{- end -}}
+
+{{- define "kv-relay.hasTopology" -}}
+{{- if .Values.topology -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The kv-relay command line the chart appends to the image's entrypoint, one flag per line
+as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --help`.
+*/}}
+{{- define "kv-relay.args" -}}
+{{- $relay := include "kv-relay.relayValues" . | fromJson -}}
+{{- range $managed := list "listen" "ingest-listen" "metrics-listen" "dc-id" "instance-id" "topology" "config" -}}
+{{- if hasKey $relay $managed -}}
+{{- fail (printf "relay.%s is set by the chart (see the comment above relay: in values.yaml)" $managed) -}}
+{{- end -}}
+{{- end -}}
+- {{ printf "--listen=%s" (include "kv-relay.listen" .) | quote }}
+- {{ printf "--ingest-listen=%s:%v" .Values.bindAddress .Values.ports.ingest | quote }}
+{{- if .Values.metrics.enabled }}
+- {{ printf "--metrics-listen=%s:%v" .Values.bindAddress .Values.ports.metrics | quote }}
+{{- else }}
+- "--metrics-listen=off"
+{{- end }}
+- {{ printf "--dc-id=%s" .Values.dcId | quote }}
+{{- if eq .Values.instanceId.source "value" }}
+- {{ printf "--instance-id=%s" (include "kv-relay.scalar" .Values.instanceId.value) | quote }}
+{{- end }}
+{{- if include "kv-relay.hasTopology" . }}
+- "--topology=/etc/kv-relay/topology/topology.yaml"
+{{- end }}
+{{- range $name, $value := $relay }}
+- {{ printf "--%s=%s" $name (include "kv-relay.scalar" $value) | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Every check on the values that the templates cannot express as a schema. */}}
+{{- define "kv-relay.validate" -}}
+{{- if not .Values.dcId -}}
+{{- fail "dcId must be set: it is hashed into every PoolId" -}}
+{{- end -}}
+{{- if not (has .Values.instanceId.source (list "podIndex" "hostname" "value")) -}}
+{{- fail "instanceId.source must be podIndex, hostname or value" -}}
+{{- end -}}
+{{- if eq .Values.instanceId.source "value" -}}
+{{- if kindIs "invalid" .Values.instanceId.value -}}
+{{- fail "instanceId.source value needs instanceId.value" -}}
+{{- end -}}
+{{- if gt (int .Values.replicaCount) 1 -}}
+{{- fail "instanceId.source value with more than one replica would give every replica the same instance id" -}}
+{{- end -}}
+{{- end -}}
+{{- if not (has .Values.wanService.type (list "ClusterIP" "NodePort" "LoadBalancer")) -}}
+{{- fail "wanService.type must be ClusterIP, NodePort or LoadBalancer" -}}
+{{- end -}}
+{{- if and (ne .Values.wanService.type "ClusterIP") (not .Values.mtls.enabled) (not .Values.wanService.allowUnauthenticated) -}}
+{{- fail (printf "wanService.type %s without mtls.enabled would expose the unauthenticated relay; enable mtls or set wanService.allowUnauthenticated=true if an authenticating proxy is in front" .Values.wanService.type) -}}
+{{- end -}}
+{{- if and .Values.mtls.enabled (not .Values.mtls.secretName) -}}
+{{- fail "mtls.enabled needs mtls.secretName (a Secret with tls.crt, tls.key and ca.crt)" -}}
+{{- end -}}
+{{- if and .Values.mtls.enabled (eq (int .Values.ports.relayLoopback) (int .Values.ports.wan)) -}}
+{{- fail "ports.relayLoopback must differ from ports.wan (Envoy listens on ports.wan)" -}}
+{{- end -}}
+{{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) -}}
+{{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" -}}
+{{- end -}}
+{{- $_ := include "kv-relay.gracePeriodSeconds" . -}}
+{{- end -}}
