@@ -1,0 +1,282 @@
+// The consumer library against a scripted relay: hand-crafted faults the real relay never
+// sends, and the reaction the contract asks for each one.
+#include <catch2/catch.hpp>
+
+#include "core/ckf.hpp"
+#include "core/token_hashing.hpp"
+#include "kvrelay/client/consumer.hpp"
+#include "tests/client/fake_relay.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+using client::ReplicaStatus;
+using client::RelayView;
+
+namespace {
+
+constexpr auto kAwait = std::chrono::seconds(30);
+
+std::vector<std::uint32_t> prompt() {
+  std::vector<std::uint32_t> tokens(40);
+  for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 7 * i + 3;
+  return tokens;
+}
+
+// A filter holding the first `depth` blocks (block size 4, no salt) of prompt().
+std::vector<std::uint64_t> filter_words(std::size_t depth) {
+  hashing::BlockHashOptions options;
+  options.kv_block_size = 4;
+  const auto hashes = hashing::sequence_hashes(hashing::block_hashes(prompt(), options));
+  ckf::Filter filter(kBuckets, kSeed);
+  std::vector<ckf::BucketWrite> writes;
+  for (std::size_t i = 0; i < depth; ++i) REQUIRE(filter.insert(hashes[i], writes) == ckf::InsertOutcome::kInserted);
+  return {filter.words().begin(), filter.words().end()};
+}
+
+StreamScript<v1::FilterUpdate> snapshot_script(const v1::ProducerIdentity& identity, std::size_t depth = 3,
+                                               std::uint64_t incarnation = 7) {
+  StreamScript<v1::FilterUpdate> script;
+  for (auto& chunk : snapshot_frames(identity, 5, filter_words(depth))) {
+    *chunk.mutable_relay() = relay_identity(incarnation);
+    script.push_back(std::move(chunk));
+  }
+  return script;
+}
+
+client::ConsumerOptions options_for(const FakeRelay& relay) {
+  client::ConsumerOptions options;
+  options.targets = {relay.address()};
+  options.backoff_initial = std::chrono::milliseconds(5);
+  options.backoff_max = std::chrono::milliseconds(50);
+  return options;
+}
+
+class Scenario {
+ public:
+  Scenario() : consumer_(options_for(relay_)) {}
+  FakeRelay& relay() { return relay_; }
+  client::Consumer& consumer() { return consumer_; }
+  void start() { consumer_.start(); }
+  RelayView view() const { return consumer_.view().relays.at(0); }
+  void await(const std::function<bool(const RelayView&)>& done) {
+    REQUIRE(consumer_.await([&](const client::ConsumerView& view) { return done(view.relays.at(0)); }, kAwait));
+  }
+  void await_pool(ReplicaStatus status, std::uint64_t generation = 1) {
+    await([&](const RelayView& relay) {
+      return relay.pools.size() == 1 && relay.pools[0].status == status &&
+             relay.pools[0].descriptor.producer().layout_generation() == generation;
+    });
+  }
+
+ private:
+  FakeRelay relay_;
+  client::Consumer consumer_;
+};
+
+}  // namespace
+
+TEST_CASE("fake relay: unsupported entries are quarantined while the rest serves queries", "[client][fake]") {
+  Scenario scenario;
+  auto unsupported = descriptor(2, "qwen");
+  unsupported.mutable_query_semantics()->set_hash_format(static_cast<v1::KvQueryHashFormat>(3));
+  scenario.relay().push_catalog(catalog(1, {descriptor(1, "llama", {"chat"}), unsupported}));
+  auto unknown_state = topology_entry("qwen", v1::SERVING_READINESS_STATE_READY, 2);
+  unknown_state.set_state(static_cast<v1::ServingReadinessState>(5));
+  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY), unknown_state}));
+  scenario.relay().push_load(load_window(1, {1, 2}));
+  scenario.relay().set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.readiness.valid && relay.load.valid && relay.pools.size() == 1 &&
+           relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  const auto view = scenario.view();
+  CHECK(view.quarantined_pools.size() == 1);
+  CHECK(view.quarantined_entries.size() == 1);
+  CHECK(scenario.relay().pool_requests() == 1);  // never for the quarantined pool
+
+  const auto matches = scenario.consumer().overlap("chat", prompt());
+  REQUIRE(matches.size() == 1);
+  CHECK(matches[0].depth == 3u);
+  CHECK(matches[0].prompt_blocks == 10);
+  CHECK(matches[0].readiness == v1::SERVING_READINESS_STATE_READY);
+  REQUIRE(matches[0].load);
+  CHECK(matches[0].load->used_blocks == 10);
+  CHECK(scenario.consumer().overlap("qwen", prompt()).empty());
+
+  // The same pool turning unsupported drops its replica and load with it: no fallback.
+  auto now_unsupported = descriptor(1, "llama", {"chat"});
+  now_unsupported.set_pool_roles(0, static_cast<v1::WorkerRole>(40));
+  scenario.relay().push_catalog(catalog(2, {now_unsupported}));
+  scenario.await([](const RelayView& relay) { return relay.catalog_revision == 2 && relay.pools.empty(); });
+  CHECK(scenario.consumer().overlap("chat", prompt()).empty());
+}
+
+TEST_CASE("fake relay: a faulty frame invalidates only that replica, which resubscribes from a snapshot",
+          "[client][fake]") {
+  Scenario scenario;
+  const auto identity = producer(1);
+  v1::FilterUpdate bad = delta_frame(identity, 5, {{1, 0x10001}});
+  std::string expected_fault;
+  SECTION("corrupt checksum") {
+    bad.mutable_payload()->back() ^= 1;
+    expected_fault = "Cbi1:Checksum";
+  }
+  SECTION("sequence gap") {
+    bad = delta_frame(identity, 6, {{1, 0x10001}});
+    expected_fault = "SequenceGap";
+  }
+  SECTION("wrong dc_id in the CBI1 header") {
+    bad = delta_frame(identity, 5, {{1, 0x10001}}, 0x99);
+    expected_fault = "DcIdMismatch";
+  }
+  SECTION("contract marker mismatch on a frame") {
+    bad.set_contract_marker(0x12345678);
+    expected_fault = "ContractMarker";
+  }
+  SECTION("unknown filter frame kind") {
+    bad.set_kind(static_cast<v1::FilterUpdateKind>(9));
+    expected_fault = "FilterUpdateKind";
+  }
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
+  scenario.relay().set_pool_script([&](const auto& request, int attempt) {
+    auto script = snapshot_script(request.expected_producer());
+    script.push_back(attempt == 0 ? bad : delta_frame(identity, 5, {{1, 0x10001}}));
+    return script;
+  });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.readiness.valid && relay.pools.size() == 1 && relay.pools[0].sequence == 6;
+  });
+  const auto view = scenario.view();
+  CHECK(view.pools[0].subscriptions == 2);
+  CHECK_THAT(view.pools[0].last_fault, Catch::Contains(expected_fault));
+  CHECK(view.catalog.opens == 1);  // the other planes never noticed
+  CHECK(view.readiness.opens == 1);
+}
+
+TEST_CASE("fake relay: PRODUCER_CHANGED waits for a new generation in the catalog", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().set_pool_script([](const auto& request, int) -> StreamScript<v1::FilterUpdate> {
+    if (request.expected_producer().layout_generation() == 1) {
+      return {StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_PRODUCER_CHANGED"}};
+    }
+    return snapshot_script(request.expected_producer());
+  });
+  scenario.start();
+  scenario.await_pool(ReplicaStatus::kWaiting);
+  scenario.relay().push_catalog(catalog(2, {descriptor(1)}));  // same generation: still waiting
+  scenario.await([](const RelayView& relay) { return relay.catalog_revision == 2; });
+  CHECK(scenario.view().pools[0].status == ReplicaStatus::kWaiting);
+  auto next = descriptor(1);
+  *next.mutable_producer() = producer(1, 2);
+  scenario.relay().push_catalog(catalog(3, {next}));
+  scenario.await_pool(ReplicaStatus::kInstalled, 2);
+  CHECK(scenario.relay().pool_requests() == 2);  // the stale generation was never retried
+}
+
+TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog; UNSUPPORTED_FEATURE quarantines", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  std::string first_end;
+  grpc::StatusCode code{};
+  SECTION("not found") {
+    first_end = "RELAY_ERROR_REASON_POOL_NOT_FOUND";
+    code = grpc::StatusCode::NOT_FOUND;
+  }
+  SECTION("unsupported") {
+    first_end = "RELAY_ERROR_REASON_UNSUPPORTED_FEATURE";
+    code = grpc::StatusCode::FAILED_PRECONDITION;
+  }
+  scenario.relay().set_pool_script([&](const auto& request, int attempt) -> StreamScript<v1::FilterUpdate> {
+    if (attempt == 0) return {StreamEndScript{code, first_end}};
+    return snapshot_script(request.expected_producer());
+  });
+  scenario.start();
+  const bool unsupported = code == grpc::StatusCode::FAILED_PRECONDITION;
+  scenario.await_pool(unsupported ? ReplicaStatus::kQuarantined : ReplicaStatus::kWaiting);
+  scenario.relay().push_catalog(catalog(2, {descriptor(1)}));
+  if (unsupported) {
+    scenario.await([](const RelayView& relay) { return relay.catalog_revision == 2; });
+    CHECK(scenario.view().pools[0].status == ReplicaStatus::kQuarantined);
+    CHECK(scenario.relay().pool_requests() == 1);
+  } else {
+    scenario.await_pool(ReplicaStatus::kInstalled);
+    CHECK(scenario.relay().pool_requests() == 2);
+  }
+}
+
+TEST_CASE("fake relay: a lag ends only that stream; the replica resubscribes and installs again", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().push_load(load_window(1, {1}));
+  scenario.relay().set_pool_script([](const auto& request, int attempt) {
+    auto script = snapshot_script(request.expected_producer(), attempt == 0 ? 2 : 4);
+    if (attempt == 0) script.push_back(StreamEndScript{grpc::StatusCode::RESOURCE_EXHAUSTED, "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED"});
+    return script;
+  });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.load.valid && relay.pools.size() == 1 && relay.pools[0].subscriptions == 2 &&
+           relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  const auto matches = scenario.consumer().overlap("llama", prompt());
+  REQUIRE(matches.size() == 1);
+  CHECK(matches[0].depth == 4u);
+  CHECK(scenario.view().load.opens == 1);
+}
+
+TEST_CASE("fake relay: a contract mismatch stops every stream of that relay", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().set_info_marker(0x4B565232);  // "KVR2"
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.start();
+  scenario.await([](const RelayView& relay) { return relay.incompatible; });
+  const auto view = scenario.view();
+  CHECK_THAT(view.catalog.last_error, Catch::Contains("ContractMarker"));
+  CHECK_FALSE(view.catalog.valid);
+  CHECK(scenario.relay().pool_requests() == 0);
+}
+
+TEST_CASE("fake relay: invalid catalogs and clean ends invalidate the plane, which reopens", "[client][fake]") {
+  Scenario scenario;
+  SECTION("duplicate pool keys") { scenario.relay().push_catalog(catalog(1, {descriptor(1), descriptor(1, "other")})); }
+  SECTION("a clean end of stream") {
+    scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+    scenario.relay().push_catalog(StreamEndScript{});
+  }
+  scenario.relay().push_catalog(catalog(9, {descriptor(2, "qwen")}), 2);  // for the reopened stream
+  scenario.relay().set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.catalog.valid && relay.catalog_revision == 9 && relay.pools.size() == 1 &&
+           relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  CHECK(scenario.view().catalog.opens == 2);
+  CHECK(scenario.consumer().overlap("llama", prompt()).empty());
+  CHECK(scenario.consumer().overlap("qwen", prompt()).size() == 1);
+}
+
+TEST_CASE("fake relay: a new relay incarnation drops everything learned from the old one", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}, 7));
+  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
+  scenario.relay().set_pool_script([](const auto& request, int attempt) {
+    return snapshot_script(request.expected_producer(), 3, attempt == 0 ? 7 : 8);
+  });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.readiness.valid && relay.pools.size() == 1 && relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}, 8));  // revision restarts with the incarnation
+  scenario.await([](const RelayView& relay) {
+    return relay.identity && relay.identity->relay_incarnation() == 8 && relay.pools.size() == 1 &&
+           relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  const auto view = scenario.view();
+  CHECK(view.identity_changes == 1);
+  CHECK_FALSE(view.readiness.valid);  // the old incarnation's readiness is gone until the relay sends it again
+  CHECK(scenario.relay().pool_requests() == 2);
+}
