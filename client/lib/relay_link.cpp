@@ -278,7 +278,10 @@ void RelayLink::run_pool(std::shared_ptr<Subscription> subscription, wire::PoolK
     if (!prepare_pool_stream(subscription, key, request)) context->TryCancel();
     return stub_->SubscribeKvPool(context, request);
   };
-  const auto apply = [&](const v1::FilterUpdate& update) { return apply_pool_frame(subscription, key, update); };
+  const auto apply = [&](const v1::FilterUpdate& update) {
+    if (options_.frame_tap) options_.frame_tap(update);
+    return apply_pool_frame(subscription, key, update);
+  };
   while (!subscription->control.stopped()) {
     const StreamEnd end = read_stream<v1::FilterUpdate>(subscription->control, nullptr, open, apply, backoff);
     if (subscription->control.stopped()) return;

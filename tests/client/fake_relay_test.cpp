@@ -177,7 +177,7 @@ TEST_CASE("fake relay: PRODUCER_CHANGED waits for a new generation in the catalo
   CHECK(scenario.relay().pool_requests() == 2);  // the stale generation was never retried
 }
 
-TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog; UNSUPPORTED_FEATURE quarantines", "[client][fake]") {
+TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEATURE quarantines", "[client][fake]") {
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
   std::string first_end;
@@ -208,7 +208,7 @@ TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog; UNSUPPORTED_FEA
   }
 }
 
-TEST_CASE("fake relay: a lag ends only that stream; the replica resubscribes and installs again", "[client][fake]") {
+TEST_CASE("fake relay: a lag ends only that stream, the replica resubscribes and installs again", "[client][fake]") {
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
   scenario.relay().push_load(load_window(1, {1}));

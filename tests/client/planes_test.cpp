@@ -90,7 +90,7 @@ TEST_CASE("catalog: an invalid envelope or ambiguous keys invalidate the whole p
   CHECK_FALSE(state.resolve("llama").has_value());
 }
 
-TEST_CASE("catalog: each snapshot replaces the view; an absent pool is withdrawn", "[client][catalog]") {
+TEST_CASE("catalog: each snapshot replaces the view, an absent pool is withdrawn", "[client][catalog]") {
   CatalogState state;
   REQUIRE_FALSE(state.apply(catalog(1, {descriptor(1), descriptor(2, "qwen")})));
   REQUIRE_FALSE(state.apply(catalog(3, {descriptor(2, "qwen")})));  // revisions may skip
@@ -99,7 +99,7 @@ TEST_CASE("catalog: each snapshot replaces the view; an absent pool is withdrawn
   CHECK(state.revision() == 3);
 }
 
-TEST_CASE("catalog: a name resolving to two distinct bindings is omitted; one binding on many pools resolves",
+TEST_CASE("catalog: a name resolving to two distinct bindings is omitted, one binding on many pools resolves",
           "[client][catalog]") {
   CatalogState state;
   auto lora_pool = descriptor(3, "llama");
@@ -163,7 +163,7 @@ TEST_CASE("readiness: duplicate keys or a bad envelope invalidate the plane", "[
   CHECK(state.entries().empty());
 }
 
-TEST_CASE("load: windows follow one another; a gap invalidates only the load plane", "[client][load]") {
+TEST_CASE("load: windows follow one another, a gap invalidates only the load plane", "[client][load]") {
   client::LoadState state;
   REQUIRE_FALSE(state.apply(load_window(4, {1, 2})));
   CHECK(state.entries().size() == 2);
@@ -180,7 +180,7 @@ TEST_CASE("load: windows follow one another; a gap invalidates only the load pla
   CHECK(state.valid());
 }
 
-TEST_CASE("load: an unsupported producer is quarantined; duplicate producers invalidate", "[client][load]") {
+TEST_CASE("load: an unsupported producer is quarantined, duplicate producers invalidate", "[client][load]") {
   client::LoadState state;
   auto update = load_window(1, {1, 2});
   update.mutable_pools(1)->mutable_producer()->mutable_ckf_format()->set_slots_per_bucket(8);

@@ -92,7 +92,7 @@ TEST_CASE("admission: each stream kind refuses the N+1st and admits again after 
   }
 }
 
-TEST_CASE("admission: pool streams, in total and per pool; lag and withdrawal return permits", "[limits]") {
+TEST_CASE("admission: pool streams, in total and per pool, lag and withdrawal return permits", "[limits]") {
   kvrelay::RelayOptions options = loopback_options();
   options.max_pool_streams_total = 3;
   options.max_subscribers_per_pool = 2;
@@ -138,7 +138,7 @@ TEST_CASE("admission: pool streams, in total and per pool; lag and withdrawal re
   CHECK(admitted->next().has_value());
 }
 
-TEST_CASE("heartbeats: catalog and readiness re-send the same revision; pool streams send empty frames",
+TEST_CASE("heartbeats: catalog and readiness re-send the same revision, pool streams send empty frames",
           "[heartbeat]") {
   kvrelay::RelayOptions options = loopback_options();
   options.catalog_heartbeat_ms = 20;
@@ -192,7 +192,7 @@ TEST_CASE("catalog heartbeat 0 disables it", "[heartbeat]") {
   CHECK(next->revision() == 1);
 }
 
-TEST_CASE("health and reflection on both listeners; drain flips health and refuses new calls", "[health]") {
+TEST_CASE("health and reflection on both listeners, drain flips health and refuses new calls", "[health]") {
   TestRelay relay;
   using Status = kvrelay::test::HealthCheckResponse;
   CHECK(health(relay.wan_channel(), "dynamo.kvrelay.v1.KvEventRelay") == Status::SERVING);
@@ -278,7 +278,7 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
   }
 }
 
-TEST_CASE("snapshot progress timeout ends a stalled subscriber alone; the generation goes on", "[limits]") {
+TEST_CASE("snapshot progress timeout ends a stalled subscriber alone, the generation goes on", "[limits]") {
   kvrelay::RelayOptions options = big_snapshot_options();
   options.snapshot_progress_timeout_ms = 100;
   options.snapshot_encoders = 1;
@@ -300,7 +300,7 @@ TEST_CASE("snapshot progress timeout ends a stalled subscriber alone; the genera
   CHECK(snapshot->producer().layout_generation() == producer.layout_generation());
 }
 
-TEST_CASE("initialized hubs: pools with subscribers are limited; an idle pool frees its slot", "[limits]") {
+TEST_CASE("initialized hubs: pools with subscribers are limited, an idle pool frees its slot", "[limits]") {
   kvrelay::RelayOptions options = loopback_options();
   options.max_initialized_pool_hubs = 1;
   TestRelay relay(options);
@@ -353,7 +353,7 @@ TEST_CASE("a lagging stream returns its permit", "[limits]") {
   CHECK(next->next().has_value());
 }
 
-TEST_CASE("fencing: a broken delta is never forwarded; the generation is rebuilt", "[fencing]") {
+TEST_CASE("fencing: a broken delta is never forwarded, the generation is rebuilt", "[fencing]") {
   TestRelay relay;
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));

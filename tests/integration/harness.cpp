@@ -208,4 +208,41 @@ v1::ProducerIdentity await_single_pool(StreamReader<v1::KvPoolCatalogUpdate>& ca
   return await_catalog(catalog, 1).snapshot().pools(0).producer();
 }
 
+std::vector<ingest_v1::KvEventBatch> EventScript::next_batches(std::size_t count) {
+  std::vector<ingest_v1::KvEventBatch> batches;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t rank = static_cast<std::uint32_t>(rng_() % ranks_);
+    auto& held = held_[rank];
+    ingest_v1::KvEventBatch batch;
+    *batch.mutable_endpoint() = endpoint_;
+    batch.set_worker_id(worker_id_);
+    batch.set_dp_rank(rank);
+    batch.set_sequence(sequence_[rank]++);
+    for (int e = 0; e < 8; ++e) {
+      auto* event = batch.add_events();
+      if (held.empty() || rng_() % 3 != 0) {
+        store(*event, held);
+      } else {
+        const std::size_t victim = rng_() % held.size();
+        event->mutable_removed()->add_block_hashes(held[victim]);
+        held.erase(held.begin() + static_cast<long>(victim));
+      }
+    }
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+// Blocks of one store form a chain (each the child of the previous), as an engine stores a prompt.
+void EventScript::store(ingest_v1::KvEvent& event, std::vector<std::uint64_t>& held) {
+  auto* stored = event.mutable_stored();
+  for (std::uint32_t b = 0; b < blocks_per_store_; ++b) {
+    auto* block = stored->add_blocks();
+    block->set_block_hash(rng_());
+    block->set_tokens_hash(rng_() % 5000);
+  }
+  // Removing the head of a chain is enough for the script's bookkeeping: held ids are heads.
+  held.push_back(stored->blocks(0).block_hash());
+}
+
 }  // namespace kvrelay::test

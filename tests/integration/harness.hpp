@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "app/relay_runtime.hpp"
@@ -128,6 +130,28 @@ ingest_v1::KvEventBatch stored_batch(const ingest_v1::EndpointRef& endpoint, std
                                      std::uint32_t rank, std::uint64_t epoch, std::uint64_t sequence,
                                      const std::vector<std::pair<std::uint64_t, std::uint64_t>>& blocks,
                                      std::optional<std::uint64_t> parent = std::nullopt);
+
+// Random stores and removals on the ranks of one worker, as ordered batches of 8 events;
+// each store carries `blocks_per_store` blocks.
+class EventScript {
+ public:
+  EventScript(std::uint64_t seed, ingest_v1::EndpointRef endpoint, std::uint64_t worker_id, std::uint32_t ranks,
+              std::uint32_t blocks_per_store = 1)
+      : rng_(seed), endpoint_(std::move(endpoint)), worker_id_(worker_id), ranks_(ranks), blocks_per_store_(blocks_per_store) {}
+
+  std::vector<ingest_v1::KvEventBatch> next_batches(std::size_t count);
+
+ private:
+  void store(ingest_v1::KvEvent& event, std::vector<std::uint64_t>& held);
+
+  std::mt19937_64 rng_;
+  ingest_v1::EndpointRef endpoint_;
+  std::uint64_t worker_id_;
+  std::uint32_t ranks_;
+  std::uint32_t blocks_per_store_;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> held_;
+  std::map<std::uint32_t, std::uint64_t> sequence_;
+};
 
 // Awaits a catalog holding exactly `count` pools; returns it.
 v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& catalog, std::size_t count);

@@ -77,7 +77,7 @@ TEST_CASE("a worker whose card has problems is accepted and reports its conflict
   CHECK(state.endpoints(0).conflicts_size() == response.conflicts_size());
 }
 
-TEST_CASE("batches: unknown sources and malformed batches are counted; the stream goes on", "[ingest]") {
+TEST_CASE("batches: unknown sources and malformed batches are counted, the stream goes on", "[ingest]") {
   TestRelay relay;
   relay.put_worker(put_worker_request(kBackend, 1));
   std::vector<ingest_v1::KvEventBatch> batches;
@@ -130,7 +130,7 @@ TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
   }
 }
 
-TEST_CASE("lineage errors reject one event; removing a worker drops its blocks", "[ingest]") {
+TEST_CASE("lineage errors reject one event, removing a worker drops its blocks", "[ingest]") {
   TestRelay relay;
   WorkerShape shape;
   shape.dp_size = 2;

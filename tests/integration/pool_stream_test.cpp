@@ -12,47 +12,6 @@ namespace {
 
 const ingest_v1::EndpointRef kBackend = endpoint_ref("prod", "backend");
 
-// Random stores and removals on several sources of one pool, as ordered batches.
-class EventScript {
- public:
-  explicit EventScript(std::uint64_t seed, std::uint32_t ranks) : rng_(seed), ranks_(ranks) {}
-
-  std::vector<ingest_v1::KvEventBatch> next_batches(std::size_t count) {
-    std::vector<ingest_v1::KvEventBatch> batches;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint32_t rank = static_cast<std::uint32_t>(rng_() % ranks_);
-      auto& held = held_[rank];
-      ingest_v1::KvEventBatch batch;
-      *batch.mutable_endpoint() = kBackend;
-      batch.set_worker_id(1);
-      batch.set_dp_rank(rank);
-      batch.set_sequence(sequence_[rank]++);
-      for (int e = 0; e < 8; ++e) {
-        auto* event = batch.add_events();
-        if (held.empty() || rng_() % 3 != 0) {
-          auto* stored = event->mutable_stored();
-          const std::uint64_t engine_id = rng_();
-          stored->add_blocks()->set_block_hash(engine_id);
-          stored->mutable_blocks(0)->set_tokens_hash(rng_() % 5000);
-          held.push_back(engine_id);
-        } else {
-          const std::size_t victim = rng_() % held.size();
-          event->mutable_removed()->add_block_hashes(held[victim]);
-          held.erase(held.begin() + static_cast<long>(victim));
-        }
-      }
-      batches.push_back(std::move(batch));
-    }
-    return batches;
-  }
-
- private:
-  std::mt19937_64 rng_;
-  std::uint32_t ranks_;
-  std::map<std::uint32_t, std::vector<std::uint64_t>> held_;
-  std::map<std::uint32_t, std::uint64_t> sequence_;
-};
-
 const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
   REQUIRE(state.pools_size() == 1);
   return state.pools(0);
@@ -96,7 +55,7 @@ TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the produc
   relay.put_worker(put_worker_request(kBackend, 1, shape));
   const auto producer = await_single_pool(*catalog);
 
-  EventScript script(42, 2);
+  EventScript script(42, kBackend, 1, 2);
   REQUIRE(relay.publish(script.next_batches(50)).batches_applied() == 50);
 
   auto stream = subscribe_pool(relay, producer);
@@ -130,7 +89,7 @@ TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the produc
   CHECK(only_pool(relay.get_state()).unique_blocks() > 0);
 }
 
-TEST_CASE("pool stream: a withdrawn generation ends its streams; the next one starts at 0", "[pool]") {
+TEST_CASE("pool stream: a withdrawn generation ends its streams, the next one starts at 0", "[pool]") {
   TestRelay relay;
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
@@ -159,7 +118,7 @@ TEST_CASE("pool stream: a withdrawn generation ends its streams; the next one st
   CHECK(snapshot->producer().layout_generation() == second.layout_generation());
 }
 
-TEST_CASE("pool stream: a stalled subscriber lags alone; others go on", "[pool][lag]") {
+TEST_CASE("pool stream: a stalled subscriber lags alone, others go on", "[pool][lag]") {
   kvrelay::RelayOptions options = loopback_options();
   options.expected_unique_blocks = 1 << 20;  // one 4 MiB snapshot chunk
   options.stream_queue_frames = 4;
@@ -175,7 +134,7 @@ TEST_CASE("pool stream: a stalled subscriber lags alone; others go on", "[pool][
   Replica replica(producer);
   replica.apply(*healthy->next());
 
-  EventScript script(7, 1);
+  EventScript script(7, kBackend, 1, 1);
   std::uint64_t expected_sequence = 0;
   for (int round = 0; round < 40; ++round) {
     REQUIRE(relay.publish(script.next_batches(1)).batches_applied() == 1);
@@ -212,7 +171,7 @@ TEST_CASE("relay shutdown ends open streams with PUBLICATION_UNAVAILABLE", "[poo
   CHECK(catalog->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
 }
 
-TEST_CASE("pool stream: a publication too large for one delta ends the streams; resubscribers get it in a snapshot",
+TEST_CASE("pool stream: a publication too large for one delta ends the streams, resubscribers get it in a snapshot",
           "[pool]") {
   kvrelay::RelayOptions options = loopback_options();
   options.expected_unique_blocks = 1 << 20;  // 2^19 buckets

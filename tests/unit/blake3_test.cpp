@@ -187,7 +187,7 @@ TEST_CASE("blake3 extended output of any length is a prefix of the longer output
   CHECK(!std::equal(long_out.begin(), long_out.begin() + 64, long_out.begin() + 64));
 }
 
-TEST_CASE("blake3 finalize does not consume the hasher; reset keeps the mode", "[blake3]") {
+TEST_CASE("blake3 finalize does not consume the hasher, reset keeps the mode", "[blake3]") {
   const auto& cases = official()["cases"];
   const auto& empty = cases[0];
   const auto& one_chunk_plus = cases[4];

@@ -120,7 +120,7 @@ TEST_CASE("an empty store naming an unknown parent is a no-op, not an error", "[
   CHECK_FALSE(index.store({1, 0}, 12345, std::nullopt, {}));
 }
 
-TEST_CASE("owners keep one fingerprint; the last owner removes it", "[pool]") {
+TEST_CASE("owners keep one fingerprint, the last owner removes it", "[pool]") {
   PoolIndex index({64});
   const std::vector<StoredBlockRef> root{{7, 0x77}};
   REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, root));

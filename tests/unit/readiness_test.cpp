@@ -235,7 +235,7 @@ TEST_CASE("units_of groups workers by (worker_type, model_type, needs)", "[readi
 
 TEST_CASE("an empty input projects no entries", "[readiness]") { CHECK(project({}).empty()); }
 
-TEST_CASE("only Base registrations create entries; a LoRA-only endpoint creates none", "[readiness]") {
+TEST_CASE("only Base registrations create entries, a LoRA-only endpoint creates none", "[readiness]") {
   auto facts = endpoint("prod", "backend", "generate", "llama", {{1, worker(kAggregated)}},
                         std::set<std::uint64_t>{1});
   facts.registrations = {{"tenant-a", {"llama", "tenant-a"}, {}}};
@@ -477,7 +477,7 @@ TEST_CASE("adapter authority: UNKNOWN exactly when the base is UNKNOWN, missing 
   CHECK(roles(entry.adapters(0).missing_roles()) == kNone);
 }
 
-TEST_CASE("adapters: carriers without a base card are ignored; other base models' adapters are not listed",
+TEST_CASE("adapters: carriers without a base card are ignored, other base models' adapters are not listed",
           "[readiness]") {
   auto aggregated = endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}},
                              std::set<std::uint64_t>{10, 11});

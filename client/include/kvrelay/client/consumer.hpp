@@ -28,6 +28,9 @@ struct ConsumerOptions {
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
   bool subscribe_pools = true;  // false: catalog, readiness and load only
+  // Sees every pool frame before it is applied, on that pool stream's own thread (frame
+  // captures, diagnostics). It holds no lock, but a slow tap slows that stream.
+  std::function<void(const dynamo::kvrelay::v1::FilterUpdate&)> frame_tap;
 };
 
 enum class ReplicaStatus {

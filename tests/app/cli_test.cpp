@@ -1,0 +1,191 @@
+// kvrelay-cli as an operator runs it, against a kv-relay subprocess on the demo deployment.
+#include <catch2/catch.hpp>
+
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <fstream>
+
+#include "core/cbi1.hpp"
+#include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+#include "tests/app/process.hpp"
+
+using namespace kvrelay::test;
+namespace ingest_v1 = ::kvrelay::ingest::v1;
+
+namespace {
+
+const std::string kTmp = KVRELAY_TEST_TMP_DIR;
+
+// The relay on the demo topology (no generated workload: the test sends the events).
+class DemoRelay {
+ public:
+  explicit DemoRelay(const std::string& name) : ready_(kTmp + "/ready-" + name + ".json") {
+    unlink(ready_.c_str());
+    process_ = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                            "--ready-file", ready_, "--topology", std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
+    REQUIRE_THAT(read_until(process_.output, "ready: "), Catch::Contains("ready: "));
+    wan_ = wan_of(ready_);
+    ingest_ = address_in(ready_, "ingest");
+  }
+  ~DemoRelay() {
+    kill(process_.pid, SIGTERM);
+    wait_exit(process_.pid);
+    close(process_.output);
+  }
+  const std::string& wan() const { return wan_; }
+  const std::string& ingest() const { return ingest_; }
+
+ private:
+  std::string ready_;
+  Child process_;
+  std::string wan_, ingest_;
+};
+
+std::string write_file(const std::string& name, const std::string& content) {
+  const std::string path = kTmp + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::vector<std::uint32_t> prompt_tokens() {
+  std::vector<std::uint32_t> tokens(200);
+  for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 1000 + 13 * i;
+  return tokens;
+}
+
+// Stores the first `blocks` blocks of the prompt on one rank, as token blocks the relay hashes.
+ingest_v1::KvEventBatch store_prompt(const std::string& component, std::uint64_t worker, std::uint32_t block_size,
+                                     std::size_t blocks, const std::string& lora = "") {
+  ingest_v1::KvEventBatch batch;
+  batch.mutable_endpoint()->set_namespace_("prod");
+  batch.mutable_endpoint()->set_component(component);
+  batch.mutable_endpoint()->set_endpoint("generate");
+  batch.set_worker_id(worker);
+  auto* stored = batch.add_events()->mutable_stored();
+  stored->set_lora_name(lora);
+  const auto tokens = prompt_tokens();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    auto* block = stored->add_blocks();
+    block->set_block_hash(worker * 1000 + b + (lora.empty() ? 0 : 500));
+    for (std::size_t t = b * block_size; t < (b + 1) * block_size; ++t) block->mutable_tokens()->add_token_ids(tokens[t]);
+  }
+  return batch;
+}
+
+void publish(const std::string& ingest, const std::vector<ingest_v1::KvEventBatch>& batches) {
+  auto stub = ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(ingest, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = stub->PublishKvEvents(&context, &response);
+  for (const auto& batch : batches) REQUIRE(writer->Write(batch));
+  writer->WritesDone();
+  REQUIRE(writer->Finish().ok());
+  REQUIRE(response.batches_applied() == batches.size());
+}
+
+std::map<std::string, nlohmann::json> overlap_by_endpoint(const std::string& wan, const std::string& model,
+                                                          const std::string& tokens_file) {
+  const auto [output, exit_code] = run_to_end(KVRELAY_CLI, {"overlap", "--model", model, "--tokens", tokens_file, "--target", wan, "--json"});
+  INFO(output);
+  REQUIRE(exit_code == 0);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& row : nlohmann::json::parse(output)) rows[row["endpoint"].get<std::string>()] = row;
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("kvrelay-cli reads a running relay as tables or JSON, and fails clearly when it cannot", "[binary][cli]") {
+  DemoRelay relay("cli");
+  const auto [info, info_exit] = run_to_end(KVRELAY_CLI, {"info", "--target", relay.wan(), "--json"});
+  CHECK(info_exit == 0);
+  CHECK_THAT(info, Catch::Contains("\"relayIncarnation\""));
+  const auto [catalog, catalog_exit] = run_to_end(KVRELAY_CLI, {"catalog", "--target", relay.wan()});
+  CHECK(catalog_exit == 0);
+  CHECK_THAT(catalog, Catch::Contains("catalog revision") && Catch::Contains("prod/qwen-decode/generate") &&
+                          Catch::Contains("tenant-a(lora)"));
+  const auto [readiness, readiness_exit] = run_to_end(KVRELAY_CLI, {"readiness", "--target", relay.wan()});
+  CHECK(readiness_exit == 0);
+  CHECK_THAT(readiness, Catch::Contains("meta/llama-3-8b") && Catch::Contains("tenant-a=READY"));
+  const auto [top, top_exit] = run_to_end(KVRELAY_CLI, {"top", "--target", relay.wan(), "--iterations", "1"});
+  CHECK(top_exit == 0);
+  CHECK_THAT(top, Catch::Contains("prod/llama/generate") && Catch::Contains("installed") && Catch::Contains("READY"));
+
+  const auto [unreachable, unreachable_exit] = run_to_end(KVRELAY_CLI, {"info", "--target", "127.0.0.1:1"});
+  CHECK(unreachable_exit == 1);
+  CHECK_THAT(unreachable, Catch::StartsWith("kvrelay-cli: 127.0.0.1:1: relay unreachable"));
+  const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"bogus"});
+  CHECK(usage_exit == 2);
+  CHECK_THAT(usage, Catch::Contains("unknown command 'bogus'"));
+  const auto [missing, missing_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--target", relay.wan()});
+  CHECK(missing_exit == 2);
+  CHECK_THAT(missing, Catch::Contains("--model NAME and --tokens FILE"));
+}
+
+TEST_CASE("kvrelay-cli overlap gives the depths of the blocks each pool was sent", "[binary][cli]") {
+  DemoRelay relay("overlap");
+  publish(relay.ingest(), {store_prompt("llama", 101, 16, 5), store_prompt("llama", 102, 16, 3, "tenant-a"),
+                           store_prompt("qwen-prefill", 201, 32, 2)});
+  std::string text;
+  for (auto token : prompt_tokens()) text += std::to_string(token) + (token % 3 ? " " : ",\n");
+  const auto tokens_file = write_file("overlap-tokens.txt", text);
+
+  const auto llama = overlap_by_endpoint(relay.wan(), "llama", tokens_file);  // by alias
+  REQUIRE(llama.size() == 1);
+  CHECK(llama.at("prod/llama/generate")["cached_blocks"] == 5);  // the LoRA blocks are other cache keys
+  CHECK(llama.at("prod/llama/generate")["prompt_blocks"] == 200 / 16);
+  CHECK(llama.at("prod/llama/generate")["readiness"] == "READY");
+  const auto adapter = overlap_by_endpoint(relay.wan(), "tenant-a", tokens_file);
+  CHECK(adapter.at("prod/llama/generate")["cached_blocks"] == 3);
+  CHECK(adapter.at("prod/llama/generate")["adapter"] == "tenant-a");
+  const auto qwen = overlap_by_endpoint(relay.wan(), "Qwen/Qwen3-32B", tokens_file);
+  REQUIRE(qwen.size() == 2);
+  CHECK(qwen.at("prod/qwen-prefill/generate")["cached_blocks"] == 2);
+  CHECK(qwen.at("prod/qwen-decode/generate")["cached_blocks"] == 0);
+  CHECK(qwen.at("prod/qwen-decode/generate")["readiness"] == "READY");
+
+  const auto [unknown, unknown_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--model", "nope", "--tokens", tokens_file, "--target", relay.wan()});
+  CHECK(unknown_exit == 1);
+  CHECK_THAT(unknown, Catch::Contains("no pool serves 'nope'"));
+  const auto bad_tokens = write_file("bad-tokens.txt", "1 2 three");
+  const auto [bad, bad_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--model", "llama", "--tokens", bad_tokens, "--target", relay.wan()});
+  CHECK(bad_exit == 4);
+  CHECK_THAT(bad, Catch::Contains("'three'"));
+}
+
+TEST_CASE("kvrelay-cli hash reproduces the specification's worked example", "[cli]") {
+  const auto tokens = write_file("hash-tokens.txt", "0,1,2,3,4,5,6,7");
+  const auto [output, exit_code] = run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--tokens", tokens, "--json"});
+  REQUIRE(exit_code == 0);
+  const auto json = nlohmann::json::parse(output);
+  REQUIRE(json["blocks"].size() == 2);
+  CHECK(json["blocks"][0]["block_hash"].get<std::uint64_t>() == 0x7EE2CBEDC694AB46);
+  CHECK(json["blocks"][1]["block_hash"].get<std::uint64_t>() == 0xA8416CFD935BDB13);
+  CHECK(json["blocks"][1]["sequence_hash"].get<std::uint64_t>() == 0x83FB702F20E2AD65);
+  const auto [lora, lora_exit] = run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--lora", "a", "--tokens", tokens});
+  CHECK(lora_exit == 0);
+  CHECK_THAT(lora, Catch::Contains("lora a") && !Catch::Contains("0x7ee2cbedc694ab46"));
+  const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"hash", "--tokens", tokens});
+  CHECK(usage_exit == 2);
+}
+
+TEST_CASE("kvrelay-cli decode-frame describes valid CBI1 frames and names the fault of broken ones", "[cli]") {
+  const kvrelay::cbi1::FilterFormat format{0x5DEECE66D1B54A33, 1024};
+  const auto delta = kvrelay::cbi1::encode_delta(format, 0xDC, 41, 42, std::vector<kvrelay::BucketImage>{{7, 0x1234}, {9, 0x5}});
+  REQUIRE(delta);
+  const auto [output, exit_code] = run_to_end(KVRELAY_CLI, {"decode-frame", write_file("delta.cbi1", *delta)});
+  CHECK(exit_code == 0);
+  CHECK_THAT(output, Catch::Contains("valid CBI1 delta") && Catch::Contains("delta from sequence 41: 2 bucket images") &&
+                         Catch::Contains("1024 buckets"));
+  const auto chunks = kvrelay::cbi1::encode_snapshot(format, 0xDC, 5, std::vector<std::uint64_t>(1024, 0));
+  const auto [chunk, chunk_exit] = run_to_end(KVRELAY_CLI, {"decode-frame", write_file("chunk.cbi1", chunks->at(0)), "--json"});
+  CHECK(chunk_exit == 0);
+  CHECK(nlohmann::json::parse(chunk)["kind"] == "snapshot_chunk");
+  std::string corrupt = *delta;
+  corrupt.back() ^= 0x1;
+  const auto [broken, broken_exit] = run_to_end(KVRELAY_CLI, {"decode-frame", write_file("corrupt.cbi1", corrupt)});
+  CHECK(broken_exit == 4);
+  CHECK_THAT(broken, Catch::Contains("invalid CBI1 frame: Checksum"));
+}

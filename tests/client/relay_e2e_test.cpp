@@ -1,0 +1,168 @@
+// The consumer library against a real relay in-process: its replicas converge on the relay's
+// filters (same digest at the same sequence) through lag, generation swaps, withdrawal and a
+// relay restart.
+#include <catch2/catch.hpp>
+
+#include <latch>
+
+#include "kvrelay/client/consumer.hpp"
+#include "tests/integration/harness.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+using client::ReplicaStatus;
+
+namespace {
+
+constexpr auto kAwait = std::chrono::seconds(60);
+
+client::ConsumerOptions consumer_options(TestRelay& relay) {
+  client::ConsumerOptions options;
+  options.targets = {relay.runtime().wan_address()};
+  options.backoff_initial = std::chrono::milliseconds(10);
+  options.backoff_max = std::chrono::milliseconds(200);
+  return options;
+}
+
+std::string endpoint_label(const ingest_v1::EndpointRef& endpoint) {
+  return endpoint.namespace_() + "/" + endpoint.component() + "/" + endpoint.endpoint();
+}
+
+// Every pool of the relay is replicated at the relay's published sequence with the same words.
+bool converged(const client::ConsumerView& view, TestRelay& relay) {
+  const auto state = relay.get_state();
+  const auto& pools = view.relays.at(0).pools;
+  if (static_cast<int>(pools.size()) != state.pools_size()) return false;
+  for (const auto& pool_state : state.pools()) {
+    const auto it = std::ranges::find(pools, endpoint_label(pool_state.serving_endpoint()), &client::PoolView::endpoint);
+    if (it == pools.end() || it->status != ReplicaStatus::kInstalled) return false;
+    if (it->sequence != pool_state.sequence() || it->digest != pool_state.filter_digest()) return false;
+    if (it->descriptor.producer().layout_generation() != pool_state.layout_generation()) return false;
+  }
+  return true;
+}
+
+void await_converged(client::Consumer& consumer, TestRelay& relay) {
+  REQUIRE(consumer.await([&](const client::ConsumerView& view) { return converged(view, relay); }, kAwait));
+}
+
+const client::PoolView& only_pool(const client::Consumer& consumer) {
+  static thread_local client::ConsumerView view;
+  view = consumer.view();
+  REQUIRE(view.relays.at(0).pools.size() == 1);
+  return view.relays[0].pools[0];
+}
+
+}  // namespace
+
+TEST_CASE("consumer e2e: thousands of random events on several pools and sources, replicas equal the relay's filters",
+          "[client][e2e]") {
+  TestRelay relay;
+  const std::vector endpoints{endpoint_ref("prod", "a"), endpoint_ref("prod", "b"), endpoint_ref("prod", "c")};
+  std::vector<EventScript> scripts;
+  for (std::size_t p = 0; p < endpoints.size(); ++p) {
+    WorkerShape shape;
+    shape.model = "model-" + std::to_string(p);
+    shape.dp_size = 2;
+    for (std::uint64_t worker : {1, 2}) {
+      relay.put_worker(put_worker_request(endpoints[p], worker, shape));
+      scripts.emplace_back(100 * p + worker, endpoints[p], worker, 2, 3);
+    }
+  }
+  client::Consumer consumer(consumer_options(relay));
+  consumer.start();
+  for (int round = 0; round < 10; ++round) {
+    for (auto& script : scripts) REQUIRE(relay.publish(script.next_batches(20)).batches_applied() == 20);
+  }
+  // 6 sources x 200 batches x 8 events
+  await_converged(consumer, relay);
+  const auto view = consumer.view().relays.at(0);
+  CHECK(view.pools.size() == 3);
+  for (const auto& pool : view.pools) {
+    CHECK(pool.subscriptions == 1);
+    CHECK(pool.deltas_applied > 0);
+  }
+}
+
+TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch and converges", "[client][e2e][lag]") {
+  RelayOptions options = loopback_options();
+  options.expected_unique_blocks = 1 << 21;  // two 4 MiB snapshot chunks
+  options.stream_queue_frames = 4;
+  TestRelay relay(options);
+  const auto backend = endpoint_ref("prod", "backend");
+  relay.put_worker(put_worker_request(backend, 1));
+  // The tap holds the stream's thread on its first snapshot chunk: the relay's writes stall
+  // behind flow control and its bounded queue overflows.
+  std::latch release(1);
+  std::atomic<bool> held{false};
+  auto consumer_opts = consumer_options(relay);
+  consumer_opts.frame_tap = [&](const dynamo::kvrelay::v1::FilterUpdate&) {
+    if (!held.exchange(true)) release.wait();
+  };
+  client::Consumer consumer(consumer_opts);
+  consumer.start();
+  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  EventScript script(3, backend, 1, 1, 200);
+  for (int round = 0; round < 40; ++round) REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::seconds(60)));
+  release.count_down();
+  await_converged(consumer, relay);
+  const auto& pool = only_pool(consumer);
+  CHECK(pool.subscriptions >= 2);
+  CHECK_THAT(pool.last_fault, Catch::Contains("SUBSCRIBER_LAGGED"));
+}
+
+TEST_CASE("consumer e2e: a generation swap replaces the replica, a withdrawal drops it", "[client][e2e]") {
+  TestRelay relay;
+  const auto backend = endpoint_ref("prod", "backend");
+  relay.put_worker(put_worker_request(backend, 1));
+  client::Consumer consumer(consumer_options(relay));
+  consumer.start();
+  EventScript script(9, backend, 1, 1);
+  REQUIRE(relay.publish(script.next_batches(30)).batches_applied() == 30);
+  await_converged(consumer, relay);
+  const auto first_generation = only_pool(consumer).descriptor.producer().layout_generation();
+
+  // Without a KV source the endpoint holds no pool; with one again it is a new generation.
+  WorkerShape sourceless;
+  sourceless.push_sources = false;
+  relay.put_worker(put_worker_request(backend, 1, sourceless));
+  relay.put_worker(put_worker_request(backend, 1));
+  EventScript again(10, backend, 1, 1);
+  REQUIRE(relay.publish(again.next_batches(30)).batches_applied() == 30);
+  await_converged(consumer, relay);
+  CHECK(only_pool(consumer).descriptor.producer().layout_generation() > first_generation);
+  CHECK(only_pool(consumer).subscriptions == 1);  // a new slot: the old replica was dropped
+
+  relay.remove_worker(backend, 1);
+  REQUIRE(consumer.await([](const client::ConsumerView& view) { return view.relays[0].pools.empty(); }, kAwait));
+  const std::vector<std::uint32_t> tokens(64, 1);
+  CHECK(consumer.overlap("llama", tokens).empty());
+}
+
+TEST_CASE("consumer e2e: a relay restart is a new incarnation, everything is rebuilt", "[client][e2e]") {
+  auto relay = std::make_unique<TestRelay>();
+  const auto backend = endpoint_ref("prod", "backend");
+  relay->put_worker(put_worker_request(backend, 1));
+  client::Consumer consumer(consumer_options(*relay));
+  consumer.start();
+  EventScript script(11, backend, 1, 1);
+  REQUIRE(relay->publish(script.next_batches(30)).batches_applied() == 30);
+  await_converged(consumer, *relay);
+  const auto first_incarnation = relay->runtime().relay_incarnation();
+
+  RelayOptions same_port = loopback_options();
+  same_port.listen = relay->runtime().wan_address();
+  relay.reset();
+  relay = std::make_unique<TestRelay>(same_port);
+  relay->put_worker(put_worker_request(backend, 1));
+  EventScript fresh(12, backend, 1, 1);
+  REQUIRE(relay->publish(fresh.next_batches(30)).batches_applied() == 30);
+  await_converged(consumer, *relay);
+  REQUIRE(consumer.await([](const client::ConsumerView& view) { return view.relays[0].readiness.valid; }, kAwait));
+  const auto view = consumer.view().relays.at(0);
+  REQUIRE(view.identity);
+  CHECK(view.identity->relay_incarnation() == relay->runtime().relay_incarnation());
+  CHECK(view.identity->relay_incarnation() != first_incarnation);
+  CHECK(view.identity_changes == 1);
+}
