@@ -39,10 +39,13 @@ inline std::uint64_t with_slot(std::uint64_t word, unsigned i, std::uint16_t fin
   const unsigned shift = 16 * i;
   return (word & ~(std::uint64_t{0xFFFF} << shift)) | (std::uint64_t{fingerprint} << shift);
 }
+// Non-empty slots: fold each 16-bit lane onto its lowest bit, then count those bits.
 inline unsigned occupied_in(std::uint64_t word) {
-  unsigned occupied = 0;
-  for (unsigned i = 0; i < kSlotsPerBucket; ++i) occupied += slot(word, i) != 0;
-  return occupied;
+  std::uint64_t folded = word | (word >> 8);
+  folded |= folded >> 4;
+  folded |= folded >> 2;
+  folded |= folded >> 1;
+  return static_cast<unsigned>(__builtin_popcountll(folded & 0x0001000100010001));
 }
 // Lowest slot holding `fingerprint` (0 finds an empty slot), or -1.
 inline int first_slot(std::uint64_t word, std::uint16_t fingerprint) {

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <random>
 #include <set>
 
 #include "core/ckf.hpp"
@@ -113,4 +114,17 @@ TEST_CASE("prefix hits count leading resident hashes only", "[ckf]") {
   CHECK(filter.prefix_hits({}) == 0);
   REQUIRE(filter.remove(11).has_value());
   CHECK(filter.prefix_hits(prompt) == 0);
+}
+
+TEST_CASE("occupied_in counts the non-empty 16-bit slots of a bucket word", "[ckf]") {
+  std::mt19937_64 rng(17);
+  for (int i = 0; i < 10000; ++i) {
+    std::uint64_t word = rng();
+    for (unsigned s = 0; s < ckf::kSlotsPerBucket; ++s) {
+      if (rng() % 2) word = ckf::with_slot(word, s, static_cast<std::uint16_t>(rng() % 3 == 0 ? 1u << (rng() % 16) : 0));
+    }
+    unsigned expected = 0;
+    for (unsigned s = 0; s < ckf::kSlotsPerBucket; ++s) expected += ckf::slot(word, s) != 0;
+    REQUIRE(ckf::occupied_in(word) == expected);
+  }
 }

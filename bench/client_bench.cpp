@@ -1,0 +1,173 @@
+// The consumer library's hot paths on one core: applying deltas to a replica, installing a
+// snapshot, and the router's overlap query (a 64-block prompt across 16 pools). Run through
+// `make bench`.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "client/lib/pool_replica.hpp"
+#include "client/lib/query.hpp"
+#include "core/cbi1.hpp"
+#include "core/ckf.hpp"
+
+using namespace kvrelay;
+namespace v1 = ::dynamo::kvrelay::v1;
+
+namespace {
+
+constexpr std::uint64_t kDcId = 0xDC;
+
+v1::ProducerIdentity identity(std::uint64_t bucket_count) {
+  v1::ProducerIdentity producer;
+  auto* pool = producer.mutable_pool_id();
+  pool->set_identity_version(1);
+  pool->set_dc_id(kDcId);
+  for (auto* digest : {pool->mutable_indexer_domain()->mutable_cache_semantics(),
+                       pool->mutable_indexer_domain()->mutable_routing_scope()}) {
+    digest->set_digest(std::string(16, '\x01'));
+    digest->set_source(v1::IDENTITY_SOURCE_DEFAULT_DERIVED);
+  }
+  producer.set_producer_incarnation(1);
+  producer.set_layout_generation(1);
+  auto* format = producer.mutable_ckf_format();
+  format->set_format_version(1);
+  format->set_seed(ckf::kDefaultSeed);
+  format->set_bucket_count(bucket_count);
+  format->set_fingerprint_bits(16);
+  format->set_slots_per_bucket(4);
+  return producer;
+}
+
+v1::RelayIdentity relay() {
+  v1::RelayIdentity identity;
+  identity.set_drt_instance_id(1);
+  identity.set_relay_incarnation(1);
+  return identity;
+}
+
+v1::FilterUpdate frame(const v1::ProducerIdentity& producer, v1::FilterUpdateKind kind, std::uint64_t base,
+                       std::uint64_t sequence, std::string payload) {
+  v1::FilterUpdate update;
+  update.set_contract_marker(0x4B565231);
+  update.set_protocol_version(1);
+  *update.mutable_relay() = relay();
+  *update.mutable_producer() = producer;
+  update.set_kind(kind);
+  update.set_base_sequence(base);
+  update.set_sequence(sequence);
+  update.set_payload(std::move(payload));
+  return update;
+}
+
+std::vector<v1::FilterUpdate> snapshot(const v1::ProducerIdentity& producer, const std::vector<std::uint64_t>& words) {
+  const cbi1::FilterFormat format{ckf::kDefaultSeed, words.size()};
+  auto chunks = cbi1::encode_snapshot(format, kDcId, 0, words);
+  std::vector<v1::FilterUpdate> frames;
+  for (auto& chunk : *chunks) {
+    frames.push_back(frame(producer, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, 0, 0, std::move(chunk)));
+  }
+  return frames;
+}
+
+std::vector<std::uint64_t> half_full(std::uint64_t bucket_count, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> words(bucket_count);
+  for (auto& word : words) word = rng() & 0x00000000FFFFFFFF;  // two of four slots taken
+  return words;
+}
+
+// Deltas of `images` distinct buckets each, applied back to back onto a 2^19-bucket replica.
+void BM_ReplicaDeltaApply(benchmark::State& state) {
+  const auto images = static_cast<std::uint64_t>(state.range(0));
+  constexpr std::uint64_t kBuckets = std::uint64_t{1} << 19;
+  const auto producer = identity(kBuckets);
+  std::mt19937_64 rng(3);
+  constexpr int kDeltas = 64;
+  std::vector<v1::FilterUpdate> deltas;
+  std::size_t payload_bytes = 0;
+  for (int d = 0; d < kDeltas; ++d) {
+    std::vector<BucketImage> delta;
+    const std::uint64_t start = rng() % kBuckets;
+    for (std::uint64_t i = 0; i < images; ++i) delta.push_back({(start + i * 7919) % kBuckets, rng()});
+    auto payload = cbi1::encode_delta({ckf::kDefaultSeed, kBuckets}, kDcId, d, d + 1, delta);
+    payload_bytes += payload->size();
+    deltas.push_back(frame(producer, v1::FILTER_UPDATE_KIND_DELTA, d, d + 1, std::move(*payload)));
+  }
+  const auto chunks = snapshot(producer, half_full(kBuckets, 1));
+  std::size_t applied = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    client::PoolReplica replica(producer, relay());
+    for (const auto& chunk : chunks) replica.apply(chunk);
+    state.ResumeTiming();
+    for (const auto& delta : deltas) {
+      if (replica.apply(delta)) state.SkipWithError("delta rejected");
+    }
+    applied += kDeltas;
+  }
+  state.counters["frames/s"] = benchmark::Counter(static_cast<double>(applied), benchmark::Counter::kIsRate);
+  state.counters["images/s"] =
+      benchmark::Counter(static_cast<double>(applied * images), benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * payload_bytes));
+}
+BENCHMARK(BM_ReplicaDeltaApply)->Arg(64)->Arg(4096)->Arg(349525)->Unit(benchmark::kMillisecond);
+
+// Decoding, assembling and installing a complete snapshot of 2^k buckets.
+void BM_ReplicaSnapshotInstall(benchmark::State& state) {
+  const std::uint64_t buckets = std::uint64_t{1} << state.range(0);
+  const auto producer = identity(buckets);
+  const auto chunks = snapshot(producer, half_full(buckets, 2));
+  std::size_t bytes = 0;
+  for (const auto& chunk : chunks) bytes += chunk.payload().size();
+  for (auto _ : state) {
+    client::PoolReplica replica(producer, relay());
+    for (const auto& chunk : chunks) replica.apply(chunk);
+    if (!replica.installed()) state.SkipWithError("snapshot not installed");
+    benchmark::DoNotOptimize(replica.sequence());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+BENCHMARK(BM_ReplicaSnapshotInstall)->Arg(19)->Arg(22)->Unit(benchmark::kMillisecond);
+
+// A 64-block prompt against 16 pools of 2^19 buckets at 50 % slot load, each holding a different
+// prefix of the prompt (pool i: 4i blocks). Per query: hashing once per distinct semantics and
+// 16 prefix probes. p50/p99 come from timing every query.
+void BM_OverlapQuery16Pools(benchmark::State& state) {
+  constexpr std::uint64_t kBuckets = std::uint64_t{1} << 19;
+  constexpr std::uint32_t kBlock = 16;
+  std::vector<std::uint32_t> tokens(64 * kBlock);
+  std::mt19937_64 rng(4);
+  for (auto& token : tokens) token = static_cast<std::uint32_t>(rng() % 150000);
+  const client::QuerySemantics semantics{kBlock, hashing::HashFormat::kStandard, ""};
+  client::PromptHashes reference(tokens);
+  const auto hashes = reference.sequence_hashes(semantics);
+  std::vector<ckf::Filter> pools;
+  for (int p = 0; p < 16; ++p) {
+    ckf::Filter filter(kBuckets);
+    std::vector<ckf::BucketWrite> writes;
+    for (std::uint64_t i = 0; i < kBuckets * 2; ++i) filter.insert(rng(), writes);
+    for (int b = 0; b < 4 * p; ++b) filter.insert(hashes[b], writes);
+    pools.push_back(std::move(filter));
+  }
+  std::vector<double> latencies_us;
+  std::size_t total_depth = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    client::PromptHashes prompt(tokens);
+    for (const auto& pool : pools) {
+      total_depth += client::prefix_depth(pool.words(), pool.addressing(), prompt.sequence_hashes(semantics));
+    }
+    latencies_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  benchmark::DoNotOptimize(total_depth);
+  std::ranges::sort(latencies_us);
+  state.counters["p50_us"] = latencies_us[latencies_us.size() / 2];
+  state.counters["p99_us"] = latencies_us[latencies_us.size() * 99 / 100];
+}
+BENCHMARK(BM_OverlapQuery16Pools)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
