@@ -188,8 +188,12 @@ void DemoWorkload::run() {
     spdlog::warn("demo: the topology declares no push KV sources; nothing to drive");
     return;
   }
-  std::vector<std::vector<std::uint32_t>> system_prompts;
-  for (std::size_t i = 0; i < kSystemPrompts; ++i) system_prompts.push_back(random_tokens(rng, 64 + 32 * i));
+  // System prompts are well known so that an operator can query them (README): prompt i is
+  // the 64 + 32 i tokens 1000 i, 1000 i + 1, ...
+  std::vector<std::vector<std::uint32_t>> system_prompts(kSystemPrompts);
+  for (std::size_t i = 0; i < kSystemPrompts; ++i) {
+    for (std::uint32_t t = 0; t < 64 + 32 * i; ++t) system_prompts[i].push_back(static_cast<std::uint32_t>(1000 * i) + t);
+  }
   std::vector<Conversation> conversations(kConversations);
   const double requests_per_tick =
       static_cast<double>(options_.events_per_second) * std::chrono::duration<double>(kTick).count() / 2.0;
