@@ -3,9 +3,13 @@
 // relay restart.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
+#include <fstream>
 #include <latch>
 
 #include "kvrelay/client/consumer.hpp"
+#include "tests/app/process.hpp"
 #include "tests/integration/harness.hpp"
 
 using namespace kvrelay;
@@ -165,4 +169,90 @@ TEST_CASE("consumer e2e: a relay restart is a new incarnation, everything is reb
   CHECK(view.identity->relay_incarnation() == relay->runtime().relay_incarnation());
   CHECK(view.identity->relay_incarnation() != first_incarnation);
   CHECK(view.identity_changes == 1);
+}
+
+namespace {
+
+// Stores the first `blocks` windows of `tokens` as token blocks (the relay hashes them with
+// the pool's semantics), as one chain on rank 0 of worker 1.
+ingest_v1::KvEventBatch store_tokens(const ingest_v1::EndpointRef& endpoint, const std::vector<std::uint32_t>& tokens,
+                                     std::size_t blocks, std::uint32_t window, std::uint32_t stride) {
+  ingest_v1::KvEventBatch batch;
+  *batch.mutable_endpoint() = endpoint;
+  batch.set_worker_id(1);
+  auto* stored = batch.add_events()->mutable_stored();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    auto* block = stored->add_blocks();
+    block->set_block_hash(b + 1);
+    for (std::size_t t = b * stride; t < b * stride + window; ++t) block->mutable_tokens()->add_token_ids(tokens[t]);
+  }
+  return batch;
+}
+
+}  // namespace
+
+// Two CAF actor systems cannot be torn down side by side in one process (CAF 0.17), so the
+// second data center is a kv-relay subprocess.
+TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with its own semantics",
+          "[client][e2e]") {
+  RelayOptions west_options = loopback_options();
+  west_options.dc_id = "dc-west";
+  TestRelay west(west_options);
+  const auto backend = endpoint_ref("prod", "backend");
+  WorkerShape shape;
+  shape.block_size = 8;
+  west.put_worker(put_worker_request(backend, 1, shape));
+
+  const std::string dir = KVRELAY_TEST_TMP_DIR;
+  const std::string topology = dir + "/east-topology.yaml", ready = dir + "/east-ready.json";
+  std::ofstream(topology) << R"(version: 1
+endpoints:
+  - endpoint: {namespace: prod, component: backend, endpoint: generate}
+    workers:
+      - workerId: 1
+        card: {displayName: llama, kvCacheBlockSize: 8, workerType: WORKER_TYPE_AGGREGATED,
+               runtimeConfig: {enableEagle: true, totalKvBlocks: 100}}
+        kvSources: [{dpRank: 0, push: {}}]
+    liveWorkers: {workerIds: [1]}
+)";
+  unlink(ready.c_str());
+  Child east = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                            "--dc-id", "dc-east", "--ready-file", ready, "--topology", topology});
+  REQUIRE_THAT(read_until(east.output, "ready: "), Catch::Contains("ready: "));
+  const std::string east_wan = wan_of(ready);
+  auto east_ingest = ingest_v1::RelayIngest::NewStub(
+      grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
+
+  std::vector<std::uint32_t> tokens(200);
+  for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 5 * i + 1;
+  REQUIRE(west.publish({store_tokens(backend, tokens, 7, 8, 8)}).batches_applied() == 1);  // windows of 8
+  {
+    grpc::ClientContext context;
+    ingest_v1::PublishKvEventsResponse response;
+    auto writer = east_ingest->PublishKvEvents(&context, &response);
+    REQUIRE(writer->Write(store_tokens(backend, tokens, 4, 9, 8)));  // Eagle: windows of 9, stride 8
+    writer->WritesDone();
+    REQUIRE(writer->Finish().ok());
+    REQUIRE(response.batches_applied() == 1);
+  }
+
+  client::ConsumerOptions options;
+  options.targets = {west.runtime().wan_address(), east_wan};
+  client::Consumer consumer(options);
+  consumer.start();
+  const auto depths = [&] {
+    std::map<std::string, std::optional<std::size_t>> by_target;
+    for (const auto& match : consumer.overlap("llama", tokens)) by_target[match.target] = match.depth;
+    return by_target;
+  };
+  const std::map<std::string, std::optional<std::size_t>> expected{{west.runtime().wan_address(), 7}, {east_wan, 4}};
+  REQUIRE(consumer.await([&](const client::ConsumerView&) { return depths() == expected; }, kAwait));
+  const auto matches = consumer.overlap("llama", tokens);
+  REQUIRE(matches.size() == 2);
+  CHECK(matches[0].dc_id != matches[1].dc_id);
+  for (const auto& match : matches) CHECK(match.prompt_blocks == (match.target == east_wan ? 24u : 25u));
+  consumer.stop();
+  kill(east.pid, SIGTERM);
+  CHECK(wait_exit(east.pid) == 0);
+  close(east.output);
 }
