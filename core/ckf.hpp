@@ -39,13 +39,15 @@ inline std::uint64_t with_slot(std::uint64_t word, unsigned i, std::uint16_t fin
   const unsigned shift = 16 * i;
   return (word & ~(std::uint64_t{0xFFFF} << shift)) | (std::uint64_t{fingerprint} << shift);
 }
-// Non-empty slots: fold each 16-bit lane onto its lowest bit, then count those bits.
+// Non-empty slots: fold each 16-bit lane onto its lowest bit, then sum those four bits into
+// the top lane with one multiplication (no popcount instruction is assumed).
 inline unsigned occupied_in(std::uint64_t word) {
+  constexpr std::uint64_t kLaneLowBits = 0x0001000100010001;
   std::uint64_t folded = word | (word >> 8);
   folded |= folded >> 4;
   folded |= folded >> 2;
   folded |= folded >> 1;
-  return static_cast<unsigned>(__builtin_popcountll(folded & 0x0001000100010001));
+  return static_cast<unsigned>(((folded & kLaneLowBits) * kLaneLowBits) >> 48);
 }
 // Lowest slot holding `fingerprint` (0 finds an empty slot), or -1.
 inline int first_slot(std::uint64_t word, std::uint16_t fingerprint) {
