@@ -182,7 +182,8 @@ std::int64_t steady_now_ns() {
 caf::behavior pool_publisher(Self* self, PublisherConfig config) {
   self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
   self->state.config = std::move(config);
-  self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kPoolPublisher));
+  auto* recorder = self->state.config.metrics;
+  self->state.mailbox.start(self, metrics::mailbox_gauge(recorder, metrics::ActorKind::kPoolPublisher));
   publish_stats(self);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;

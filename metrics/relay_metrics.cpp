@@ -239,7 +239,9 @@ RelayMetrics::RelayMetrics() {
   for (std::size_t rpc = 0; rpc < kRpcCount; ++rpc) {
     const std::string name(kRpcNames[rpc]);
     open_streams_[rpc] = &open.Add({{"rpc", name}});
-    for (std::string_view result : kAdmissionResults) admissions_->Add({{"rpc", name}, {"result", std::string(result)}});
+    for (std::string_view result : kAdmissionResults) {
+      admissions_->Add({{"rpc", name}, {"result", std::string(result)}});
+    }
     for (const std::string& reason : reasons) terminations_->Add({{"rpc", name}, {"reason", reason}});
     terminations_->Add({{"rpc", name}, {"reason", "client_cancel"}});
     terminations_->Add({{"rpc", name}, {"reason", "clean_end"}});

@@ -293,8 +293,8 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
   {
     const Scrape s = scrape(relay);
     CHECK(s.value("kv_relay_stream_terminations_total", rpc("SubscribeKvPool", "reason", "SUBSCRIBER_LAGGED")) == 1);
-    CHECK(s.value("kv_relay_stream_terminations_total", rpc("SubscribeKvPool", "reason", "SNAPSHOT_PROGRESS_TIMEOUT")) ==
-          0);
+    CHECK(s.value("kv_relay_stream_terminations_total",
+                  rpc("SubscribeKvPool", "reason", "SNAPSHOT_PROGRESS_TIMEOUT")) == 0);
     CHECK(s.value("kv_relay_open_streams", rpc("SubscribeKvPool")) == 0);
     CHECK(s.value("kv_relay_ingest_batches_total", {{"kind", "PublishKvEvents"}, {"result", "accepted"}}) == 67);
   }
