@@ -42,7 +42,7 @@ void publish_stats(Self* self) {
   constexpr auto relaxed = std::memory_order_relaxed;
   stats.sequence.store(state.sequence, relaxed);
   stats.unique_blocks.store(index.unique_blocks(), relaxed);
-  stats.occupied_slots.store(index.filter().occupied_slots(), relaxed);
+  stats.occupied_slots.store(index.filter().occupied_count(), relaxed);
   stats.bucket_count.store(index.filter().bucket_count(), relaxed);
   stats.capacity_failures.store(index.capacity_failures(), relaxed);
   stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);

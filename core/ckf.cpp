@@ -95,9 +95,9 @@ std::optional<BucketWrite> Filter::remove(std::uint64_t hash) {
   return std::nullopt;
 }
 
-std::uint64_t count_occupied_slots(std::span<const std::uint64_t> words) {
+std::uint64_t Filter::occupied_slots() const {
   std::uint64_t occupied = 0;
-  for (std::uint64_t word : words) {
+  for (std::uint64_t word : words_) {
     for (unsigned i = 0; i < kSlotsPerBucket; ++i) occupied += slot(word, i) != 0;
   }
   return occupied;
