@@ -46,8 +46,10 @@ void replace_pools(Self* self, std::vector<CatalogEntry> entries) {
 
 }  // namespace
 
-caf::behavior catalog(Self* self, std::shared_ptr<CatalogRegistry> registry, v1::RelayIdentity relay) {
+caf::behavior catalog(Self* self, std::shared_ptr<CatalogRegistry> registry, v1::RelayIdentity relay,
+                      prometheus::Gauge* mailbox_depth) {
   auto& state = self->state;
+  state.mailbox.start(self, mailbox_depth);
   state.registry = std::move(registry);
   state.relay = std::move(relay);
   state.current = make_update(state.relay, 0, *state.registry->current());
@@ -59,6 +61,7 @@ caf::behavior catalog(Self* self, std::shared_ptr<CatalogRegistry> registry, v1:
         self->send(stream, atoms::update_atom_v, self->state.current);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/subscribers.hpp"
 #include "core/wire_validation.hpp"
@@ -35,12 +36,14 @@ struct CatalogState {
   v1::RelayIdentity relay;
   CatalogUpdatePtr current;  // the last published update
   Subscribers streams;
+  MailboxSampler mailbox;
   static inline const char* name = "catalog";
 };
 
 // Messages: (pools_atom, std::vector<CatalogEntry>) replaces the catalog (revision + 1 when
 // anything changed); (subscribe_atom, stream); (shutdown_atom, RpcStatus) ends every stream.
+// `mailbox_depth` (may be null) receives its sampled mailbox depth.
 caf::behavior catalog(caf::stateful_actor<CatalogState>* self, std::shared_ptr<CatalogRegistry> registry,
-                      v1::RelayIdentity relay);
+                      v1::RelayIdentity relay, prometheus::Gauge* mailbox_depth);
 
 }  // namespace kvrelay

@@ -30,6 +30,14 @@ LoadUpdatePtr build_window(const LoadWindowState& state) {
   return update;
 }
 
+// The pool's load coverage for /metrics (kv_relay_pool_load_*_ranks).
+void publish_coverage(const LoadWindowState::Pool& pool) {
+  if (!pool.stats) return;
+  const PoolLoadSnapshot snapshot = pool.load.snapshot();
+  pool.stats->observed_ranks.store(snapshot.observed_ranks, std::memory_order_relaxed);
+  pool.stats->expected_ranks.store(snapshot.expected_ranks, std::memory_order_relaxed);
+}
+
 void replace_pools(Self* self, const std::vector<LoadPool>& pools) {
   std::map<EndpointKey, LoadWindowState::Pool> next;
   for (const LoadPool& pool : pools) {
@@ -40,9 +48,11 @@ void replace_pools(Self* self, const std::vector<LoadPool>& pools) {
       slot = std::move(existing->second);  // same generation: observations carry over
     }
     slot.producer = pool.producer;
+    slot.stats = pool.stats;
     if (auto refreshed = slot.load.set_capacity(pool.runtime_configs); !refreshed) {
       spdlog::warn("load of pool {}: {}", pool.endpoint.display(), refreshed.error());
     }
+    publish_coverage(slot);
   }
   self->state.pools = std::move(next);
 }
@@ -56,9 +66,15 @@ void apply_reports(Self* self, const LoadReportBatch& batch) {
     if (pool != self->state.pools.end() &&
         pool->second.load.observe({report.worker_id(), report.dp_rank()}, report.kv_used_blocks())) {
       ++applied;
+      publish_coverage(pool->second);
     }
   }
-  if (batch.done) batch.done(applied, batch.reports.size() - applied);
+  const std::uint64_t rejected = batch.reports.size() - applied;
+  if (auto* metrics = self->state.metrics) {
+    metrics->load_reports(metrics::LoadReportResult::kAccepted, applied);
+    metrics->load_reports(metrics::LoadReportResult::kUnknownRank, rejected);
+  }
+  if (batch.done) batch.done(applied, rejected);
 }
 
 }  // namespace
@@ -69,10 +85,13 @@ std::uint64_t wall_clock_ms() {
   return ms < 0 ? 0 : static_cast<std::uint64_t>(ms);
 }
 
-caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::milliseconds window) {
+caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::milliseconds window,
+                          metrics::RelayMetrics* metrics) {
   auto& state = self->state;
   state.relay = std::move(relay);
   state.window = window;
+  state.metrics = metrics;
+  state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kLoadWindow));
   state.current = build_window(state);  // window 0, current until the first tick
   state.schedule.start(self, window, atoms::tick_atom_v);
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
@@ -91,6 +110,7 @@ caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::mill
         self->send(stream, atoms::update_atom_v, self->state.current);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

@@ -63,9 +63,29 @@ v1::ProducerIdentity new_producer(Self* self, const membership::IndexerDomain& d
   return producer;
 }
 
+// A new generation's figures replace the endpoint's previous ones in /metrics: the series
+// (labelled by endpoint) live on, the retiring generation's late writes go nowhere.
+std::shared_ptr<metrics::PoolStats> pool_stats(Self* self, const EndpointKey& endpoint) {
+  metrics::RelayMetrics* metrics = self->state.config.metrics;
+  if (metrics == nullptr) return nullptr;
+  auto stats = std::make_shared<metrics::PoolStats>();
+  metrics->pools().publish(endpoint.display(), stats);
+  metrics->generation_created();
+  return stats;
+}
+
+// A generation ended (withdrawn, replaced or fenced). Once its endpoint holds no pool at all,
+// the endpoint's series go too.
+void generation_gone(Self* self, const EndpointKey& endpoint) {
+  metrics::RelayMetrics* metrics = self->state.config.metrics;
+  if (metrics == nullptr) return;
+  metrics->generation_retired();
+  if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw(endpoint.display());
+}
+
 MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
   auto& state = self->state;
-  MaterializedPool pool{domain, {}, {}, new_producer(self, domain), {}};
+  MaterializedPool pool{domain, {}, {}, new_producer(self, domain), {}, pool_stats(self, endpoint)};
   pool.subscribers = std::make_shared<StreamLimit>("subscriber (per pool)", state.config.max_subscribers_per_pool);
   PublisherConfig config;
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed,
@@ -75,6 +95,8 @@ MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const memb
   config.publication_delay = state.config.publication_delay;
   config.hub_slots = state.config.hub_slots;
   config.owner = self;
+  config.metrics = state.config.metrics;
+  config.stats = pool.stats;
   pool.publisher = self->spawn(pool_publisher, std::move(config));
   spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
                pool.producer.layout_generation(), state.config.bucket_count);
@@ -115,9 +137,27 @@ std::vector<readiness::EndpointFacts> readiness_facts(const MembershipState& sta
 std::vector<LoadPool> load_pools(const MembershipState& state) {
   std::vector<LoadPool> pools;
   for (const auto& [endpoint, pool] : state.pools) {
-    pools.push_back({endpoint, pool.producer, state.projection.at(endpoint).runtime_configs});
+    pools.push_back({endpoint, pool.producer, state.projection.at(endpoint).runtime_configs, pool.stats});
   }
   return pools;
+}
+
+std::uint32_t active_sources(const MembershipState& state, const EndpointKey& endpoint) {
+  std::uint32_t count = 0;
+  if (const auto cards = state.workers.find(endpoint); cards != state.workers.end()) {
+    for (const auto& [worker_id, spec] : cards->second) count += static_cast<std::uint32_t>(spec.kv_sources_size());
+  }
+  return count;
+}
+
+// The figures only membership knows, for /metrics.
+void publish_stats(Self* self) {
+  auto& state = self->state;
+  if (state.config.metrics == nullptr) return;
+  state.config.metrics->set_pools_materialized(state.pools.size());
+  for (const auto& [endpoint, pool] : state.pools) {
+    pool.stats->active_sources.store(active_sources(state, endpoint), std::memory_order_relaxed);
+  }
 }
 
 // Re-projects everything after a change and tells every actor the complete new state.
@@ -143,10 +183,12 @@ void reconcile(Self* self) {
     // A materializable endpoint always has a base registration, hence a descriptor.
     pool.descriptor = membership::descriptor(state.projection.at(endpoint), pool.producer).value();
   }
+  publish_stats(self);
   self->send(state.peers.catalog, atoms::pools_atom_v, catalog_entries(state));
   for (const auto& [endpoint, publisher] : retiring) {
     spdlog::info("pool withdrawn: endpoint={}", endpoint.display());
     self->send(publisher, atoms::retire_atom_v, retired_status());
+    generation_gone(self, endpoint);
   }
   self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
   self->send(state.peers.load, atoms::pools_atom_v, load_pools(state));
@@ -160,15 +202,21 @@ std::vector<std::uint32_t> source_ranks(const ingest_v1::WorkerSpec& worker) {
   return ranks;
 }
 
+void count_reset(Self* self, metrics::ResetReason reason) {
+  if (self->state.config.metrics != nullptr) self->state.config.metrics->source_reset(reason);
+}
+
 // Drops what the relay knew about a worker's sources: their cursors, and their blocks in the
 // endpoint's pool when the pool outlives the change.
 void forget_sources(Self* self, const EndpointKey& endpoint, std::uint64_t worker_id,
-                    const std::vector<std::uint32_t>& ranks) {
+                    const std::vector<std::uint32_t>& ranks, metrics::ResetReason reason) {
   auto& state = self->state;
   const auto pool = state.pools.find(endpoint);
   for (std::uint32_t rank : ranks) {
     state.cursors.erase(SourceId{endpoint, worker_id, rank});
-    if (pool != state.pools.end()) self->send(pool->second.publisher, atoms::reset_atom_v, SourceKey{worker_id, rank});
+    if (pool == state.pools.end()) continue;
+    self->send(pool->second.publisher, atoms::reset_atom_v, SourceKey{worker_id, rank});
+    count_reset(self, reason);
   }
 }
 
@@ -196,7 +244,7 @@ void put_worker(Self* self, const PutWorkerCall& call) {
     for (std::uint32_t rank : source_ranks(previous->second)) {
       if (std::find(kept.begin(), kept.end(), rank) == kept.end()) dropped.push_back(rank);
     }
-    forget_sources(self, endpoint, request.worker_id(), dropped);
+    forget_sources(self, endpoint, request.worker_id(), dropped, metrics::ResetReason::kSourceDropped);
   }
   cards[request.worker_id()] = std::move(spec);
   reconcile(self);
@@ -210,7 +258,7 @@ void remove_worker(Self* self, const RemoveWorkerCall& call) {
   const auto cards = state.workers.find(endpoint);
   if (cards != state.workers.end()) {
     if (const auto worker = cards->second.find(call->request.worker_id()); worker != cards->second.end()) {
-      forget_sources(self, endpoint, worker->first, source_ranks(worker->second));
+      forget_sources(self, endpoint, worker->first, source_ranks(worker->second), metrics::ResetReason::kWorkerRemoved);
       cards->second.erase(worker);
       if (cards->second.empty()) state.workers.erase(cards);
       reconcile(self);
@@ -240,20 +288,23 @@ bool declares_push_source(const ingest_v1::WorkerSpec& worker, std::uint32_t ran
   return false;
 }
 
-void reject(const BatchSinkPtr& sink) {
+void reject(Self* self, const BatchSinkPtr& sink, metrics::BatchResult why) {
+  if (self->state.config.metrics != nullptr) self->state.config.metrics->batch(why);
   if (sink) sink->batch_done(BatchOutcome{false, false, 0});
 }
 
-// decisions.md row 16: returns whether to apply, and whether the source is reset first.
-std::optional<bool> sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch) {
-  if (!known) {
-    *cursor = {batch.source_epoch(), batch.sequence() + 1};
-    return false;
+enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap };
+
+// decisions.md row 16: whether to apply the batch, and whether (why) the source is reset first.
+Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch) {
+  const SourceCursor previous = *cursor;
+  if (known && batch.source_epoch() == previous.epoch && batch.sequence() < previous.next_sequence) {
+    return Sequencing::kStale;
   }
-  if (batch.source_epoch() == cursor->epoch && batch.sequence() < cursor->next_sequence) return std::nullopt;
-  const bool reset = batch.source_epoch() != cursor->epoch || batch.sequence() > cursor->next_sequence;
   *cursor = {batch.source_epoch(), batch.sequence() + 1};
-  return reset;
+  if (!known) return Sequencing::kInOrder;
+  if (batch.source_epoch() != previous.epoch) return Sequencing::kEpochChanged;
+  return batch.sequence() > previous.next_sequence ? Sequencing::kSequenceGap : Sequencing::kInOrder;
 }
 
 void on_batch(Self* self, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
@@ -261,14 +312,20 @@ void on_batch(Self* self, const EventBatchPtr& batch, const BatchSinkPtr& sink, 
   const EndpointKey endpoint = ingest_check::endpoint_key(batch->endpoint());
   const auto cards = state.workers.find(endpoint);
   const auto pool = state.pools.find(endpoint);
-  if (cards == state.workers.end() || pool == state.pools.end()) return reject(sink);
+  using metrics::BatchResult;
+  if (cards == state.workers.end() || pool == state.pools.end()) return reject(self, sink, BatchResult::kUnknownSource);
   const auto worker = cards->second.find(batch->worker_id());
-  if (worker == cards->second.end() || !declares_push_source(worker->second, batch->dp_rank())) return reject(sink);
+  if (worker == cards->second.end() || !declares_push_source(worker->second, batch->dp_rank())) {
+    return reject(self, sink, BatchResult::kUnknownSource);
+  }
   const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
   const auto [cursor, inserted] = state.cursors.try_emplace(source);
-  const auto reset = sequence_batch(&cursor->second, !inserted, *batch);
-  if (!reset) return reject(sink);
-  self->send(pool->second.publisher, atoms::batch_atom_v, batch, *reset, sink, receipt_ns);
+  const Sequencing sequencing = sequence_batch(&cursor->second, !inserted, *batch);
+  if (sequencing == Sequencing::kStale) return reject(self, sink, BatchResult::kStaleSequence);
+  if (sequencing == Sequencing::kEpochChanged) count_reset(self, metrics::ResetReason::kEpochChanged);
+  if (sequencing == Sequencing::kSequenceGap) count_reset(self, metrics::ResetReason::kSequenceGap);
+  const bool reset = sequencing != Sequencing::kInOrder;
+  self->send(pool->second.publisher, atoms::batch_atom_v, batch, reset, sink, receipt_ns);
 }
 
 // ---- GetState ----
@@ -292,14 +349,6 @@ void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
     for (auto& text : conflict_texts(state, endpoint)) e->add_conflicts(std::move(text));
     e->set_pool_materialized(state.pools.contains(endpoint));
   }
-}
-
-std::uint32_t active_sources(const MembershipState& state, const EndpointKey& endpoint) {
-  std::uint32_t count = 0;
-  if (const auto cards = state.workers.find(endpoint); cards != state.workers.end()) {
-    for (const auto& [worker_id, spec] : cards->second) count += static_cast<std::uint32_t>(spec.kv_sources_size());
-  }
-  return count;
 }
 
 void get_state(Self* self, const GetStateCall& call) {
@@ -333,6 +382,8 @@ void get_state(Self* self, const GetStateCall& call) {
 caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPeers peers) {
   self->state.config = std::move(config);
   self->state.peers = std::move(peers);
+  self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kMembership));
+  publish_stats(self);
   return {
       [=](atoms::put_worker_atom, const PutWorkerCall& call) { put_worker(self, call); },
       [=](atoms::remove_worker_atom, const RemoveWorkerCall& call) { remove_worker(self, call); },
@@ -344,18 +395,30 @@ caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPe
       [=](atoms::fence_atom, std::uint64_t layout_generation) {
         // The fenced publisher is gone: forget it and let reconcile build a new generation.
         auto& pools = self->state.pools;
-        std::erase_if(pools, [&](const auto& entry) {
+        const auto fenced = std::find_if(pools.begin(), pools.end(), [&](const auto& entry) {
           return entry.second.producer.layout_generation() == layout_generation;
         });
+        std::optional<EndpointKey> endpoint;
+        if (fenced != pools.end()) {
+          endpoint = fenced->first;
+          pools.erase(fenced);
+        }
         reconcile(self);
+        if (endpoint) generation_gone(self, *endpoint);
       },
       [=](atoms::corrupt_atom) {  // test hook: the next delta of every pool breaks its sequence
         for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::corrupt_atom_v);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
-        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::retire_atom_v, status);
+        auto pools = std::move(self->state.pools);
         self->state.pools.clear();
+        for (auto& [endpoint, pool] : pools) {
+          self->send(pool.publisher, atoms::retire_atom_v, status);
+          generation_gone(self, endpoint);
+        }
+        publish_stats(self);
       },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

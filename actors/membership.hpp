@@ -8,9 +8,11 @@
 #include <map>
 #include <set>
 
+#include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_publisher.hpp"
 #include "core/membership.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
 
@@ -23,6 +25,7 @@ struct MembershipConfig {
   std::chrono::milliseconds publication_delay{1};
   std::size_t max_subscribers_per_pool = 64;
   std::shared_ptr<StreamLimit> hub_slots;
+  metrics::RelayMetrics* metrics = nullptr;  // none: nothing is recorded
 };
 
 struct MembershipPeers {
@@ -50,6 +53,7 @@ struct MaterializedPool {
   std::shared_ptr<StreamLimit> subscribers;
   v1::ProducerIdentity producer;
   v1::KvPoolDescriptor descriptor;
+  std::shared_ptr<metrics::PoolStats> stats;  // its /metrics figures (none without metrics)
 };
 
 struct MembershipState {
@@ -61,6 +65,7 @@ struct MembershipState {
   std::map<EndpointKey, membership::EndpointMembership> projection;
   std::map<EndpointKey, MaterializedPool> pools;
   std::uint64_t layout_generation = 0;  // of the last attach
+  MailboxSampler mailbox;
   static inline const char* name = "membership";
 };
 

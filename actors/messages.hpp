@@ -20,6 +20,10 @@
 #include "dynamo/kvrelay/v1/relay.pb.h"
 #include "kvrelay/ingest/v1/ingest.pb.h"
 
+namespace kvrelay::metrics {
+struct PoolStats;
+}
+
 namespace kvrelay {
 
 namespace v1 = dynamo::kvrelay::v1;
@@ -133,6 +137,7 @@ struct LoadPool {
   EndpointKey endpoint;
   v1::ProducerIdentity producer;
   std::map<std::uint64_t, RuntimeConfig> runtime_configs;
+  std::shared_ptr<metrics::PoolStats> stats;  // where its load coverage is published (may be null)
 };
 
 struct PoolStateReport {
@@ -188,4 +193,5 @@ CAF_BEGIN_TYPE_ID_BLOCK(kvrelay, caf::first_custom_type_id)
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, progress_atom, "progress")
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, fence_atom, "fence")
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, corrupt_atom, "corrupt")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, sample_atom, "sample")
 CAF_END_TYPE_ID_BLOCK(kvrelay)

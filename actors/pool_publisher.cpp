@@ -32,6 +32,27 @@ RpcStatus resource_limit(std::string message) {
 
 cbi1::FilterFormat format_of(const PoolStreamSpec& spec) { return {spec.seed, spec.bucket_count}; }
 
+// Publishes this generation's figures for /metrics, which reads them at scrape time
+// without asking the actor. Called after every message that may change them.
+void publish_stats(Self* self) {
+  auto& state = self->state;
+  if (!state.config.stats) return;
+  metrics::PoolStats& stats = *state.config.stats;
+  const auto& index = *state.index;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  stats.sequence.store(state.sequence, relaxed);
+  stats.unique_blocks.store(index.unique_blocks(), relaxed);
+  stats.occupied_slots.store(index.filter().occupied_count(), relaxed);
+  stats.bucket_count.store(index.filter().bucket_count(), relaxed);
+  stats.capacity_failures.store(index.capacity_failures(), relaxed);
+  stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);
+}
+
+void delta_handed_on(Self* self, std::int64_t receipt_ns) {
+  if (self->state.config.metrics == nullptr || receipt_ns == 0) return;
+  self->state.config.metrics->delta_handed_on(std::chrono::nanoseconds(steady_now_ns() - receipt_ns));
+}
+
 // Drains the touched buckets into one delta and fans it out. A delta too large for one
 // CBI1 frame cannot be published: every stream ends and resubscribes from a snapshot.
 void publish(Self* self) {
@@ -56,6 +77,7 @@ void publish(Self* self) {
   PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)), receipt_ns};
   if (std::exchange(state.corrupt_next_delta, false)) delta.base_sequence += 1;
   for (const caf::actor& stream : state.streams) self->send(stream, delta);
+  delta_handed_on(self, receipt_ns);
 }
 
 // A publication whose touched buckets reach this is published before the batch ends, so a
@@ -90,14 +112,20 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
                  BatchOutcome& outcome) {
   auto& state = self->state;
   const SourceKey source{batch.worker_id(), batch.dp_rank()};
+  metrics::EventTally tally;
   for (const ingest_v1::KvEvent& event : batch.events()) {
     const EventResult result = apply_kv_event(*state.index, source, event, state.config.semantics);
+    tally.add(event, result);
     if (result.disposition == EventDisposition::kIgnored) continue;
     if (result.disposition == EventDisposition::kRejected) {
       ++outcome.events_rejected;
       ++state.events_rejected;
     }
     count_event(self, receipt_ns);
+  }
+  if (state.config.metrics != nullptr) {
+    state.config.metrics->batch(metrics::BatchResult::kAccepted);
+    state.config.metrics->events(tally);
   }
   publish_or_arm_delay(self);
 }
@@ -139,6 +167,7 @@ PoolStateReport state_report(Self* self) {
   pool.set_subscribers(static_cast<std::uint32_t>(state.streams.size()));
   pool.set_filter_digest(xxh3(filter.words().data(), filter.words().size_bytes(), 0));
   *pool.mutable_producer() = state.config.spec.producer;
+  publish_stats(self);
   return report;
 }
 
@@ -153,10 +182,14 @@ std::int64_t steady_now_ns() {
 caf::behavior pool_publisher(Self* self, PublisherConfig config) {
   self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
   self->state.config = std::move(config);
+  auto* recorder = self->state.config.metrics;
+  self->state.mailbox.start(self, metrics::mailbox_gauge(recorder, metrics::ActorKind::kPoolPublisher));
+  publish_stats(self);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
     std::erase(state.streams, caf::actor_cast<caf::actor>(down.source));
     if (state.streams.empty()) state.hub_slot.reset();  // an idle pool gives its hub slot back
+    publish_stats(self);
   });
   return {
       [=](atoms::batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchSinkPtr& sink,
@@ -168,6 +201,7 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
           count_event(self, receipt_ns);
         }
         apply_batch(self, *batch, receipt_ns, outcome);
+        publish_stats(self);
         if (sink) sink->batch_done(outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {
@@ -175,12 +209,17 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         ++self->state.source_resets;
         count_event(self, steady_now_ns());
         publish_or_arm_delay(self);
+        publish_stats(self);
       },
       [=](atoms::publish_atom) {
         self->state.delay_armed = false;
         if (self->state.pending_events > 0) publish(self);
+        publish_stats(self);
       },
-      [=](atoms::attach_atom, const caf::actor& stream) { attach_stream(self, stream); },
+      [=](atoms::attach_atom, const caf::actor& stream) {
+        attach_stream(self, stream);
+        publish_stats(self);
+      },
       [=](atoms::state_atom) { return state_report(self); },
       [=](atoms::retire_atom, const RpcStatus& status) {
         end_all_streams(self, status);
@@ -196,6 +235,7 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         self->quit();
       },
       [=](atoms::corrupt_atom) { self->state.corrupt_next_delta = true; },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

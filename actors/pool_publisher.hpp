@@ -8,9 +8,11 @@
 #include <chrono>
 #include <optional>
 
+#include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/permits.hpp"
 #include "core/kv_events.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
 
@@ -23,6 +25,8 @@ struct PublisherConfig {
   // A pool holds a slot while it has at least one stream: an idle pool holds none.
   std::shared_ptr<StreamLimit> hub_slots;
   caf::actor owner;  // told (fence_atom, layout_generation) when this generation is fenced
+  metrics::RelayMetrics* metrics = nullptr;     // none: nothing is recorded
+  std::shared_ptr<metrics::PoolStats> stats;    // this generation's per-pool figures, or none
 };
 
 struct PoolPublisherState {
@@ -39,6 +43,7 @@ struct PoolPublisherState {
   bool corrupt_next_delta = false;  // test hook: the next delta breaks its sequence
   std::uint64_t events_rejected = 0;
   std::uint64_t source_resets = 0;
+  MailboxSampler mailbox;
   static inline const char* name = "pool-publisher";
 };
 

@@ -1,6 +1,7 @@
 #include "actors/pool_stream.hpp"
 
 #include <chrono>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -27,11 +28,21 @@ std::shared_ptr<v1::FilterUpdate> frame_of(const PoolStreamSpec& spec, v1::Filte
   return frame;
 }
 
+// kv_relay_snapshot_encode_seconds: the chunks of one image are encoded one at a time,
+// between writes; their encoding times add up to one observation per image.
+void chunk_encoded(PoolStreamState& state, std::chrono::steady_clock::time_point started) {
+  state.snapshot_encode_time += std::chrono::steady_clock::now() - started;
+  if (state.next_chunk + 1 < state.chunk_count || state.metrics == nullptr) return;
+  state.metrics->snapshot_encoded(std::exchange(state.snapshot_encode_time, {}));
+}
+
 std::shared_ptr<const v1::FilterUpdate> encode_next_chunk(PoolStreamState& state) {
   const auto format = cbi1::FilterFormat{state.spec.seed, state.spec.bucket_count};
+  const auto started = std::chrono::steady_clock::now();
   auto payload = cbi1::encode_snapshot_chunk(format, state.spec.dc_id, state.snapshot->sequence,
                                              state.next_chunk, state.snapshot->words);
   if (!payload) return nullptr;
+  chunk_encoded(state, started);
   auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, state.snapshot->sequence,
                         state.snapshot->sequence);
   frame->set_payload(std::move(*payload));
@@ -163,8 +174,11 @@ std::uint64_t wall_clock_us() {
 }
 
 caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing) {
+                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing,
+                          metrics::RelayMetrics* metrics) {
   self->state.writer.attach(std::move(sink));
+  self->state.metrics = metrics;
+  self->state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kPoolStream));
   self->state.pacing = std::move(pacing);
   self->state.publisher = publisher;
   self->monitor(publisher);
@@ -184,6 +198,7 @@ caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, Pool
         write_next(self);
       },
       [=](atoms::progress_atom, std::uint32_t chunk) { on_progress_due(self, chunk); },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
   return frames.or_else(transport_handlers(self, self->state.writer, [self] { write_next(self); }));
 }

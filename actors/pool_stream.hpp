@@ -4,9 +4,11 @@
 // A delta that does not continue the stream's sequence ends it as an invalid publication.
 #include <caf/all.hpp>
 
+#include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/outbox.hpp"
 #include "actors/stream_actors.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
 
@@ -32,6 +34,9 @@ struct PoolStreamState {
   std::int64_t chunk_in_flight = -1;  // index of the chunk being written, -1 when none
   caf::actor_clock::time_point last_frame_at{};     // the last data frame handed on
   bool heartbeat_armed = false;
+  std::chrono::nanoseconds snapshot_encode_time{0};  // spent on this snapshot's chunks so far
+  metrics::RelayMetrics* metrics = nullptr;
+  MailboxSampler mailbox;
   static inline const char* name = "pool-stream";
 };
 
@@ -40,10 +45,11 @@ struct PoolStreamState {
 // The snapshot waits for an encoder permit; each of its frames must be written within the
 // progress timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes
 // on). After the complete snapshot, a heartbeat frame (no payload, sequence unchanged)
-// follows every `pacing.heartbeat` without a data frame.
+// follows every `pacing.heartbeat` without a data frame. `metrics` may be null.
 caf::behavior pool_stream(caf::stateful_actor<PoolStreamState>* self,
                           StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing);
+                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing,
+                          metrics::RelayMetrics* metrics);
 
 // Wall-clock microseconds since the Unix epoch (0 before it), as FilterUpdate.send_ts_us.
 std::uint64_t wall_clock_us();

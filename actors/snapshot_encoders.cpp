@@ -31,8 +31,9 @@ void give_back(Self* self, const caf::actor_addr& stream) {
 
 }  // namespace
 
-caf::behavior snapshot_encoders(Self* self, std::size_t permits) {
+caf::behavior snapshot_encoders(Self* self, std::size_t permits, prometheus::Gauge* mailbox_depth) {
   self->state.available = permits;
+  self->state.mailbox.start(self, mailbox_depth);
   self->set_down_handler([self](const caf::down_msg& down) { give_back(self, down.source); });
   return {
       [=](atoms::acquire_atom) {
@@ -48,6 +49,7 @@ caf::behavior snapshot_encoders(Self* self, std::size_t permits) {
         self->demonitor(stream);
         give_back(self, stream.address());
       },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

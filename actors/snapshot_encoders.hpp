@@ -8,6 +8,7 @@
 #include <deque>
 #include <set>
 
+#include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 
 namespace kvrelay {
@@ -16,11 +17,13 @@ struct SnapshotEncodersState {
   std::size_t available = 0;
   std::set<caf::actor_addr> holders;
   std::deque<caf::actor> waiting;
+  MailboxSampler mailbox;
   static inline const char* name = "snapshot-encoders";
 };
 
 // Messages: (acquire_atom) from a stream, answered later with (granted_atom);
-// (release_atom) from a holder.
-caf::behavior snapshot_encoders(caf::stateful_actor<SnapshotEncodersState>* self, std::size_t permits);
+// (release_atom) from a holder. `mailbox_depth` (may be null) receives its sampled mailbox depth.
+caf::behavior snapshot_encoders(caf::stateful_actor<SnapshotEncodersState>* self, std::size_t permits,
+                                prometheus::Gauge* mailbox_depth);
 
 }  // namespace kvrelay

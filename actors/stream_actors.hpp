@@ -5,6 +5,7 @@
 // which also carry a snapshot, are in pool_stream.hpp.)
 #include <caf/all.hpp>
 
+#include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/outbox.hpp"
 #include "actors/schedule.hpp"
@@ -70,15 +71,19 @@ struct LatestValueStreamState {
   std::shared_ptr<const Message> unsent;  // the newest update not yet handed to the sink
   std::shared_ptr<const Message> latest;  // the newest update received: what a heartbeat re-sends
   FixedSchedule heartbeat;
+  MailboxSampler mailbox;
   static inline const char* name = "latest-value-stream";
 };
 
 // With a non-zero `heartbeat`, the latest update is re-sent (same revision) on a fixed
-// schedule from the stream's start, not reset by change-driven sends.
+// schedule from the stream's start, not reset by change-driven sends. `mailbox_depth` (may
+// be null) receives the sampled mailbox depth.
 template <class Message>
 caf::behavior latest_value_stream(caf::stateful_actor<LatestValueStreamState<Message>>* self,
-                                  StreamSinkPtr<Message> sink, std::chrono::milliseconds heartbeat) {
+                                  StreamSinkPtr<Message> sink, std::chrono::milliseconds heartbeat,
+                                  prometheus::Gauge* mailbox_depth) {
   self->state.writer.attach(std::move(sink));
+  self->state.mailbox.start(self, mailbox_depth);
   if (heartbeat.count() > 0) self->state.heartbeat.start(self, heartbeat, atoms::heartbeat_atom_v);
   auto write_unsent = [self] {
     auto& state = self->state;
@@ -96,6 +101,7 @@ caf::behavior latest_value_stream(caf::stateful_actor<LatestValueStreamState<Mes
         write_unsent();
         state.heartbeat.rearm(self, atoms::heartbeat_atom_v);
       },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
   return updates.or_else(transport_handlers(self, self->state.writer, write_unsent));
 }
@@ -106,13 +112,15 @@ template <class Message>
 struct BoundedStreamState {
   StreamWriter<Message> writer;
   Outbox<Message> outbox;
+  MailboxSampler mailbox;
   static inline const char* name = "bounded-stream";
 };
 
 template <class Message>
 caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* self,
-                             StreamSinkPtr<Message> sink, OutboxLimits limits) {
+                             StreamSinkPtr<Message> sink, OutboxLimits limits, prometheus::Gauge* mailbox_depth) {
   self->state.writer.attach(std::move(sink));
+  self->state.mailbox.start(self, mailbox_depth);
   self->state.outbox = Outbox<Message>(limits);
   auto write_next = [self] {
     auto& state = self->state;
@@ -128,6 +136,7 @@ caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* s
         }
         write_next();
       },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
   return updates.or_else(transport_handlers(self, self->state.writer, write_next));
 }

@@ -25,12 +25,29 @@ ReadinessUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t rev
   return update;
 }
 
+// kv_relay_readiness_entries{state}: the entries of the revision being published.
+void count_entries(Self* self, const std::vector<v1::TopologyEntry>& entries) {
+  if (self->state.metrics == nullptr) return;
+  std::size_t ready = 0, unavailable = 0, unknown = 0;
+  for (const v1::TopologyEntry& entry : entries) {
+    if (entry.state() == v1::SERVING_READINESS_STATE_READY) {
+      ++ready;
+    } else if (entry.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE) {
+      ++unavailable;
+    } else {
+      ++unknown;
+    }
+  }
+  self->state.metrics->set_readiness_entries(ready, unavailable, unknown);
+}
+
 void reproject(Self* self, const std::vector<readiness::EndpointFacts>& facts) {
   auto& state = self->state;
   std::vector<v1::TopologyEntry> entries = readiness::project(facts);
   std::string bytes = serialized(entries);
   if (bytes == state.published_entries) return;
   state.published_entries = std::move(bytes);
+  count_entries(self, entries);
   const std::uint64_t revision = state.current->revision() + 1;
   state.current = make_update(state.relay, revision, std::move(entries));
   state.streams.broadcast(self, state.current);
@@ -38,9 +55,11 @@ void reproject(Self* self, const std::vector<readiness::EndpointFacts>& facts) {
 
 }  // namespace
 
-caf::behavior topology_projector(Self* self, v1::RelayIdentity relay) {
+caf::behavior topology_projector(Self* self, v1::RelayIdentity relay, metrics::RelayMetrics* metrics) {
   auto& state = self->state;
   state.relay = std::move(relay);
+  state.metrics = metrics;
+  state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kTopologyProjector));
   state.current = make_update(state.relay, 1, {});  // the projection starts at revision 1
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
@@ -50,6 +69,7 @@ caf::behavior topology_projector(Self* self, v1::RelayIdentity relay) {
         self->send(stream, atoms::update_atom_v, self->state.current);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

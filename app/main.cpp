@@ -10,7 +10,6 @@
 #include "app/relay_runtime.hpp"
 #include "ingest/demo_workload.hpp"
 #include "ingest/topology_file.hpp"
-#include "metrics/metrics.hpp"
 
 namespace {
 
@@ -58,20 +57,15 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::unique_ptr<kvrelay::MetricsServer> metrics;
-  if (options->metrics_listen != "off") {
-    auto server = kvrelay::MetricsServer::start(options->metrics_listen);
-    if (!server) return fail("--metrics-listen: " + server.error());
-    metrics = std::move(*server);
-  }
+  if (options->metrics_listen != "off") options->relay.metrics_listen = options->metrics_listen;
   auto relay = kvrelay::RelayRuntime::start(options->relay);
   if (!relay) return fail(relay.error());
-  if (options->ready_file &&
-      !write_ready_file(*options->ready_file, **relay, metrics ? metrics->address() : std::string())) {
+  const std::string& metrics = (*relay)->metrics_address();
+  if (options->ready_file && !write_ready_file(*options->ready_file, **relay, metrics)) {
     return fail("--ready-file: cannot write " + *options->ready_file);
   }
   spdlog::info("ready: wan={} ingest={} metrics={}", (*relay)->wan_address(), (*relay)->ingest_address(),
-               metrics ? metrics->address() : "off");
+               metrics.empty() ? "off" : metrics);
 
   std::unique_ptr<kvrelay::DemoWorkload> demo;
   if (options->demo) {

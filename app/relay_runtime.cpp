@@ -20,6 +20,8 @@
 #include "core/xxh3.hpp"
 #include "grpc_gateway/ingest_service.hpp"
 #include "grpc_gateway/relay_service.hpp"
+#include "metrics/metrics.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
 
@@ -100,6 +102,9 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
 }  // namespace
 
 struct RelayRuntime::Impl {
+  // First, so that they outlive every actor and gRPC service that records into them.
+  std::unique_ptr<metrics::RelayMetrics> metrics = std::make_unique<metrics::RelayMetrics>();
+  std::unique_ptr<MetricsServer> metrics_server;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
@@ -108,7 +113,7 @@ struct RelayRuntime::Impl {
   std::unique_ptr<gateway::RelayService> relay_service;
   std::unique_ptr<gateway::IngestService> ingest_service;
   std::unique_ptr<grpc::Server> wan_server, ingest_server;
-  std::string wan_address, ingest_address;
+  std::string wan_address, ingest_address, metrics_address;
   v1::RelayIdentity relay;
   std::uint64_t dc_id = 0;
   std::chrono::milliseconds drain{5000};
@@ -133,6 +138,14 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   if (options.max_message_bytes < kMinMessageBytes) {
     return std::unexpected("--max-message-bytes must hold one full CBI1 frame plus envelope (>= 4259904)");
   }
+  impl->metrics->set_identity(impl->dc_id, impl->relay.relay_incarnation(), impl->relay.drt_instance_id());
+  if (options.metrics_listen) {
+    auto server = MetricsServer::start(*options.metrics_listen, impl->metrics->collectables());
+    if (!server) return std::unexpected("--metrics-listen: " + server.error());
+    impl->metrics_server = std::move(*server);
+    impl->metrics_address = impl->metrics_server->address();
+  }
+  metrics::RelayMetrics* recorder = impl->metrics.get();
   impl->drain = std::chrono::milliseconds(options.drain_timeout_ms);
   impl->actor_config.set("scheduler.max-threads", options.actor_threads);
   // Work sharing wakes an idle worker at once; work stealing's relaxed polling can leave a
@@ -140,10 +153,12 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
   auto& system = *impl->system;
-  impl->catalog = system.spawn(catalog, impl->catalog_view, impl->relay);
-  impl->topology = system.spawn(topology_projector, impl->relay);
-  impl->load = system.spawn(load_window, impl->relay, std::chrono::milliseconds(options.load_window_ms));
-  impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders);
+  impl->catalog = system.spawn(catalog, impl->catalog_view, impl->relay,
+                               metrics::mailbox_gauge(recorder, metrics::ActorKind::kCatalog));
+  impl->topology = system.spawn(topology_projector, impl->relay, recorder);
+  impl->load = system.spawn(load_window, impl->relay, std::chrono::milliseconds(options.load_window_ms), recorder);
+  impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders,
+                                metrics::mailbox_gauge(recorder, metrics::ActorKind::kSnapshotEncoders));
   impl->hub_slots = std::make_shared<StreamLimit>("initialized publication hub", options.max_initialized_pool_hubs);
   MembershipConfig membership_config{impl->relay,
                                      impl->dc_id,
@@ -152,7 +167,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                      options.publication_threshold,
                                      std::chrono::milliseconds(options.publication_delay_ms),
                                      options.max_subscribers_per_pool,
-                                     impl->hub_slots};
+                                     impl->hub_slots,
+                                     recorder};
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load});
   if (options.topology) load_topology(*options.topology, impl->membership);
@@ -169,10 +185,12 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   relay_config.readiness_heartbeat = std::chrono::milliseconds(options.readiness_heartbeat_ms);
   relay_config.pool_heartbeat = std::chrono::milliseconds(options.pool_heartbeat_ms);
   relay_config.snapshot_progress_timeout = std::chrono::milliseconds(options.snapshot_progress_timeout_ms);
+  relay_config.metrics = recorder;
   impl->relay_service = std::make_unique<gateway::RelayService>(
       system, relay_config,
       gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load});
-  impl->ingest_service = std::make_unique<gateway::IngestService>(gateway::IngestPeers{impl->membership, impl->load});
+  impl->ingest_service =
+      std::make_unique<gateway::IngestService>(gateway::IngestPeers{impl->membership, impl->load}, recorder);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -184,8 +202,9 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                           &impl->wan_address);
   if (!wan) return std::unexpected(wan.error());
   impl->wan_server = std::move(*wan);
-  spdlog::info("relay started: wan={} ingest={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,
-               impl->ingest_address, impl->dc_id, impl->relay.relay_incarnation());
+  spdlog::info("relay started: wan={} ingest={} metrics={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,
+               impl->ingest_address, impl->metrics_address.empty() ? "off" : impl->metrics_address, impl->dc_id,
+               impl->relay.relay_incarnation());
   return std::unique_ptr<RelayRuntime>(new RelayRuntime(std::move(impl)));
 }
 
@@ -195,6 +214,7 @@ RelayRuntime::~RelayRuntime() { shutdown(); }
 
 const std::string& RelayRuntime::wan_address() const { return impl_->wan_address; }
 const std::string& RelayRuntime::ingest_address() const { return impl_->ingest_address; }
+const std::string& RelayRuntime::metrics_address() const { return impl_->metrics_address; }
 std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 

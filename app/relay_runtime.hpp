@@ -1,6 +1,7 @@
 #pragma once
-// A running relay: the actor system, its actors, and the two gRPC listeners (WAN and
-// ingest). Used by the kv-relay binary and, in-process, by the integration tests.
+// A running relay: the actor system, its actors, the two gRPC listeners (WAN and ingest),
+// and optionally the Prometheus /metrics listener. Used by the kv-relay binary and,
+// in-process, by the integration tests.
 #include <chrono>
 #include <cstdint>
 #include <expected>
@@ -15,6 +16,8 @@ namespace kvrelay {
 struct RelayOptions {
   std::string listen = "0.0.0.0:50051";
   std::string ingest_listen = "127.0.0.1:50052";
+  // host:port of the /metrics listener; none: metrics are recorded but not served.
+  std::optional<std::string> metrics_listen;
   std::string dc_id = "dc-local";
   std::optional<std::uint64_t> instance_id;  // default: derived from the host name
   std::uint64_t expected_unique_blocks = 1'048'576;
@@ -53,6 +56,9 @@ class RelayRuntime {
   // host:port actually bound.
   const std::string& wan_address() const;
   const std::string& ingest_address() const;
+  // "" when metrics are not served. The listener stays up until the runtime is destroyed,
+  // so the end of a drain can still be scraped.
+  const std::string& metrics_address() const;
   std::uint64_t relay_incarnation() const;
   std::uint64_t dc_id() const;
 

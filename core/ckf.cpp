@@ -60,6 +60,7 @@ InsertOutcome Filter::insert_with_kicks(std::uint64_t hash, std::uint32_t max_ki
   const Probe p = addressing_.probe(hash);
   if (place_in_empty_slot(p.bucket_a, p.fingerprint, writes) ||
       place_in_empty_slot(p.bucket_b, p.fingerprint, writes)) {
+    ++occupied_;
     return InsertOutcome::kInserted;
   }
   std::uint16_t fingerprint = p.fingerprint;
@@ -70,7 +71,10 @@ InsertOutcome Filter::insert_with_kicks(std::uint64_t hash, std::uint32_t max_ki
     write_slot(bucket, victim_slot, fingerprint, writes);
     fingerprint = victim;
     bucket = addressing_.alternate(bucket, fingerprint);
-    if (place_in_empty_slot(bucket, fingerprint, writes)) return InsertOutcome::kInserted;
+    if (place_in_empty_slot(bucket, fingerprint, writes)) {
+      ++occupied_;  // the kicks only moved fingerprints: one slot more in all
+      return InsertOutcome::kInserted;
+    }
   }
   for (auto it = writes.rbegin(); it != writes.rend(); ++it) words_[it->bucket] = it->before;
   writes.clear();
@@ -84,6 +88,7 @@ std::optional<BucketWrite> Filter::remove(std::uint64_t hash) {
     if (found >= 0) {
       const BucketWrite write{bucket, words_[bucket]};
       words_[bucket] = with_slot(words_[bucket], static_cast<unsigned>(found), 0);
+      --occupied_;
       return write;
     }
   }

@@ -173,7 +173,11 @@ class Filter {
   std::uint64_t seed() const { return addressing_.seed(); }
   std::uint64_t rng_state() const { return rng_.state(); }
   std::uint32_t max_kicks() const { return max_kicks_; }
+  // Non-empty slots counted from the words, O(buckets).
   std::uint64_t occupied_slots() const;
+  // The same number kept up to date by insert and remove, O(1): what /metrics reads after
+  // every batch.
+  std::uint64_t occupied_count() const { return occupied_; }
 
  private:
   bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint,
@@ -185,6 +189,7 @@ class Filter {
   std::uint32_t max_kicks_;
   SplitMix64 rng_;
   std::vector<std::uint64_t> words_;
+  std::uint64_t occupied_ = 0;  // non-empty slots of words_
 };
 
 }  // namespace kvrelay::ckf

@@ -84,8 +84,9 @@ class BatchGate final : public BatchSink {
 
 class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchOutcome> {
  public:
-  EventBatchReader(caf::actor membership, ingest_v1::PublishKvEventsResponse* response, std::size_t window)
-      : WindowedReader(window), membership_(std::move(membership)), response_(response),
+  EventBatchReader(caf::actor membership, ingest_v1::PublishKvEventsResponse* response,
+                   metrics::RelayMetrics* metrics, std::size_t window)
+      : WindowedReader(window), membership_(std::move(membership)), response_(response), metrics_(metrics),
         sink_(std::make_shared<BatchGate>(gate())) {}
 
  protected:
@@ -93,6 +94,7 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
     const std::int64_t receipt_ns = steady_now_ns();
     if (auto problem = ingest_check::kv_event_batch(batch)) {
       rejected_input_log().warn("rejected KV event batch: " + *problem);
+      if (metrics_ != nullptr) metrics_->batch(metrics::BatchResult::kMalformed);
       return gate()->acknowledge(BatchOutcome{false, false, 0});
     }
     auto shared = std::make_shared<const ingest_v1::KvEventBatch>(std::move(batch));
@@ -111,6 +113,7 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
  private:
   caf::actor membership_;
   ingest_v1::PublishKvEventsResponse* response_;
+  metrics::RelayMetrics* metrics_;
   std::shared_ptr<BatchGate> sink_;
 };
 
@@ -121,13 +124,15 @@ struct LoadOutcome {
 
 class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadOutcome> {
  public:
-  LoadReportReader(caf::actor load, ingest_v1::ReportLoadResponse* response, std::size_t window)
-      : WindowedReader(window), load_(std::move(load)), response_(response) {}
+  LoadReportReader(caf::actor load, ingest_v1::ReportLoadResponse* response, metrics::RelayMetrics* metrics,
+                   std::size_t window)
+      : WindowedReader(window), load_(std::move(load)), response_(response), metrics_(metrics) {}
 
  protected:
   void forward(ingest_v1::LoadReport report) override {
     if (auto problem = ingest_check::load_report(report)) {
       rejected_input_log().warn("rejected load report: " + *problem);
+      if (metrics_ != nullptr) metrics_->load_reports(metrics::LoadReportResult::kMalformed, 1);
       return gate()->acknowledge(LoadOutcome{0, 1});
     }
     LoadReportBatch batch;
@@ -145,6 +150,7 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
  private:
   caf::actor load_;
   ingest_v1::ReportLoadResponse* response_;
+  metrics::RelayMetrics* metrics_;
 };
 
 }  // namespace
@@ -179,7 +185,7 @@ grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* c
 grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(
     grpc::CallbackServerContext*, ingest_v1::PublishKvEventsResponse* response) {
   if (draining_) return new RefusedRead<ingest_v1::KvEventBatch>(draining_status());
-  auto* reader = new EventBatchReader(peers_.membership, response, read_window_);
+  auto* reader = new EventBatchReader(peers_.membership, response, metrics_, read_window_);
   reader->start();
   return reader;
 }
@@ -187,7 +193,7 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
 grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext*,
                                                                          ingest_v1::ReportLoadResponse* response) {
   if (draining_) return new RefusedRead<ingest_v1::LoadReport>(draining_status());
-  auto* reader = new LoadReportReader(peers_.load, response, read_window_);
+  auto* reader = new LoadReportReader(peers_.load, response, metrics_, read_window_);
   reader->start();
   return reader;
 }

@@ -9,6 +9,7 @@
 
 #include "actors/messages.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay::gateway {
 
@@ -19,8 +20,9 @@ struct IngestPeers {
 
 class IngestService final : public ingest_v1::RelayIngest::CallbackService {
  public:
-  explicit IngestService(IngestPeers peers, std::size_t read_window = 64)
-      : peers_(std::move(peers)), read_window_(read_window) {}
+  // `metrics` (may be null) counts the inputs rejected here, before any actor sees them.
+  IngestService(IngestPeers peers, metrics::RelayMetrics* metrics, std::size_t read_window = 64)
+      : peers_(std::move(peers)), metrics_(metrics), read_window_(read_window) {}
 
   grpc::ServerUnaryReactor* PutWorker(grpc::CallbackServerContext* context, const ingest_v1::PutWorkerRequest* request,
                                       ingest_v1::PutWorkerResponse* response) override;
@@ -42,6 +44,7 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
 
  private:
   IngestPeers peers_;
+  metrics::RelayMetrics* metrics_;
   std::size_t read_window_;
   std::atomic<bool> draining_{false};
 };

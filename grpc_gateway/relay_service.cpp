@@ -20,33 +20,18 @@ RpcStatus draining_status() {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the relay is shutting down");
 }
 
-template <class Message>
-grpc::ServerWriteReactor<Message>* refuse(grpc::CallbackServerContext* context, const RpcStatus& status) {
-  return new RefusedStream<Message>(context, status);
-}
-
 std::string ending_of(const RpcStatus& status) {
   if (status.reason) return std::string(reason_name(*status.reason));
   if (status.code == StatusCode::kCancelled) return "client cancel";
   return status.ok() ? "clean end" : status.message;
 }
 
-// Logs the admission now and the end later; the permits are returned when the stream ends.
-StreamRelease admitted(std::string_view rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
-                       std::vector<std::shared_ptr<StreamLimit::Permit>> permits) {
-  spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", rpc, subscriber, context->peer());
-  return [rpc = std::string(rpc), subscriber, permits = std::move(permits)](const RpcStatus& status) mutable {
-    permits.clear();
-    spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", rpc, subscriber, ending_of(status));
-  };
-}
-
 // A stream fed by a long-lived source actor (catalog, readiness, load).
 template <class Message, class Behavior, class... Args>
 grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, StreamRelease release,
-                                              grpc::CallbackServerContext* context, const caf::actor& source,
-                                              Behavior behavior, Args&&... args) {
-  auto* reactor = new StreamReactor<Message>(context, std::move(release));
+                                              metrics::RelayMetrics* metrics, grpc::CallbackServerContext* context,
+                                              const caf::actor& source, Behavior behavior, Args&&... args) {
+  auto* reactor = new StreamReactor<Message>(context, std::move(release), metrics);
   StreamSinkPtr<Message> sink = reactor->link();
   caf::actor stream = system.spawn(behavior, std::move(sink), std::forward<Args>(args)...);
   reactor->link()->bind(stream);
@@ -74,17 +59,46 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
 
 std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
 
+// A call refused before its stream started, counted by `result` (default: from the status).
+template <class Message>
+grpc::ServerWriteReactor<Message>* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                                        const RpcStatus& status, std::string result) {
+  if (config_.metrics != nullptr) {
+    config_.metrics->stream_refused(rpc, result.empty() ? metrics::refusal_result(status) : result);
+  }
+  return new RefusedStream<Message>(context, status);
+}
+
 // The common admission steps after request validation: refuse while draining, then take a
 // permit without waiting. Returns the refusal, or nullptr with `permit` set.
 template <class Message>
-grpc::ServerWriteReactor<Message>* RelayService::admit(grpc::CallbackServerContext* context, StreamLimit& limit,
+grpc::ServerWriteReactor<Message>* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                                       StreamLimit& limit,
                                                        std::shared_ptr<StreamLimit::Permit>& permit) {
-  if (draining_) return refuse<Message>(context, draining_status());
+  if (draining_) return refuse<Message>(context, rpc, draining_status(), "draining");
   permit = limit.try_acquire();
   if (!permit) {
-    return refuse<Message>(context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()));
+    return refuse<Message>(context, rpc,
+                           RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()));
   }
   return nullptr;
+}
+
+// Logs and counts the admission now, and the end later; the permits are returned when the
+// stream ends, just after its end is counted (so whoever awaits a permit sees the count).
+StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscriber,
+                                     grpc::CallbackServerContext* context,
+                                     std::vector<std::shared_ptr<StreamLimit::Permit>> permits) {
+  spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", metrics::rpc_name(rpc), subscriber,
+               context->peer());
+  if (config_.metrics != nullptr) config_.metrics->stream_admitted(rpc);
+  return [rpc, subscriber, permits = std::move(permits), recorder = config_.metrics,
+          draining = &draining_](const RpcStatus& status) mutable {
+    if (recorder != nullptr) recorder->stream_ended(rpc, metrics::termination_reason(status, *draining));
+    permits.clear();
+    spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", metrics::rpc_name(rpc), subscriber,
+                 ending_of(status));
+  };
 }
 
 grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext* context,
@@ -107,67 +121,77 @@ grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext
 grpc::ServerWriteReactor<v1::KvPoolCatalogUpdate>* RelayService::WatchKvPoolCatalog(
     grpc::CallbackServerContext* context, const v1::WatchKvPoolCatalogRequest* request) {
   using Message = v1::KvPoolCatalogUpdate;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  constexpr auto rpc = metrics::Rpc::kWatchKvPoolCatalog;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, catalog_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted("WatchKvPoolCatalog", request->subscriber_id(), context, {permit}),
-                             context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat);
+  if (auto* refused = admit<Message>(context, rpc, catalog_streams_, permit)) return refused;
+  return open_watch<Message>(system_, admitted(rpc, request->subscriber_id(), context, {permit}), config_.metrics,
+                             context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat,
+                             metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kCatalogStream));
 }
 
 grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* RelayService::SubscribeServingReadiness(
     grpc::CallbackServerContext* context, const v1::SubscribeServingReadinessRequest* request) {
   using Message = v1::ServingReadinessUpdate;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  constexpr auto rpc = metrics::Rpc::kSubscribeServingReadiness;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, readiness_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted("SubscribeServingReadiness", request->subscriber_id(), context, {permit}),
-                             context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat);
+  if (auto* refused = admit<Message>(context, rpc, readiness_streams_, permit)) return refused;
+  return open_watch<Message>(system_, admitted(rpc, request->subscriber_id(), context, {permit}), config_.metrics,
+                             context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat,
+                             metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kReadinessStream));
 }
 
 grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* RelayService::SubscribeKvPoolLoad(
     grpc::CallbackServerContext* context, const v1::SubscribeKvPoolLoadRequest* request) {
   using Message = v1::KvPoolLoadUpdate;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  constexpr auto rpc = metrics::Rpc::kSubscribeKvPoolLoad;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, load_streams_, permit)) return refused;
+  if (auto* refused = admit<Message>(context, rpc, load_streams_, permit)) return refused;
   // A window stream lags when more than load_outbox_windows windows wait for the client.
   const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
-  return open_watch<Message>(system_, admitted("SubscribeKvPoolLoad", request->subscriber_id(), context, {permit}),
-                             context, peers_.load, bounded_stream<Message>, limits);
+  return open_watch<Message>(system_, admitted(rpc, request->subscriber_id(), context, {permit}), config_.metrics,
+                             context, peers_.load, bounded_stream<Message>, limits,
+                             metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kLoadStream));
 }
 
 grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context,
                                                                           const v1::SubscribeKvPoolRequest* request) {
   using Message = v1::FilterUpdate;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rejection(*error));
+  constexpr auto rpc = metrics::Rpc::kSubscribeKvPool;
+  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, pool_streams_, permit)) return refused;
+  if (auto* refused = admit<Message>(context, rpc, pool_streams_, permit)) return refused;
   const v1::ProducerIdentity& expected = request->expected_producer();
   const auto view = peers_.catalog_view->current();
   const auto pool = view->pools.find(wire::pool_key(expected.pool_id()));
   if (pool == view->pools.end()) {
     return refuse<Message>(
-        context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
+        context, rpc,
+        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
   }
   const v1::ProducerIdentity& current = pool->second.descriptor.producer();
   if (wire::producer_key(current) != wire::producer_key(expected)) {
     return refuse<Message>(
-        context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
-                                        "the pool is served by another producer generation; re-read the catalog"));
+        context, rpc,
+        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
+                               "the pool is served by another producer generation; re-read the catalog"));
   }
   auto pool_permit = pool->second.subscribers->try_acquire();
   if (!pool_permit) {
-    return refuse<Message>(context, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT,
-                                                           pool->second.subscribers->refusal()));
+    return refuse<Message>(context, rpc,
+                           RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT,
+                                                  pool->second.subscribers->refusal()));
   }
   auto* reactor = new StreamReactor<Message>(
-      context, admitted("SubscribeKvPool", request->subscriber_id(), context, {permit, pool_permit}));
+      context, admitted(rpc, request->subscriber_id(), context, {permit, pool_permit}), config_.metrics);
   PoolStreamSpec spec{config_.relay, current, current.pool_id().dc_id(), current.ckf_format().seed(),
                       current.ckf_format().bucket_count()};
   StreamSinkPtr<Message> sink = reactor->link();
   SnapshotPacing pacing{peers_.snapshot_encoders, config_.snapshot_progress_timeout, config_.pool_heartbeat};
   caf::actor stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
-                                    pool->second.publisher, std::move(pacing));
+                                    pool->second.publisher, std::move(pacing), config_.metrics);
   reactor->link()->bind(stream);
   caf::anon_send(pool->second.publisher, atoms::attach_atom_v, stream);
   return reactor;
@@ -177,7 +201,8 @@ grpc::ServerWriteReactor<v1::ServingLoadUpdate>* RelayService::SubscribeServingL
     grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest*) {
   // decisions.md row 2: in the schema, not served yet; never a fake window.
   return refuse<v1::ServingLoadUpdate>(
-      context, RpcStatus{StatusCode::kUnimplemented, "SubscribeServingLoad is not implemented by this relay", {}});
+      context, metrics::Rpc::kSubscribeServingLoad,
+      RpcStatus{StatusCode::kUnimplemented, "SubscribeServingLoad is not implemented by this relay", {}});
 }
 
 }  // namespace kvrelay::gateway

@@ -9,8 +9,10 @@
 
 #include "actors/catalog.hpp"
 #include "actors/messages.hpp"
-#include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "actors/permits.hpp"
+#include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "grpc_gateway/stream_reactor.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay::gateway {
 
@@ -26,6 +28,7 @@ struct RelayServiceConfig {
   std::chrono::milliseconds readiness_heartbeat{10000};
   std::chrono::milliseconds pool_heartbeat{10000};
   std::chrono::milliseconds snapshot_progress_timeout{60000};
+  metrics::RelayMetrics* metrics = nullptr;  // none: nothing is recorded
 };
 
 struct RelayServicePeers {
@@ -61,8 +64,13 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
 
  private:
   template <class Message>
-  grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, StreamLimit& limit,
-                                           std::shared_ptr<StreamLimit::Permit>& permit);
+  grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                           StreamLimit& limit, std::shared_ptr<StreamLimit::Permit>& permit);
+  template <class Message>
+  grpc::ServerWriteReactor<Message>* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                            const RpcStatus& status, std::string result = {});
+  StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
+                         std::vector<std::shared_ptr<StreamLimit::Permit>> permits);
 
   caf::actor_system& system_;
   RelayServiceConfig config_;

@@ -11,6 +11,7 @@
 
 #include "actors/messages.hpp"
 #include "grpc_gateway/status.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay::gateway {
 
@@ -18,12 +19,26 @@ namespace kvrelay::gateway {
 // open-stream gauges, the lifecycle log line).
 using StreamRelease = std::function<void(const RpcStatus&)>;
 
+// What a frame carries, for kv_relay_frames_sent_total{kind}.
+inline metrics::FrameKind frame_kind(const v1::FilterUpdate& frame) {
+  switch (frame.kind()) {
+    case v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK: return metrics::FrameKind::kSnapshotChunk;
+    case v1::FILTER_UPDATE_KIND_HEARTBEAT: return metrics::FrameKind::kHeartbeat;
+    default: return metrics::FrameKind::kDelta;
+  }
+}
+inline metrics::FrameKind frame_kind(const v1::KvPoolCatalogUpdate&) { return metrics::FrameKind::kCatalog; }
+inline metrics::FrameKind frame_kind(const v1::ServingReadinessUpdate&) { return metrics::FrameKind::kReadiness; }
+inline metrics::FrameKind frame_kind(const v1::KvPoolLoadUpdate&) { return metrics::FrameKind::kLoad; }
+inline metrics::FrameKind frame_kind(const v1::ServingLoadUpdate&) { return metrics::FrameKind::kServingLoad; }
+
 template <class Message>
 class StreamLink final : public StreamSink<Message> {
  public:
+  // `metrics` (may be null) counts every frame handed to the transport.
   StreamLink(grpc::CallbackServerContext* context, grpc::ServerWriteReactor<Message>* reactor,
-             StreamRelease release)
-      : context_(context), reactor_(reactor), release_(std::move(release)) {}
+             StreamRelease release, metrics::RelayMetrics* metrics)
+      : context_(context), reactor_(reactor), release_(std::move(release)), metrics_(metrics) {}
 
   // Set once the stream actor exists; a cancellation that came first is delivered now.
   void bind(caf::actor actor) {
@@ -35,6 +50,7 @@ class StreamLink final : public StreamSink<Message> {
   void write(std::shared_ptr<const Message> message, bool more_queued) override {
     std::lock_guard lock(mutex_);
     if (reactor_ == nullptr || finished_) return;
+    if (metrics_ != nullptr) metrics_->frame_sent(frame_kind(*message), message->ByteSizeLong());
     in_flight_ = std::move(message);
     grpc::WriteOptions options;
     if (more_queued) options.set_buffer_hint();  // flushed with the next write that has no hint
@@ -83,6 +99,7 @@ class StreamLink final : public StreamSink<Message> {
   grpc::CallbackServerContext* context_;
   grpc::ServerWriteReactor<Message>* reactor_;
   StreamRelease release_;
+  metrics::RelayMetrics* metrics_;
   caf::actor actor_;
   std::shared_ptr<const Message> in_flight_;  // kept alive until OnWriteDone
   bool finished_ = false;
@@ -92,8 +109,8 @@ class StreamLink final : public StreamSink<Message> {
 template <class Message>
 class StreamReactor final : public grpc::ServerWriteReactor<Message> {
  public:
-  StreamReactor(grpc::CallbackServerContext* context, StreamRelease release)
-      : link_(std::make_shared<StreamLink<Message>>(context, this, std::move(release))) {}
+  StreamReactor(grpc::CallbackServerContext* context, StreamRelease release, metrics::RelayMetrics* metrics)
+      : link_(std::make_shared<StreamLink<Message>>(context, this, std::move(release), metrics)) {}
 
   const std::shared_ptr<StreamLink<Message>>& link() const { return link_; }
 

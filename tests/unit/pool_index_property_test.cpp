@@ -100,6 +100,7 @@ void check_against_model(const PoolIndex& index, const ReferenceModel& model) {
     REQUIRE(index.filter().contains(canonical));  // never a false negative
   }
   REQUIRE(index.filter().occupied_slots() == owners.size());  // one copy per held hash
+  REQUIRE(index.filter().occupied_count() == owners.size());   // the running count agrees
 }
 
 // A consumer's view of the pool, built only from CBI1 frames.

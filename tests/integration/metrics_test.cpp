@@ -1,0 +1,355 @@
+// /metrics (docs/metrics.md): a relay serving metrics is driven through a scripted scenario
+// and every step is checked against a scrape. One relay, one test case: prometheus-cpp's
+// listener takes about 2 s to stop, so the file pays that once.
+//
+// Almost every value is recorded before the client can observe the event it counts (a
+// frame is counted before it is written, a stream's end before its permit is returned, an
+// ingest batch before it is acknowledged), so a scrape right after the observation is
+// exact. Only values an actor publishes on its own schedule are polled, with a deadline.
+#include <catch2/catch.hpp>
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "tests/integration/harness.hpp"
+#include "tests/integration/replica.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+const auto kBackend = endpoint_ref("prod", "backend");
+const std::string kPool = "prod/backend/generate";
+
+using Labels = std::map<std::string, std::string>;
+
+// GET `path` over a plain socket; HTTP/1.0, so the server closes the connection when done.
+std::string http_get(const std::string& address, const std::string& path) {
+  const auto colon = address.rfind(':');
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  REQUIRE(getaddrinfo(address.substr(0, colon).c_str(), address.substr(colon + 1).c_str(), &hints, &found) == 0);
+  const int fd = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
+  const bool connected = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
+  freeaddrinfo(found);
+  REQUIRE(connected);
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
+  REQUIRE(send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buffer[16384];
+  for (ssize_t n; (n = recv(fd, buffer, sizeof buffer, 0)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
+  close(fd);
+  const bool ok = response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200");
+  INFO(response.substr(0, 200));
+  REQUIRE(ok);
+  return response.substr(response.find("\r\n\r\n") + 4);
+}
+
+// The samples of one scrape in the text exposition format: name{labels} value.
+class Scrape {
+ public:
+  explicit Scrape(const std::string& text) {
+    std::size_t start = 0;
+    while (start < text.size()) {
+      std::size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(start, end - start);
+      if (!line.empty() && line[0] != '#') parse_sample(line);
+      start = end + 1;
+    }
+  }
+
+  // The sample `name` with exactly `labels`, if present.
+  std::optional<double> value(const std::string& name, const Labels& labels = {}) const {
+    const auto it = samples_.find({name, labels});
+    if (it == samples_.end()) return std::nullopt;
+    return it->second;
+  }
+  // The sample's value, 0 when absent (a series created lazily has not been touched yet).
+  double count(const std::string& name, const Labels& labels = {}) const { return value(name, labels).value_or(0); }
+
+  std::vector<Labels> series(const std::string& name) const {
+    std::vector<Labels> found;
+    for (const auto& [key, value] : samples_) {
+      if (key.first == name) found.push_back(key.second);
+    }
+    return found;
+  }
+
+ private:
+  void parse_sample(const std::string& line) {
+    std::size_t at = line.find_first_of("{ ");
+    const std::string name = line.substr(0, at);
+    Labels labels;
+    if (line[at] == '{') {
+      ++at;
+      while (line[at] != '}') {
+        const std::size_t equals = line.find('=', at);
+        const std::string key = line.substr(at, equals - at);
+        std::string value;
+        for (at = equals + 2; line[at] != '"'; ++at) {
+          if (line[at] == '\\') ++at;  // our label values never need more than \" and \\ .
+          value += line[at];
+        }
+        labels[key] = value;
+        at += line[at + 1] == ',' ? 2 : 1;
+      }
+      ++at;
+    }
+    samples_[{name, labels}] = std::strtod(line.c_str() + at + 1, nullptr);
+  }
+
+  std::map<std::pair<std::string, Labels>, double> samples_;
+};
+
+Scrape scrape(TestRelay& relay) { return Scrape(http_get(relay.runtime().metrics_address(), "/metrics")); }
+
+// For values an actor publishes on its own schedule: scrapes until `holds`, for up to 10 s.
+Scrape scrape_until(TestRelay& relay, const std::function<bool(const Scrape&)>& holds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Scrape last = scrape(relay);
+  while (!holds(last) && std::chrono::steady_clock::now() < deadline) last = scrape(relay);
+  return last;
+}
+
+template <class Response>
+std::string ending_reason(StreamReader<Response>& stream) {
+  while (stream.next()) {
+  }
+  stream.finish();
+  return stream.reason();
+}
+
+kvrelay::RelayOptions metrics_relay_options() {
+  kvrelay::RelayOptions options = loopback_options();
+  options.metrics_listen = "127.0.0.1:0";
+  // As in the hardening lag test: a 4 MiB snapshot chunk that a client that never reads
+  // cannot take, an outbox of one frame, and one delta per batch.
+  options.expected_unique_blocks = 1 << 20;
+  options.stream_queue_frames = 1;
+  options.publication_threshold = 1;
+  return options;
+}
+
+Labels rpc(const std::string& name, const std::string& key = "", const std::string& value = "") {
+  Labels labels{{"rpc", name}};
+  if (!key.empty()) labels[key] = value;
+  return labels;
+}
+
+ingest_v1::LoadReport load_report(const ingest_v1::EndpointRef& endpoint, std::uint32_t rank) {
+  ingest_v1::LoadReport report;
+  *report.mutable_endpoint() = endpoint;
+  report.set_worker_id(1);
+  report.set_dp_rank(rank);
+  report.set_kv_used_blocks(40);
+  return report;
+}
+
+// Reads `stream` until the replica reaches the pool's current sequence.
+void follow(TestRelay& relay, StreamReader<v1::FilterUpdate>& stream, Replica& replica) {
+  const std::uint64_t sequence = relay.get_state().pools(0).sequence();
+  while (replica.sequence() < sequence) {
+    auto frame = stream.next();
+    REQUIRE(frame.has_value());
+    replica.apply(*frame);
+  }
+}
+
+// 500 distinct blocks per batch, as one stored event: enough to overflow a stalled stream.
+std::vector<ingest_v1::KvEventBatch> big_batches(std::uint64_t first_sequence, std::uint64_t count) {
+  std::vector<ingest_v1::KvEventBatch> batches;
+  for (std::uint64_t b = 0; b < count; ++b) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
+    for (std::uint64_t i = 0; i < 500; ++i) blocks.emplace_back(100'000 + b * 1000 + i, b * 7919 + i * 104729 + 1);
+    batches.push_back(stored_batch(kBackend, 1, 0, 1, first_sequence + b, blocks));
+  }
+  return batches;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") {
+  TestRelay relay(metrics_relay_options());
+  REQUIRE_FALSE(relay.runtime().metrics_address().empty());
+
+  // ---- identity, before anything happened ----
+  {
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_identity_info", {{"dc_id", std::to_string(relay.runtime().dc_id())},
+                                             {"incarnation", std::to_string(relay.runtime().relay_incarnation())},
+                                             {"instance_id", "7"}}) == 1);
+    REQUIRE(s.series("kv_relay_build_info").size() == 1);
+    CHECK(s.series("kv_relay_build_info")[0].contains("revision"));
+    CHECK(s.count("kv_relay_process_start_time_seconds") > 1.6e9);
+    CHECK(s.value("kv_relay_pools_materialized") == 0);
+    CHECK(s.value("kv_relay_open_streams", rpc("SubscribeKvPool")) == 0);
+    CHECK(s.value("kv_relay_mailbox_depth", {{"actor_kind", "membership"}}).has_value());
+    CHECK(s.series("kv_relay_pool_sequence").empty());
+  }
+
+  // ---- a pool, its load coverage and readiness ----
+  auto catalog = watch_catalog(relay, "catalog");
+  WorkerShape shape;
+  shape.total_kv_blocks = 100;
+  relay.put_worker(put_worker_request(kBackend, 1, shape));
+  relay.set_availability(kBackend, {1});
+  const auto producer = await_single_pool(*catalog);
+  // One accepted, one for an undeclared rank, one without an endpoint.
+  ingest_v1::LoadReport malformed;
+  const auto load = relay.report_load({load_report(kBackend, 0), load_report(kBackend, 5), malformed});
+  CHECK(load.reports_applied() == 1);
+  auto readiness = watch_readiness(relay, "readiness");  // left open: the drain ends it
+  REQUIRE(readiness
+              ->until([](const v1::ServingReadinessUpdate& u) {
+                return u.entries_size() == 1 && u.entries(0).state() == v1::SERVING_READINESS_STATE_READY;
+              })
+              .has_value());
+  {
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_pools_materialized") == 1);
+    CHECK(s.value("kv_relay_generations_created_total") == 1);
+    CHECK(s.value("kv_relay_pool_active_sources", {{"pool", kPool}}) == 1);
+    CHECK(s.value("kv_relay_pool_load_expected_ranks", {{"pool", kPool}}) == 1);
+    CHECK(s.value("kv_relay_pool_load_observed_ranks", {{"pool", kPool}}) == 1);
+    CHECK(s.value("kv_relay_load_reports_total", {{"result", "accepted"}}) == 1);
+    CHECK(s.value("kv_relay_load_reports_total", {{"result", "unknown_rank"}}) == 1);
+    CHECK(s.value("kv_relay_load_reports_total", {{"result", "malformed"}}) == 1);
+    CHECK(s.value("kv_relay_readiness_entries", {{"state", "READY"}}) == 1);
+    CHECK(s.value("kv_relay_readiness_entries", {{"state", "UNKNOWN"}}) == 0);
+    CHECK(s.count("kv_relay_frames_sent_total", {{"kind", "readiness"}}) >= 1);
+  }
+
+  // ---- a pool stream follows three batches of four distinct blocks ----
+  auto healthy = subscribe_pool(relay, producer, "healthy");
+  Replica replica(producer);
+  replica.apply(*healthy->next());
+  REQUIRE(replica.installed());
+  for (std::uint64_t b = 0; b < 3; ++b) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
+    for (std::uint64_t i = 0; i < 4; ++i) blocks.emplace_back(b * 10 + i + 1, b * 100 + i + 1);
+    REQUIRE(relay.publish({stored_batch(kBackend, 1, 0, 1, b, blocks)}).batches_applied() == 1);
+    follow(relay, *healthy, replica);
+  }
+  {
+    const auto pool = relay.get_state().pools(0);
+    REQUIRE(pool.unique_blocks() == 12);
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_pool_sequence", {{"pool", kPool}}) == replica.sequence());
+    CHECK(s.value("kv_relay_pool_unique_blocks", {{"pool", kPool}}) == 12);
+    CHECK(s.count("kv_relay_pool_load_factor", {{"pool", kPool}}) ==
+          Approx(static_cast<double>(pool.occupied_slots()) / (pool.bucket_count() * 4.0)));
+    CHECK(s.value("kv_relay_pool_capacity_failures_total", {{"pool", kPool}}) == 0);
+    CHECK(s.value("kv_relay_pool_subscribers", {{"pool", kPool}}) == 1);
+    CHECK(s.value("kv_relay_open_streams", rpc("SubscribeKvPool")) == 1);
+    CHECK(s.value("kv_relay_open_streams", rpc("WatchKvPoolCatalog")) == 1);
+    CHECK(s.value("kv_relay_stream_admissions_total", rpc("SubscribeKvPool", "result", "admitted")) == 1);
+    for (const char* kind : {"snapshot_chunk", "delta", "catalog"}) {
+      INFO(kind);
+      CHECK(s.count("kv_relay_frames_sent_total", {{"kind", kind}}) > 0);
+      CHECK(s.count("kv_relay_bytes_sent_total", {{"kind", kind}}) > 0);
+    }
+    CHECK(s.value("kv_relay_frames_sent_total", {{"kind", "snapshot_chunk"}}) == 1);
+    CHECK(s.value("kv_relay_frames_sent_total", {{"kind", "delta"}}) == replica.sequence());
+    CHECK(s.value("kv_relay_snapshot_encode_seconds_count") == 1);
+    CHECK(s.value("kv_relay_event_to_wire_seconds_count") == replica.sequence());
+    CHECK(s.value("kv_relay_ingest_batches_total", {{"kind", "PublishKvEvents"}, {"result", "accepted"}}) == 3);
+    CHECK(s.value("kv_relay_ingest_events_total", {{"kind", "stored"}, {"result", "accepted"}}) == 3);
+  }
+
+  // ---- both streams close: client cancels ----
+  healthy->cancel();
+  catalog->cancel();
+  ending_reason(*healthy);
+  ending_reason(*catalog);
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
+  REQUIRE(relay.runtime().await_open_streams_at_most("catalog", 0));
+  {
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_open_streams", rpc("SubscribeKvPool")) == 0);
+    CHECK(s.value("kv_relay_open_streams", rpc("WatchKvPoolCatalog")) == 0);
+    CHECK(s.value("kv_relay_stream_terminations_total", rpc("SubscribeKvPool", "reason", "client_cancel")) == 1);
+    CHECK(s.value("kv_relay_stream_terminations_total", rpc("WatchKvPoolCatalog", "reason", "client_cancel")) == 1);
+  }
+  // The publisher learns of the stream's end from its own monitor, on its own time.
+  CHECK(scrape_until(relay, [](const Scrape& s) {
+          return s.value("kv_relay_pool_subscribers", {{"pool", kPool}}) == 0;
+        }).value("kv_relay_pool_subscribers", {{"pool", kPool}}) == 0);
+
+  // ---- a subscriber that never reads lags ----
+  auto stalled_client = relay.separate_wan_client();
+  auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
+  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  relay.publish(big_batches(3, 64));
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
+  CHECK(ending_reason(*stalled) == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
+  {
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_stream_terminations_total", rpc("SubscribeKvPool", "reason", "SUBSCRIBER_LAGGED")) == 1);
+    CHECK(s.value("kv_relay_stream_terminations_total",
+                  rpc("SubscribeKvPool", "reason", "SNAPSHOT_PROGRESS_TIMEOUT")) == 0);
+    CHECK(s.value("kv_relay_open_streams", rpc("SubscribeKvPool")) == 0);
+    CHECK(s.value("kv_relay_ingest_batches_total", {{"kind", "PublishKvEvents"}, {"result", "accepted"}}) == 67);
+  }
+
+  // ---- rejected and resetting batches, a refused subscription ----
+  ingest_v1::KvEventBatch no_data = stored_batch(kBackend, 1, 0, 1, 67, {{1, 1}});
+  no_data.add_events();  // an event without data: the whole batch is malformed
+  const auto tally = relay.publish({no_data, stored_batch(endpoint_ref("prod", "nowhere"), 9, 0, 1, 0, {{1, 1}}),
+                                    stored_batch(kBackend, 1, 0, 1, 0, {{2, 2}}),  // sequence 0 again: stale
+                                    stored_batch(kBackend, 1, 0, 1, 100, {{3, 3}})});  // a gap: reset, applied
+  CHECK(tally.batches_rejected() == 3);
+  CHECK(tally.batches_applied() == 1);
+  auto moved_on = producer;
+  moved_on.set_layout_generation(producer.layout_generation() + 1);
+  CHECK(ending_reason(*subscribe_pool(relay, moved_on, "refused")) == "RELAY_ERROR_REASON_PRODUCER_CHANGED");
+  {
+    const Scrape s = scrape(relay);
+    const Labels batches{{"kind", "PublishKvEvents"}};
+    auto result = [&](const char* r) {
+      Labels labels = batches;
+      labels["result"] = r;
+      return s.value("kv_relay_ingest_batches_total", labels);
+    };
+    CHECK(result("accepted") == 68);
+    CHECK(result("malformed") == 1);
+    CHECK(result("unknown_source") == 1);
+    CHECK(result("stale_sequence") == 1);
+    CHECK(s.value("kv_relay_ingest_events_total", {{"kind", "stored"}, {"result", "accepted"}}) == 68);
+    CHECK(s.value("kv_relay_source_resets_total", {{"reason", "sequence_gap"}}) == 1);
+    CHECK(s.value("kv_relay_stream_admissions_total", rpc("SubscribeKvPool", "result", "PRODUCER_CHANGED")) == 1);
+    CHECK(s.value("kv_relay_stream_admissions_total", rpc("SubscribeKvPool", "result", "admitted")) == 2);
+  }
+
+  // ---- the pool is withdrawn: its series go ----
+  relay.remove_worker(kBackend, 1);
+  {
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_pools_materialized") == 0);
+    CHECK(s.value("kv_relay_generations_retired_total") == 1);
+    CHECK(s.value("kv_relay_source_resets_total", {{"reason", "worker_removed"}}) == 1);
+    for (const char* family : {"kv_relay_pool_sequence", "kv_relay_pool_unique_blocks", "kv_relay_pool_load_factor",
+                               "kv_relay_pool_capacity_failures_total", "kv_relay_pool_subscribers",
+                               "kv_relay_pool_active_sources", "kv_relay_pool_load_observed_ranks",
+                               "kv_relay_pool_load_expected_ranks"}) {
+      INFO(family);
+      CHECK(s.series(family).empty());
+    }
+  }
+
+  // ---- the drain ends the readiness stream cleanly; /metrics still answers ----
+  relay.shutdown();
+  CHECK(ending_reason(*readiness) == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+  {
+    const Scrape s = scrape(relay);
+    CHECK(s.value("kv_relay_stream_terminations_total", rpc("SubscribeServingReadiness", "reason", "clean_end")) == 1);
+    CHECK(s.value("kv_relay_open_streams", rpc("SubscribeServingReadiness")) == 0);
+  }
+}
