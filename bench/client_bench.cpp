@@ -11,62 +11,24 @@
 #include "client/lib/query.hpp"
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
+#include "tests/client/wire_builders.hpp"
 
 using namespace kvrelay;
 namespace v1 = ::dynamo::kvrelay::v1;
+namespace test = ::kvrelay::test;
 
 namespace {
 
 constexpr std::uint64_t kDcId = 0xDC;
 
-v1::ProducerIdentity identity(std::uint64_t bucket_count) {
-  v1::ProducerIdentity producer;
-  auto* pool = producer.mutable_pool_id();
-  pool->set_identity_version(1);
-  pool->set_dc_id(kDcId);
-  for (auto* digest : {pool->mutable_indexer_domain()->mutable_cache_semantics(),
-                       pool->mutable_indexer_domain()->mutable_routing_scope()}) {
-    digest->set_digest(std::string(16, '\x01'));
-    digest->set_source(v1::IDENTITY_SOURCE_DEFAULT_DERIVED);
-  }
-  producer.set_producer_incarnation(1);
-  producer.set_layout_generation(1);
-  auto* format = producer.mutable_ckf_format();
-  format->set_format_version(1);
-  format->set_seed(ckf::kDefaultSeed);
-  format->set_bucket_count(bucket_count);
-  format->set_fingerprint_bits(16);
-  format->set_slots_per_bucket(4);
-  return producer;
-}
-
-v1::RelayIdentity relay() {
-  v1::RelayIdentity identity;
-  identity.set_drt_instance_id(1);
-  identity.set_relay_incarnation(1);
-  return identity;
-}
-
-v1::FilterUpdate frame(const v1::ProducerIdentity& producer, v1::FilterUpdateKind kind, std::uint64_t base,
-                       std::uint64_t sequence, std::string payload) {
-  v1::FilterUpdate update;
-  update.set_contract_marker(0x4B565231);
-  update.set_protocol_version(1);
-  *update.mutable_relay() = relay();
-  *update.mutable_producer() = producer;
-  update.set_kind(kind);
-  update.set_base_sequence(base);
-  update.set_sequence(sequence);
-  update.set_payload(std::move(payload));
-  return update;
-}
+v1::ProducerIdentity identity(std::uint64_t bucket_count) { return test::producer(1, 1, kDcId, bucket_count); }
 
 std::vector<v1::FilterUpdate> snapshot(const v1::ProducerIdentity& producer, const std::vector<std::uint64_t>& words) {
-  const cbi1::FilterFormat format{ckf::kDefaultSeed, words.size()};
+  const cbi1::FilterFormat format{test::kSeed, words.size()};
   auto chunks = cbi1::encode_snapshot(format, kDcId, 0, words);
   std::vector<v1::FilterUpdate> frames;
   for (auto& chunk : *chunks) {
-    frames.push_back(frame(producer, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, 0, 0, std::move(chunk)));
+    frames.push_back(test::frame(producer, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, 0, 0, std::move(chunk)));
   }
   return frames;
 }
@@ -91,14 +53,14 @@ void BM_ReplicaDeltaApply(benchmark::State& state) {
     std::vector<BucketImage> delta;
     const std::uint64_t start = rng() % kBuckets;
     for (std::uint64_t i = 0; i < images; ++i) delta.push_back({(start + i * 7919) % kBuckets, rng()});
-    auto payload = cbi1::encode_delta({ckf::kDefaultSeed, kBuckets}, kDcId, d, d + 1, delta);
+    auto payload = cbi1::encode_delta({test::kSeed, kBuckets}, kDcId, d, d + 1, delta);
     payload_bytes += payload->size();
-    deltas.push_back(frame(producer, v1::FILTER_UPDATE_KIND_DELTA, d, d + 1, std::move(*payload)));
+    deltas.push_back(test::frame(producer, v1::FILTER_UPDATE_KIND_DELTA, d, d + 1, std::move(*payload)));
   }
   const auto chunks = snapshot(producer, half_full(kBuckets, 1));
   std::size_t applied = 0;
   for (auto _ : state) {
-    client::PoolReplica replica(producer, relay());  // installing it is not timed
+    client::PoolReplica replica(producer, test::relay_identity());  // installing it is not timed
     for (const auto& chunk : chunks) replica.apply(chunk);
     const auto start = std::chrono::steady_clock::now();
     for (const auto& delta : deltas) {
@@ -122,7 +84,7 @@ void BM_ReplicaSnapshotInstall(benchmark::State& state) {
   std::size_t bytes = 0;
   for (const auto& chunk : chunks) bytes += chunk.payload().size();
   for (auto _ : state) {
-    client::PoolReplica replica(producer, relay());
+    client::PoolReplica replica(producer, test::relay_identity());
     for (const auto& chunk : chunks) replica.apply(chunk);
     if (!replica.installed()) state.SkipWithError("snapshot not installed");
     benchmark::DoNotOptimize(replica.sequence());

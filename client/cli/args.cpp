@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -99,9 +100,12 @@ std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv
   return args;
 }
 
-std::expected<std::vector<std::uint32_t>, std::string> read_tokens(const std::string& path) {
+std::optional<std::vector<std::uint32_t>> read_tokens(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return std::unexpected(fmt::format("cannot read tokens file '{}'", path));
+  if (!in) {
+    std::fprintf(stderr, "kvrelay-cli: cannot read tokens file '%s'\n", path.c_str());
+    return std::nullopt;
+  }
   std::stringstream buffer;
   buffer << in.rdbuf();
   std::string text = buffer.str();
@@ -114,7 +118,8 @@ std::expected<std::vector<std::uint32_t>, std::string> read_tokens(const std::st
     std::uint32_t token = 0;
     const auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), token);
     if (error != std::errc{} || end != word.data() + word.size()) {
-      return std::unexpected(fmt::format("'{}' in {} is not a token id (0..4294967295)", word, path));
+      std::fprintf(stderr, "kvrelay-cli: '%s' in %s is not a token id (0..4294967295)\n", word.c_str(), path.c_str());
+      return std::nullopt;
     }
     tokens.push_back(token);
   }

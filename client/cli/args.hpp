@@ -33,7 +33,7 @@ struct Args {
 std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv);
 extern const char* const kUsage;
 
-// Token ids separated by whitespace and/or commas.
-std::expected<std::vector<std::uint32_t>, std::string> read_tokens(const std::string& path);
+// Token ids separated by whitespace and/or commas; nullopt after printing why the file is unusable.
+std::optional<std::vector<std::uint32_t>> read_tokens(const std::string& path);
 
 }  // namespace kvrelay::cli

@@ -37,7 +37,7 @@ int report_unsettled(const ConsumerView& view) {
   int worst = kOk;
   for (const auto& relay : view.relays) {
     if (relay.incompatible) {
-      std::fprintf(stderr, "kvrelay-cli: %s: contract mismatch: %s\n", relay.target.c_str(), relay.catalog.last_error.c_str());
+      std::fprintf(stderr, "kvrelay-cli: %s: contract mismatch: %s\n", relay.target.c_str(), relay.incompatibility.c_str());
       worst = std::max(worst, kContractMismatch);
     } else if (!relay_settled(relay)) {
       const auto& why = !relay.catalog.last_error.empty() ? relay.catalog.last_error : std::string("timed out waiting for its state");
@@ -96,7 +96,8 @@ void render_top(const ConsumerView& view, const DeltaCounts& previous, double el
                 plane_text("readiness rev", relay.readiness, relay.readiness_revision).c_str(),
                 plane_text("load window", relay.load, relay.load_window).c_str(),
                 static_cast<unsigned long>(relay.identity_changes));
-    if (relay.incompatible || !relay.catalog.valid) std::printf("  ! %s\n", relay.catalog.last_error.c_str());
+    if (relay.incompatible) std::printf("  ! contract mismatch: %s\n", relay.incompatibility.c_str());
+    if (!relay.incompatible && !relay.catalog.valid) std::printf("  ! %s\n", relay.catalog.last_error.c_str());
     Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "FINGERPRINTS", "FILTER LOAD", "READINESS", "KV LOAD"});
     for (const auto& pool : relay.pools) {
       const auto it = previous.find({relay.target, pool.endpoint});
@@ -170,10 +171,7 @@ int run_overlap(const Args& args) {
     return kUsageError;
   }
   const auto tokens = read_tokens(*args.tokens_file);
-  if (!tokens) {
-    std::fprintf(stderr, "kvrelay-cli: %s\n", tokens.error().c_str());
-    return kInvalidInput;
-  }
+  if (!tokens) return kInvalidInput;
   client::Consumer consumer(options_for(args, "kvrelay-cli-overlap"));
   consumer.start();
   consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_settled); },

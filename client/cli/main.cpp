@@ -1,4 +1,5 @@
 // kvrelay-cli: an operator's window into one or more relays, built on the consumer library.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -9,7 +10,8 @@
 int main(int argc, char** argv) {
   using namespace kvrelay::cli;
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
-  if (!argv_list.empty() && (argv_list[0] == "--help" || argv_list[0] == "-h" || argv_list[0] == "help")) {
+  const auto asks_help = [](const std::string& arg) { return arg == "--help" || arg == "-h" || arg == "help"; };
+  if (std::ranges::any_of(argv_list, asks_help)) {
     std::fputs(kUsage, stdout);
     return kOk;
   }

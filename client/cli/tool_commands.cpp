@@ -19,10 +19,7 @@ int run_hash(const Args& args) {
     return kUsageError;
   }
   const auto tokens = read_tokens(*args.tokens_file);
-  if (!tokens) {
-    std::fprintf(stderr, "kvrelay-cli: %s\n", tokens.error().c_str());
-    return kInvalidInput;
-  }
+  if (!tokens) return kInvalidInput;
   hashing::BlockHashOptions options;
   options.kv_block_size = args.block_size;
   options.format = args.eagle ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard;

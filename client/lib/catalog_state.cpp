@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "client/lib/snapshot_check.hpp"
+
 namespace kvrelay::client {
 
 Binding binding_of(const v1::ModelRegistration& registration) {
@@ -14,13 +16,7 @@ Binding binding_of(const v1::ModelRegistration& registration) {
 }
 
 Applied CatalogState::apply(const v1::KvPoolCatalogUpdate& update) {
-  std::optional<Fault> fault;
-  if (auto error = wire::check_response(update)) {
-    fault = fault_of(*error);
-  } else if (valid_ && update.revision() < revision_) {
-    fault = Fault{"RevisionRegressed", fmt::format("catalog revision went back from {} to {}", revision_, update.revision())};
-  }
-  if (fault) {
+  if (auto fault = check_revisioned(update, valid_, revision_, "catalog")) {
     invalidate();
     return fault;
   }

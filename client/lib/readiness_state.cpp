@@ -2,16 +2,12 @@
 
 #include <fmt/format.h>
 
+#include "client/lib/snapshot_check.hpp"
+
 namespace kvrelay::client {
 
 Applied ReadinessState::apply(const v1::ServingReadinessUpdate& update) {
-  std::optional<Fault> fault;
-  if (auto error = wire::check_response(update)) {
-    fault = fault_of(*error);
-  } else if (valid_ && update.revision() < revision_) {
-    fault = Fault{"RevisionRegressed", fmt::format("readiness revision went back from {} to {}", revision_, update.revision())};
-  }
-  if (fault) {
+  if (auto fault = check_revisioned(update, valid_, revision_, "readiness")) {
     invalidate();
     return fault;
   }

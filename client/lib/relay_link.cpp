@@ -44,51 +44,31 @@ RelayLink::RelayLink(std::string target, const ConsumerOptions& options, std::sh
 RelayLink::~RelayLink() { stop(); }
 
 void RelayLink::start() {
-  auto request = [this](auto message) {
-    message.set_subscriber_id(options_.subscriber_id);
-    message.set_contract_marker(wire::kContractMarker);
-    return message;
-  };
-  plane_threads_.emplace_back([this, request] {
-    const auto open = [&](grpc::ClientContext* context) {
-      return stub_->WatchKvPoolCatalog(context, request(v1::WatchKvPoolCatalogRequest{}));
+  launch_plane(Plane::kCatalog, catalog_control_, catalog_stats_, &v1::KvEventRelay::Stub::WatchKvPoolCatalog, catalog_,
+               &RelayLink::reconcile_pools);
+  launch_plane(Plane::kReadiness, readiness_control_, readiness_stats_,
+               &v1::KvEventRelay::Stub::SubscribeServingReadiness, readiness_);
+  launch_plane(Plane::kLoad, load_control_, load_stats_, &v1::KvEventRelay::Stub::SubscribeKvPoolLoad, load_);
+}
+
+// A plane's thread: its stream feeds `state` under the lock, once the message's relay identity
+// has been observed; `after_apply` runs (still under the lock) after every applied snapshot.
+template <class Request, class Response, class State>
+void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& stats, Rpc<Request, Response> rpc,
+                             State& state, void (RelayLink::*after_apply)()) {
+  plane_threads_.emplace_back([=, this, &control, &stats, &state] {
+    Request request;
+    request.set_subscriber_id(options_.subscriber_id);
+    request.set_contract_marker(wire::kContractMarker);
+    const auto open = [&](grpc::ClientContext* context) -> Reader<Response> { return (stub_.get()->*rpc)(context, request); };
+    const auto apply = [&](const Response& update) {
+      std::unique_lock lock(mutex_);
+      if (envelope_ok(update)) observe_identity(update.relay());
+      auto fault = state.apply(update);
+      if (!fault && after_apply != nullptr) (this->*after_apply)();
+      return fault;
     };
-    run_plane<v1::KvPoolCatalogUpdate>(
-        Plane::kCatalog, catalog_control_, catalog_stats_, open,
-        [this](const v1::KvPoolCatalogUpdate& update) {
-          std::unique_lock lock(mutex_);
-          if (envelope_ok(update)) observe_identity(update.relay());
-          auto fault = catalog_.apply(update);
-          if (!fault) reconcile_pools();
-          return fault;
-        },
-        [this] { catalog_.invalidate(); });
-  });
-  plane_threads_.emplace_back([this, request] {
-    const auto open = [&](grpc::ClientContext* context) {
-      return stub_->SubscribeServingReadiness(context, request(v1::SubscribeServingReadinessRequest{}));
-    };
-    run_plane<v1::ServingReadinessUpdate>(
-        Plane::kReadiness, readiness_control_, readiness_stats_, open,
-        [this](const v1::ServingReadinessUpdate& update) {
-          std::unique_lock lock(mutex_);
-          if (envelope_ok(update)) observe_identity(update.relay());
-          return readiness_.apply(update);
-        },
-        [this] { readiness_.invalidate(); });
-  });
-  plane_threads_.emplace_back([this, request] {
-    const auto open = [&](grpc::ClientContext* context) {
-      return stub_->SubscribeKvPoolLoad(context, request(v1::SubscribeKvPoolLoadRequest{}));
-    };
-    run_plane<v1::KvPoolLoadUpdate>(
-        Plane::kLoad, load_control_, load_stats_, open,
-        [this](const v1::KvPoolLoadUpdate& update) {
-          std::unique_lock lock(mutex_);
-          if (envelope_ok(update)) observe_identity(update.relay());
-          return load_.apply(update);
-        },
-        [this] { load_.invalidate(); });
+    run_plane<Response>(plane, control, stats, open, apply, [&] { state.invalidate(); });
   });
 }
 
@@ -177,6 +157,7 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
   v1::RelayInfo info;
   const grpc::Status status = stub_->GetRelayInfo(&context, request, &info);
   control.detach();
+  if (control.stopped()) return false;
   if (!status.ok()) {
     std::unique_lock lock(mutex_);
     stats.last_error = fmt::format("GetRelayInfo: status {}: {}", static_cast<int>(status.error_code()), status.error_message());
@@ -192,8 +173,8 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
 void RelayLink::mark_incompatible(std::string why) {
   {
     std::unique_lock lock(mutex_);
+    if (!incompatible_) incompatibility_ = std::move(why);
     incompatible_ = true;
-    catalog_stats_.last_error = why;
     catalog_.invalidate();
     readiness_.invalidate();
     load_.invalidate();
@@ -414,6 +395,7 @@ RelayView RelayLink::view() const {
   view.target = target_;
   view.identity = identity_;
   view.incompatible = incompatible_;
+  view.incompatibility = incompatibility_;
   view.identity_changes = identity_changes_;
   view.catalog = {catalog_.valid(), catalog_stats_.opens, catalog_stats_.last_error};
   view.readiness = {readiness_.valid(), readiness_stats_.opens, readiness_stats_.last_error};

@@ -76,7 +76,13 @@ class RelayLink {
   };
   template <class Response>
   using Reader = std::unique_ptr<grpc::ClientReaderInterface<Response>>;
+  template <class Request, class Response>
+  using Rpc = std::unique_ptr<grpc::ClientReader<Response>> (v1::KvEventRelay::Stub::*)(grpc::ClientContext*,
+                                                                                       const Request&);
 
+  template <class Request, class Response, class State>
+  void launch_plane(Plane plane, StreamControl& control, PlaneStats& stats, Rpc<Request, Response> rpc, State& state,
+                    void (RelayLink::*after_apply)() = nullptr);
   template <class Response>
   void run_plane(Plane plane, StreamControl& control, PlaneStats& stats,
                  const std::function<Reader<Response>(grpc::ClientContext*)>& open,
@@ -119,6 +125,7 @@ class RelayLink {
   std::optional<v1::RelayIdentity> identity_;
   std::uint64_t identity_changes_ = 0;
   bool incompatible_ = false;
+  std::string incompatibility_;  // what the first contract mismatch was
   CatalogState catalog_;
   ReadinessState readiness_;
   LoadState load_;

@@ -119,6 +119,9 @@ TEST_CASE("kvrelay-cli reads a running relay as tables or JSON, and fails clearl
   const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"bogus"});
   CHECK(usage_exit == 2);
   CHECK_THAT(usage, Catch::Contains("unknown command 'bogus'"));
+  const auto [help, help_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--help"});
+  CHECK(help_exit == 0);
+  CHECK_THAT(help, Catch::Contains("overlap --model NAME --tokens FILE"));
   const auto [missing, missing_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--target", relay.wan()});
   CHECK(missing_exit == 2);
   CHECK_THAT(missing, Catch::Contains("--model NAME and --tokens FILE"));

@@ -5,6 +5,7 @@
 #include "core/ckf.hpp"
 #include "core/token_hashing.hpp"
 #include "kvrelay/client/consumer.hpp"
+#include "tests/app/process.hpp"
 #include "tests/client/fake_relay.hpp"
 
 using namespace kvrelay;
@@ -235,7 +236,7 @@ TEST_CASE("fake relay: a contract mismatch stops every stream of that relay", "[
   scenario.start();
   scenario.await([](const RelayView& relay) { return relay.incompatible; });
   const auto view = scenario.view();
-  CHECK_THAT(view.catalog.last_error, Catch::Contains("ContractMarker"));
+  CHECK_THAT(view.incompatibility, Catch::Contains("ContractMarker"));
   CHECK_FALSE(view.catalog.valid);
   CHECK(scenario.relay().pool_requests() == 0);
 }
@@ -279,4 +280,21 @@ TEST_CASE("fake relay: a new relay incarnation drops everything learned from the
   CHECK(view.identity_changes == 1);
   CHECK_FALSE(view.readiness.valid);  // the old incarnation's readiness is gone until the relay sends it again
   CHECK(scenario.relay().pool_requests() == 2);
+}
+
+TEST_CASE("kvrelay-cli: a relay speaking another contract is a clear error with exit code 3", "[client][fake][cli]") {
+  FakeRelay relay;
+  relay.set_info_marker(0x4B565232);
+  auto update = catalog(1, {descriptor(1)});
+  update.set_contract_marker(0x4B565232);
+  relay.push_catalog(update);
+  const auto [info, info_exit] = run_to_end(KVRELAY_CLI, {"info", "--target", relay.address()});
+  CHECK(info_exit == 3);
+  CHECK_THAT(info, Catch::Contains("contract mismatch: ContractMarker"));
+  const auto [catalog_output, catalog_exit] = run_to_end(KVRELAY_CLI, {"catalog", "--target", relay.address()});
+  CHECK(catalog_exit == 3);
+  CHECK_THAT(catalog_output, Catch::Contains("contract mismatch"));
+  const auto [top, top_exit] = run_to_end(KVRELAY_CLI, {"top", "--target", relay.address(), "--iterations", "1"});
+  CHECK(top_exit == 3);
+  CHECK_THAT(top, Catch::Contains("! contract mismatch: GetRelayInfo: ContractMarker"));
 }

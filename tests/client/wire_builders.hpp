@@ -32,7 +32,8 @@ Message with_envelope(Message message, std::uint64_t incarnation = 7) {
 }
 
 // Pools differ by their routing-scope digest byte `pool`.
-inline v1::ProducerIdentity producer(std::uint8_t pool, std::uint64_t generation = 1, std::uint64_t dc_id = 0xDC) {
+inline v1::ProducerIdentity producer(std::uint8_t pool, std::uint64_t generation = 1, std::uint64_t dc_id = 0xDC,
+                                     std::uint64_t bucket_count = kBuckets) {
   v1::ProducerIdentity identity;
   auto* id = identity.mutable_pool_id();
   id->set_identity_version(1);
@@ -48,7 +49,7 @@ inline v1::ProducerIdentity producer(std::uint8_t pool, std::uint64_t generation
   auto* format = identity.mutable_ckf_format();
   format->set_format_version(1);
   format->set_seed(kSeed);
-  format->set_bucket_count(kBuckets);
+  format->set_bucket_count(bucket_count);
   format->set_fingerprint_bits(16);
   format->set_slots_per_bucket(4);
   return identity;

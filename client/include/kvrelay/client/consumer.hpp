@@ -76,6 +76,7 @@ struct RelayView {
   std::string target;
   std::optional<dynamo::kvrelay::v1::RelayIdentity> identity;
   bool incompatible = false;  // contract mismatch: every stream of this relay stopped
+  std::string incompatibility;  // the mismatch, for people
   std::uint64_t identity_changes = 0;  // relay restarts seen (new incarnations)
   PlaneView catalog, readiness, load;
   std::uint64_t catalog_revision = 0;
