@@ -77,9 +77,11 @@ class Scenario {
 }  // namespace
 
 TEST_CASE("fake relay: unsupported entries are quarantined while the rest serves queries", "[client][fake]") {
-  Scenario scenario;
   auto unsupported = descriptor(2, "qwen");
-  unsupported.mutable_query_semantics()->set_hash_format(static_cast<v1::KvQueryHashFormat>(3));
+  for (const auto& breaker : pool_breakers()) {
+    SECTION(breaker.name) { breaker.apply(unsupported); }
+  }
+  Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1, "llama", {"chat"}), unsupported}));
   auto unknown_state = topology_entry("qwen", v1::SERVING_READINESS_STATE_READY, 2);
   unknown_state.set_state(static_cast<v1::ServingReadinessState>(5));
@@ -107,7 +109,7 @@ TEST_CASE("fake relay: unsupported entries are quarantined while the rest serves
 
   // The same pool turning unsupported drops its replica and load with it: no fallback.
   auto now_unsupported = descriptor(1, "llama", {"chat"});
-  now_unsupported.set_pool_roles(0, static_cast<v1::WorkerRole>(40));
+  pool_breaker("unknown pool role").apply(now_unsupported);
   scenario.relay().push_catalog(catalog(2, {now_unsupported}));
   scenario.await([](const RelayView& relay) { return relay.catalog_revision == 2 && relay.pools.empty(); });
   CHECK(scenario.consumer().overlap("chat", prompt()).empty());

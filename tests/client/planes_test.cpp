@@ -32,34 +32,8 @@ void require_quarantines(const std::function<void(v1::KvPoolDescriptor&)>& break
 }  // namespace
 
 TEST_CASE("catalog: unsupported pools are quarantined, the rest of the snapshot applies", "[client][catalog]") {
-  SECTION("unknown identity version") {
-    require_quarantines([](auto& pool) { pool.mutable_producer()->mutable_pool_id()->set_identity_version(2); }, false);
-  }
-  SECTION("unknown identity source") {
-    require_quarantines([](auto& pool) {
-      pool.mutable_producer()->mutable_pool_id()->mutable_indexer_domain()->mutable_cache_semantics()->set_source(
-          static_cast<v1::IdentitySource>(9));
-    }, false);
-  }
-  SECTION("unknown CKF format") {
-    require_quarantines([](auto& pool) { pool.mutable_producer()->mutable_ckf_format()->set_fingerprint_bits(8); });
-  }
-  SECTION("unknown hash format") {
-    require_quarantines([](auto& pool) {
-      pool.mutable_query_semantics()->set_hash_format(static_cast<v1::KvQueryHashFormat>(7));
-    });
-  }
-  SECTION("unknown pool role") {
-    require_quarantines([](auto& pool) { pool.set_pool_roles(0, static_cast<v1::WorkerRole>(17)); });
-  }
-  SECTION("missing or unknown model target alternative") {
-    require_quarantines([](auto& pool) { pool.mutable_registrations(0)->mutable_target()->Clear(); });
-  }
-  SECTION("malformed entry with a trustworthy key: block size 0") {
-    require_quarantines([](auto& pool) { pool.mutable_query_semantics()->set_kv_block_size(0); });
-  }
-  SECTION("unspecified role") {
-    require_quarantines([](auto& pool) { pool.set_pool_roles(0, v1::WORKER_ROLE_UNSPECIFIED); });
+  for (const auto& breaker : pool_breakers()) {
+    SECTION(breaker.name) { require_quarantines(breaker.apply, breaker.keyed); }
   }
 }
 

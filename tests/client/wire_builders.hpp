@@ -3,6 +3,8 @@
 // breaks exactly the field it is about.
 #include <fmt/format.h>
 
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -77,6 +79,43 @@ inline void add_lora(v1::KvPoolDescriptor& pool, const std::string& adapter) {
   registration->set_canonical_model_id(adapter);
   registration->mutable_target()->mutable_lora()->set_base_model(pool.registrations(0).canonical_model_id());
   registration->mutable_target()->mutable_lora()->set_adapter(adapter);
+}
+
+// One row of the contract's quarantine table for a catalog pool: how to break a valid
+// descriptor, and whether its PoolId stays trustworthy.
+struct PoolBreaker {
+  std::string name;
+  std::function<void(v1::KvPoolDescriptor&)> apply;
+  bool keyed = true;
+};
+
+inline std::vector<PoolBreaker> pool_breakers() {
+  return {
+      {"unknown identity version", [](auto& pool) { pool.mutable_producer()->mutable_pool_id()->set_identity_version(2); },
+       false},
+      {"unknown identity source",
+       [](auto& pool) {
+         pool.mutable_producer()->mutable_pool_id()->mutable_indexer_domain()->mutable_cache_semantics()->set_source(
+             static_cast<v1::IdentitySource>(9));
+       },
+       false},
+      {"unknown CKF format", [](auto& pool) { pool.mutable_producer()->mutable_ckf_format()->set_fingerprint_bits(8); }},
+      {"unknown hash format",
+       [](auto& pool) { pool.mutable_query_semantics()->set_hash_format(static_cast<v1::KvQueryHashFormat>(7)); }},
+      {"unknown pool role", [](auto& pool) { pool.set_pool_roles(0, static_cast<v1::WorkerRole>(17)); }},
+      {"missing or unknown model target alternative",
+       [](auto& pool) { pool.mutable_registrations(0)->mutable_target()->Clear(); }},
+      {"malformed entry with a trustworthy key: block size 0",
+       [](auto& pool) { pool.mutable_query_semantics()->set_kv_block_size(0); }},
+      {"unspecified role", [](auto& pool) { pool.set_pool_roles(0, v1::WORKER_ROLE_UNSPECIFIED); }},
+  };
+}
+
+inline PoolBreaker pool_breaker(const std::string& name) {
+  for (auto& breaker : pool_breakers()) {
+    if (breaker.name == name) return breaker;
+  }
+  throw std::invalid_argument("no pool breaker named " + name);
 }
 
 inline v1::KvPoolCatalogUpdate catalog(std::uint64_t revision, std::vector<v1::KvPoolDescriptor> pools,
