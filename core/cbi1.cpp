@@ -257,7 +257,7 @@ void SnapshotAssembly::reset() {
   chunk_count_ = 0;
   next_chunk_ = 0;
   next_bucket_ = 0;
-  images_.clear();
+  words_ = {};
 }
 
 Result<std::optional<AssembledSnapshot>> SnapshotAssembly::absorb(const Decoded& frame) {
@@ -271,6 +271,7 @@ Result<std::optional<AssembledSnapshot>> SnapshotAssembly::absorb(const Decoded&
     reset();
     epoch_ = chunk->header.epoch;
     chunk_count_ = chunk->chunk_count;
+    words_.reserve(bucket_count_);
   }
   if (chunk->chunk_index != next_chunk_ || chunk->chunk_count != chunk_count_ ||
       chunk->header.epoch != epoch_ || chunk->header.bucket_count != bucket_count_ ||
@@ -280,9 +281,7 @@ Result<std::optional<AssembledSnapshot>> SnapshotAssembly::absorb(const Decoded&
     return fail(ErrorKind::kChunkSequence,
                 fmt::format("chunk {} where chunk {} was expected", chunk->chunk_index, expected_chunk));
   }
-  for (std::size_t i = 0; i < chunk->words.size(); ++i) {
-    if (chunk->words[i] != 0) images_.push_back({chunk->bucket_offset + i, chunk->words[i]});
-  }
+  words_.insert(words_.end(), chunk->words.begin(), chunk->words.end());
   next_bucket_ += chunk->words.size();
   ++next_chunk_;
   if (next_chunk_ < chunk_count_) return std::nullopt;
@@ -291,7 +290,7 @@ Result<std::optional<AssembledSnapshot>> SnapshotAssembly::absorb(const Decoded&
     reset();
     return fail(ErrorKind::kIncompleteCoverage, fmt::format("{} of {} buckets", covered, bucket_count_));
   }
-  AssembledSnapshot snapshot{epoch_, std::move(images_)};
+  AssembledSnapshot snapshot{epoch_, std::move(words_)};
   reset();
   return snapshot;
 }

@@ -128,9 +128,11 @@ Result<Decoded> decode_standalone(std::span<const std::uint8_t> frame);
 
 // ---- snapshot assembly ----
 
+// The whole lane. Upstream hands over the non-zero bucket images for the consumer to write
+// onto a zeroed lane; the dense words are the same state without that round trip.
 struct AssembledSnapshot {
   std::uint64_t epoch = 0;
-  std::vector<BucketImage> images;  // the non-zero words; every other bucket is 0
+  std::vector<std::uint64_t> words;  // bucket_count words
 };
 
 // Collects the chunks of one snapshot in order; a stray chunk 0 restarts assembly.
@@ -149,7 +151,7 @@ class SnapshotAssembly {
   std::uint32_t chunk_count_ = 0;
   std::uint32_t next_chunk_ = 0;
   std::uint64_t next_bucket_ = 0;
-  std::vector<BucketImage> images_;
+  std::vector<std::uint64_t> words_;
 };
 
 }  // namespace kvrelay::cbi1

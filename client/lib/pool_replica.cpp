@@ -74,10 +74,10 @@ Applied PoolReplica::absorb_chunk(const cbi1::Decoded& frame) {
   auto outcome = assembly_.absorb(frame);
   if (!outcome) return fail({fmt::format("Cbi1:{}", cbi1::to_string(outcome.error().kind)), outcome.error().detail});
   if (!*outcome) return std::nullopt;
-  words_.assign(format_.bucket_count, 0);
+  words_ = std::move((*outcome)->words);
   touched_.assign((format_.bucket_count + 63) / 64, 0);
   occupied_slots_ = 0;
-  for (const auto& image : (*outcome)->images) write(image.bucket, image.word);
+  for (std::uint64_t word : words_) occupied_slots_ += ckf::occupied_in(word);
   sequence_ = (*outcome)->epoch;
   phase_ = ReplicaPhase::kInstalled;
   return std::nullopt;

@@ -31,8 +31,7 @@ class Replica {
       auto outcome = assembly_.absorb(*decoded);
       REQUIRE(outcome.has_value());
       if (*outcome) {
-        words_.assign(format_.bucket_count, 0);
-        for (const auto& image : (*outcome)->images) words_[image.bucket] = image.word;
+        words_ = std::move((*outcome)->words);
         sequence_ = (*outcome)->epoch;
         installed_ = true;
       }

@@ -187,8 +187,7 @@ void consume(int id, const std::string& wan_address, Shared& shared, Totals& tot
         if (frame.kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK) {
           auto done = assembly.absorb(*decoded);
           if (done && *done) {
-            words.assign(format.bucket_count, 0);
-            for (const auto& image : (*done)->images) words[image.bucket] = image.word;
+            words = std::move((*done)->words);
             sequence = (*done)->epoch;
           }
         } else {

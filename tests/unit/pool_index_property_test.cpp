@@ -117,8 +117,7 @@ struct Replica {
       auto outcome = assembly.absorb(*decoded);
       REQUIRE(outcome.has_value());
       if (!*outcome) continue;
-      words.assign(format.bucket_count, 0);
-      for (const auto& image : (*outcome)->images) words[image.bucket] = image.word;
+      words = std::move((*outcome)->words);
       sequence = (*outcome)->epoch;
     }
   }
