@@ -9,6 +9,7 @@
 
 #include <chrono>
 
+#include "actors/mailbox_depth.hpp"
 #include "actors/messages.hpp"
 
 namespace kvrelay {
@@ -35,7 +36,7 @@ class MailboxSampler {
   template <class Self>
   void sample(Self* self) {
     if (gauge_ == nullptr) return;
-    const auto depth = static_cast<double>(self->mailbox().size());
+    const auto depth = static_cast<double>(mailbox_depth(*self));
     if (depth >= last_) {
       gauge_->Increment(depth - last_);
     } else {

@@ -95,7 +95,9 @@ StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscr
   return [rpc, subscriber, permits = std::move(permits), recorder = config_.metrics,
           draining = &draining_](const RpcStatus& status) mutable {
     if (recorder != nullptr) recorder->stream_ended(rpc, metrics::termination_reason(status, *draining));
-    permits.clear();
+    // Newest first: whoever awaits the total pool-stream permit then finds the per-pool one
+    // already back, and is not refused by a limit that is about to free up.
+    while (!permits.empty()) permits.pop_back();
     spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", metrics::rpc_name(rpc), subscriber,
                  ending_of(status));
   };
@@ -161,11 +163,14 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
   using Message = v1::FilterUpdate;
   constexpr auto rpc = metrics::Rpc::kSubscribeKvPool;
   if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
-  std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, rpc, pool_streams_, permit)) return refused;
+  // The catalog is read before the total permit is taken, though its outcome is reported after
+  // (the contract's order): once a stream counts as open it was admitted against this view,
+  // never against a catalog that changed in between.
   const v1::ProducerIdentity& expected = request->expected_producer();
   const auto view = peers_.catalog_view->current();
   const auto pool = view->pools.find(wire::pool_key(expected.pool_id()));
+  std::shared_ptr<StreamLimit::Permit> permit;
+  if (auto* refused = admit<Message>(context, rpc, pool_streams_, permit)) return refused;
   if (pool == view->pools.end()) {
     return refuse<Message>(
         context, rpc,

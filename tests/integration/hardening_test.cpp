@@ -272,8 +272,9 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
   }
   SECTION("a waiting subscriber ends when its generation retires") {
     relay.remove_worker(kBackend, 1);
-    CHECK(ending(*queued) == std::pair{grpc::StatusCode::UNAVAILABLE,
-                                       std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+    const auto [code, reason] = ending(*queued);
+    CHECK(code == grpc::StatusCode::UNAVAILABLE);
+    CHECK(reason == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
     holder->cancel();
   }
 }
