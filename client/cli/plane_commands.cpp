@@ -8,6 +8,7 @@
 #include "client/cli/commands.hpp"
 #include "client/cli/format.hpp"
 #include "client/cli/table.hpp"
+#include "client/lib/reaction.hpp"
 #include "core/wire_validation.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
@@ -33,11 +34,8 @@ std::vector<std::string> targets_of(const Args& args, const char* fallback) {
 
 int report(const grpc::Status& status, const grpc::ClientContext& context, const std::string& target) {
   if (status.ok()) return kOk;
-  std::string reason;
-  const auto& trailers = context.GetServerTrailingMetadata();
-  if (const auto it = trailers.find("kv-relay-error-reason"); it != trailers.end()) {
-    reason = " [" + std::string(it->second.data(), it->second.size()) + "]";
-  }
+  std::string reason = client::reason_trailer(context);
+  if (!reason.empty()) reason = " [" + reason + "]";
   const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE && reason.empty();
   std::fprintf(stderr, "kvrelay-cli: %s: %s%s%s\n", target.c_str(), unreachable ? "relay unreachable: " : "",
                status.error_message().c_str(), reason.c_str());

@@ -26,7 +26,6 @@ class Backoff {
     return std::chrono::milliseconds(draw(rng_));
   }
   void reset() { attempt_ = 0; }
-  unsigned attempts() const { return attempt_; }
 
  private:
   BackoffPolicy policy_;

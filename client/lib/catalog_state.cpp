@@ -1,6 +1,5 @@
 #include "client/lib/catalog_state.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
 
 #include "client/lib/snapshot_check.hpp"
@@ -45,10 +44,6 @@ void CatalogState::invalidate() {
   pools_.clear();
   quarantined_.clear();
   names_.clear();
-}
-
-bool CatalogState::is_quarantined(const wire::PoolKey& pool) const {
-  return std::ranges::any_of(quarantined_, [&](const QuarantinedPool& q) { return q.pool == pool; });
 }
 
 const CatalogPool* CatalogState::find(const wire::PoolKey& pool) const {

@@ -51,7 +51,6 @@ class CatalogState {
   std::uint64_t revision() const { return revision_; }
   const std::map<wire::PoolKey, CatalogPool>& pools() const { return pools_; }
   const std::vector<QuarantinedPool>& quarantined() const { return quarantined_; }
-  bool is_quarantined(const wire::PoolKey& pool) const;
   const CatalogPool* find(const wire::PoolKey& pool) const;
 
   // A canonical model id or alias. nullopt when unknown or when it names more than one

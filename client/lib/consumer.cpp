@@ -44,6 +44,13 @@ ConsumerView Consumer::view() const {
   return view;
 }
 
+std::optional<ReplicaDigest> Consumer::replica_digest(std::string_view target, std::string_view endpoint) const {
+  for (const auto& link : links_) {
+    if (link->target() == target) return link->replica_digest(endpoint);
+  }
+  return std::nullopt;
+}
+
 bool Consumer::await(const std::function<bool(const ConsumerView&)>& done, std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(notifier_->mutex);

@@ -6,6 +6,12 @@ namespace kvrelay::client {
 
 namespace v1 = ::dynamo::kvrelay::v1;
 
+std::string reason_trailer(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto it = trailers.find("kv-relay-error-reason");
+  return it == trailers.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
 std::optional<v1::RelayErrorReason> parse_reason(std::string_view trailer) {
   v1::RelayErrorReason reason{};
   if (!v1::RelayErrorReason_Parse(std::string(trailer), &reason)) return std::nullopt;

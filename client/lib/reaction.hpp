@@ -2,9 +2,11 @@
 // What a consumer does when a stream ends: the contract's table of kv-relay-error-reason
 // reactions, with the status code as the fallback when the reason is absent or unknown
 // (grpc-contract.md "Machine-Readable Errors"). Pure: the connection code executes it.
+#include <grpcpp/client_context.h>
 #include <grpcpp/support/status.h>
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "dynamo/kvrelay/v1/relay.pb.h"
@@ -26,6 +28,9 @@ struct Reaction {
   bool quarantine_pool = false;  // the pool's semantics are unsupported by this relay
   bool stop_relay = false;       // contract mismatch: stop every stream of this relay
 };
+
+// The kv-relay-error-reason trailer of a finished call, as sent; empty when absent.
+std::string reason_trailer(const grpc::ClientContext& context);
 
 // The reason named by the trailer value, or nullopt for absent, unknown and UNSPECIFIED.
 std::optional<dynamo::kvrelay::v1::RelayErrorReason> parse_reason(std::string_view trailer);

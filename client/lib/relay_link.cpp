@@ -78,8 +78,7 @@ void RelayLink::stop() {
   plane_threads_.clear();
   {
     std::unique_lock lock(mutex_);
-    for (auto& [key, slot] : slots_) retire(slot);
-    slots_.clear();
+    forget_relay_state();
   }
   reap();
 }
@@ -110,10 +109,7 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
   }
   end.status = reader->Finish();
   control.detach();
-  const auto& trailers = context.GetServerTrailingMetadata();
-  if (const auto it = trailers.find("kv-relay-error-reason"); it != trailers.end()) {
-    end.reason = parse_reason(std::string_view(it->second.data(), it->second.size()));
-  }
+  end.reason = parse_reason(reason_trailer(context));
   return end;
 }
 
@@ -175,11 +171,7 @@ void RelayLink::mark_incompatible(std::string why) {
     std::unique_lock lock(mutex_);
     if (!incompatible_) incompatibility_ = std::move(why);
     incompatible_ = true;
-    catalog_.invalidate();
-    readiness_.invalidate();
-    load_.invalidate();
-    for (auto& [key, slot] : slots_) retire(slot);
-    slots_.clear();
+    forget_relay_state();
   }
   for (auto* control : {&catalog_control_, &readiness_control_, &load_control_}) control->stop();
   notifier_->bump();
@@ -189,13 +181,17 @@ void RelayLink::observe_identity(const v1::RelayIdentity& relay) {
   if (identity_ && same_relay(*identity_, relay)) return;
   if (identity_) {
     ++identity_changes_;
-    catalog_.invalidate();
-    readiness_.invalidate();
-    load_.invalidate();
-    for (auto& [key, slot] : slots_) retire(slot);
-    slots_.clear();
+    forget_relay_state();
   }
   identity_ = relay;
+}
+
+void RelayLink::forget_relay_state() {
+  catalog_.invalidate();
+  readiness_.invalidate();
+  load_.invalidate();
+  for (auto& [key, slot] : slots_) retire(slot);
+  slots_.clear();
 }
 
 // A new producer for a known pool replaces its slot; a pool absent or quarantined is dropped;
@@ -384,9 +380,18 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
     view.deltas_applied = replica->deltas_applied();
     view.images_applied = replica->images_applied();
     view.occupied_slots = replica->occupied_slots();
-    view.digest = replica->digest();
   }
   return view;
+}
+
+std::optional<ReplicaDigest> RelayLink::replica_digest(std::string_view endpoint) const {
+  std::shared_lock lock(mutex_);
+  for (const auto& [key, slot] : slots_) {
+    if (endpoint_label(slot.pool.descriptor.serving_endpoint()) != endpoint) continue;
+    if (!slot.replica || !slot.replica->installed()) return std::nullopt;
+    return ReplicaDigest{slot.replica->sequence(), slot.replica->digest()};
+  }
+  return std::nullopt;
 }
 
 RelayView RelayLink::view() const {

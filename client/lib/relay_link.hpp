@@ -53,6 +53,8 @@ class RelayLink {
   void start();
   void stop();
   RelayView view() const;
+  const std::string& target() const { return target_; }
+  std::optional<ReplicaDigest> replica_digest(std::string_view endpoint) const;
   void match(std::string_view model, PromptHashes& prompt, std::vector<PoolMatch>& out) const;
 
  private:
@@ -104,6 +106,8 @@ class RelayLink {
   bool verify_relay(StreamControl& control, PlaneStats& stats);
   // Under the lock. A message from another relay incarnation drops everything from the old one.
   void observe_identity(const v1::RelayIdentity& relay);
+  // Under the lock: every plane invalidated and every subscription retired.
+  void forget_relay_state();
   void reconcile_pools();
   void subscribe(PoolSlot& slot);
   void retire(PoolSlot& slot);

@@ -33,21 +33,24 @@ std::string endpoint_label(const ingest_v1::EndpointRef& endpoint) {
 }
 
 // Every pool of the relay is replicated at the relay's published sequence with the same words.
-bool converged(const client::ConsumerView& view, TestRelay& relay) {
+bool converged(const client::Consumer& consumer, const client::ConsumerView& view, TestRelay& relay) {
   const auto state = relay.get_state();
   const auto& pools = view.relays.at(0).pools;
   if (static_cast<int>(pools.size()) != state.pools_size()) return false;
   for (const auto& pool_state : state.pools()) {
     const auto it = std::ranges::find(pools, endpoint_label(pool_state.serving_endpoint()), &client::PoolView::endpoint);
     if (it == pools.end() || it->status != ReplicaStatus::kInstalled) return false;
-    if (it->sequence != pool_state.sequence() || it->digest != pool_state.filter_digest()) return false;
+    const auto replica = consumer.replica_digest(view.relays[0].target, it->endpoint);
+    if (!replica || replica->sequence != pool_state.sequence() || replica->digest != pool_state.filter_digest()) {
+      return false;
+    }
     if (it->descriptor.producer().layout_generation() != pool_state.layout_generation()) return false;
   }
   return true;
 }
 
 void await_converged(client::Consumer& consumer, TestRelay& relay) {
-  REQUIRE(consumer.await([&](const client::ConsumerView& view) { return converged(view, relay); }, kAwait));
+  REQUIRE(consumer.await([&](const client::ConsumerView& view) { return converged(consumer, view, relay); }, kAwait));
 }
 
 const client::PoolView& only_pool(const client::Consumer& consumer) {

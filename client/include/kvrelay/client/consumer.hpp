@@ -65,7 +65,6 @@ struct PoolView {
   std::uint64_t images_applied = 0;
   std::uint64_t occupied_slots = 0;  // fingerprints held
   std::uint64_t bucket_count = 0;
-  std::uint64_t digest = 0;          // XXH3 of the replica's bucket words (GetState's filter_digest)
   std::uint64_t subscriptions = 0;   // snapshots requested for this generation
   std::string last_fault;
   std::optional<LoadFacts> load;
@@ -90,6 +89,12 @@ struct RelayView {
 
 struct ConsumerView {
   std::vector<RelayView> relays;
+};
+
+// An installed replica's words hashed as GetState's filter_digest, at the sequence they hold.
+struct ReplicaDigest {
+  std::uint64_t sequence = 0;
+  std::uint64_t digest = 0;
 };
 
 struct PoolMatch {
@@ -124,6 +129,11 @@ class Consumer {
   std::vector<PoolMatch> overlap(std::string_view model, std::span<const std::uint32_t> tokens) const;
 
   ConsumerView view() const;
+
+  // Hashes every bucket of one installed replica (the pool served at `endpoint`,
+  // namespace/component/endpoint, by relay `target`): for checking a replica against the
+  // relay, not for a hot path.
+  std::optional<ReplicaDigest> replica_digest(std::string_view target, std::string_view endpoint) const;
 
   // Blocks until `done(view())` holds or `timeout` passes; re-evaluates on every state change.
   bool await(const std::function<bool(const ConsumerView&)>& done, std::chrono::milliseconds timeout) const;
