@@ -2,25 +2,29 @@
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 BUILD_TYPE ?= RelWithDebInfo
-CCACHE := $(shell command -v ccache 2>/dev/null)
-CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-  $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
+CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+# Configures a build tree once, after `deps` has installed ccache, so the compiler launcher
+# never changes between invocations (a changed launcher would rebuild every object). Later
+# CMakeLists changes are picked up by `cmake --build` itself.
+configure = [[ -f $(1)/build.ninja ]] || cmake -S . -B $(1) $(CMAKE_FLAGS) \
+  $$(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) $(2) >/dev/null
 CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
 
-.PHONY: deps build build-asan test test-normal test-asan bench soak run image-check deploy-check clean
+.PHONY: deps build build-asan test test-normal test-asan bench soak run image-check deploy-check rebuild-check clean
 
 deps:
 	@bash scripts/install-deps.sh
 
 build: deps
-	@cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
+	@$(call configure,build)
 	@cmake --build build -j $(JOBS)
 
 build-asan: deps
-	@cmake -S . -B build-asan $(CMAKE_FLAGS) -DKVRELAY_SANITIZE=ON -DKVRELAY_BENCHMARKS=OFF >/dev/null
+	@$(call configure,build-asan,-DKVRELAY_SANITIZE=ON -DKVRELAY_BENCHMARKS=OFF)
 	@cmake --build build-asan -j $(JOBS)
 
 test-normal: build
+	@bash scripts/rebuild-check.sh
 	@cd build && ctest $(CTEST_FLAGS)
 	@bash scripts/image-check.sh build/bin
 	@bash scripts/deploy-check.sh build/bin/kv-relay
@@ -34,7 +38,9 @@ test: test-normal test-asan
 
 # Starts the relay on its built-in demo deployment (Ctrl-C stops it).
 RUN_FLAGS ?=
-run: build
+run: deps
+	@$(call configure,build)
+	@cmake --build build -j $(JOBS) --target kv-relay
 	@build/bin/kv-relay --demo --topology deploy/demo/topology.yaml $(RUN_FLAGS)
 
 bench: build
@@ -52,6 +58,10 @@ soak: build
 # The Helm chart: lint, render, yamllint, and every flag it passes known to kv-relay.
 deploy-check: build
 	@bash scripts/deploy-check.sh build/bin/kv-relay
+
+# A second `make build` compiles nothing (also run by `make test`).
+rebuild-check: build
+	@bash scripts/rebuild-check.sh
 
 clean:
 	rm -rf build build-asan

@@ -260,7 +260,12 @@ void remove_worker(Self* self, const RemoveWorkerCall& call) {
     if (const auto worker = cards->second.find(call->request.worker_id()); worker != cards->second.end()) {
       forget_sources(self, endpoint, worker->first, source_ranks(worker->second), metrics::ResetReason::kWorkerRemoved);
       cards->second.erase(worker);
-      if (cards->second.empty()) state.workers.erase(cards);
+      if (cards->second.empty()) {
+        // Availability lives and dies with membership: an endpoint that comes back is
+        // UNKNOWN until its next SetAvailability, never judged on a stale live set.
+        state.workers.erase(cards);
+        state.availability.erase(endpoint);
+      }
       reconcile(self);
     }
   }
@@ -293,18 +298,30 @@ void reject(Self* self, const BatchSinkPtr& sink, metrics::BatchResult why) {
   if (sink) sink->batch_done(BatchOutcome{false, false, 0});
 }
 
-enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap };
+enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap, kNewGeneration };
 
 // decisions.md row 16: whether to apply the batch, and whether (why) the source is reset first.
-Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch) {
+// A source whose pool was rebuilt since its last batch starts over too: the new generation
+// holds none of its lineage, so the feeder must replay what its engine holds.
+Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch,
+                          std::uint64_t layout_generation) {
   const SourceCursor previous = *cursor;
   if (known && batch.source_epoch() == previous.epoch && batch.sequence() < previous.next_sequence) {
     return Sequencing::kStale;
   }
-  *cursor = {batch.source_epoch(), batch.sequence() + 1};
+  *cursor = {batch.source_epoch(), batch.sequence() + 1, layout_generation};
   if (!known) return Sequencing::kInOrder;
   if (batch.source_epoch() != previous.epoch) return Sequencing::kEpochChanged;
-  return batch.sequence() > previous.next_sequence ? Sequencing::kSequenceGap : Sequencing::kInOrder;
+  if (batch.sequence() > previous.next_sequence) return Sequencing::kSequenceGap;
+  return previous.layout_generation != layout_generation ? Sequencing::kNewGeneration : Sequencing::kInOrder;
+}
+
+metrics::ResetReason reset_reason(Sequencing sequencing) {
+  switch (sequencing) {
+    case Sequencing::kEpochChanged: return metrics::ResetReason::kEpochChanged;
+    case Sequencing::kSequenceGap: return metrics::ResetReason::kSequenceGap;
+    default: return metrics::ResetReason::kNewGeneration;
+  }
 }
 
 void on_batch(Self* self, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
@@ -320,12 +337,27 @@ void on_batch(Self* self, const EventBatchPtr& batch, const BatchSinkPtr& sink, 
   }
   const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
   const auto [cursor, inserted] = state.cursors.try_emplace(source);
-  const Sequencing sequencing = sequence_batch(&cursor->second, !inserted, *batch);
+  const Sequencing sequencing =
+      sequence_batch(&cursor->second, !inserted, *batch, pool->second.producer.layout_generation());
   if (sequencing == Sequencing::kStale) return reject(self, sink, BatchResult::kStaleSequence);
-  if (sequencing == Sequencing::kEpochChanged) count_reset(self, metrics::ResetReason::kEpochChanged);
-  if (sequencing == Sequencing::kSequenceGap) count_reset(self, metrics::ResetReason::kSequenceGap);
   const bool reset = sequencing != Sequencing::kInOrder;
+  if (reset) count_reset(self, reset_reason(sequencing));
   self->send(pool->second.publisher, atoms::batch_atom_v, batch, reset, sink, receipt_ns);
+}
+
+// A publisher fenced its generation: retire it (it refuses batches until then) and let
+// reconcile build a new generation, whose sources all start over (see on_batch).
+void on_fenced(Self* self, std::uint64_t layout_generation) {
+  auto& pools = self->state.pools;
+  const auto fenced = std::find_if(pools.begin(), pools.end(), [&](const auto& entry) {
+    return entry.second.producer.layout_generation() == layout_generation;
+  });
+  if (fenced == pools.end()) return;  // already replaced or withdrawn
+  const EndpointKey endpoint = fenced->first;
+  self->send(fenced->second.publisher, atoms::retire_atom_v, retired_status());
+  pools.erase(fenced);
+  reconcile(self);
+  generation_gone(self, endpoint);
 }
 
 // ---- GetState ----
@@ -392,22 +424,12 @@ caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPe
       [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
         on_batch(self, batch, sink, receipt_ns);
       },
-      [=](atoms::fence_atom, std::uint64_t layout_generation) {
-        // The fenced publisher is gone: forget it and let reconcile build a new generation.
-        auto& pools = self->state.pools;
-        const auto fenced = std::find_if(pools.begin(), pools.end(), [&](const auto& entry) {
-          return entry.second.producer.layout_generation() == layout_generation;
-        });
-        std::optional<EndpointKey> endpoint;
-        if (fenced != pools.end()) {
-          endpoint = fenced->first;
-          pools.erase(fenced);
-        }
-        reconcile(self);
-        if (endpoint) generation_gone(self, *endpoint);
-      },
+      [=](atoms::fence_atom, std::uint64_t layout_generation) { on_fenced(self, layout_generation); },
       [=](atoms::corrupt_atom) {  // test hook: the next delta of every pool breaks its sequence
         for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::corrupt_atom_v);
+      },
+      [=](atoms::evict_atom, std::uint64_t canonical) {  // test hook: see PoolIndex::evict_fingerprint_for_test
+        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::evict_atom_v, canonical);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
         auto pools = std::move(self->state.pools);

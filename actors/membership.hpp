@@ -34,10 +34,12 @@ struct MembershipPeers {
   caf::actor load;
 };
 
-// A push source's place in its stream of batches (decisions.md row 16).
+// A push source's place in its stream of batches (decisions.md row 16), and the pool
+// generation its last batch went to.
 struct SourceCursor {
   std::uint64_t epoch = 0;
   std::uint64_t next_sequence = 0;
+  std::uint64_t layout_generation = 0;
 };
 
 struct SourceId {

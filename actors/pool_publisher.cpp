@@ -1,11 +1,11 @@
 #include "actors/pool_publisher.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <utility>
 
 #include "core/cbi1.hpp"
-#include "core/xxh3.hpp"
 
 namespace kvrelay {
 
@@ -17,13 +17,32 @@ RpcStatus publication_unavailable(std::string message) {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, std::move(message));
 }
 
-void end_all_streams(Self* self, const RpcStatus& status) {
+// Ends every stream with `status`, except `detector` (a stream that found the publication
+// broken), which ends with `detector_status`.
+void end_all_streams(Self* self, const RpcStatus& status, const caf::actor& detector = {},
+                     const RpcStatus& detector_status = {}) {
   for (const caf::actor& stream : self->state.streams) {
     self->demonitor(stream);
-    self->send(stream, atoms::end_stream_atom_v, status);
+    self->send(stream, atoms::end_stream_atom_v, stream == detector ? detector_status : status);
   }
   self->state.streams.clear();
   self->state.hub_slot.reset();
+}
+
+// The generation can no longer be trusted: every stream ends, membership is told to build a
+// new generation (whose sources all start over), and until membership retires this actor it
+// refuses what still reaches it, so no ingest call waits on it. `detector`, if any, is the
+// stream that saw the broken sequence: it alone ends with INVALID_PUBLICATION.
+void fence(Self* self, const std::string& reason, const caf::actor& detector) {
+  auto& state = self->state;
+  if (state.fenced) return;
+  state.fenced = true;
+  spdlog::error("pool generation {} fenced: {}", state.config.spec.producer.layout_generation(), reason);
+  end_all_streams(self, publication_unavailable("the pool generation was fenced; resubscribe from the catalog"),
+                  detector, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
+  if (state.config.owner) {
+    self->send(state.config.owner, atoms::fence_atom_v, state.config.spec.producer.layout_generation());
+  }
 }
 
 RpcStatus resource_limit(std::string message) {
@@ -75,8 +94,11 @@ void publish(Self* self) {
                                     state.sequence, images);
   if (!payload) return end_all_streams(self, publication_unavailable(payload.error().detail));
   PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)), receipt_ns};
-  if (std::exchange(state.corrupt_next_delta, false)) delta.base_sequence += 1;
-  for (const caf::actor& stream : state.streams) self->send(stream, delta);
+  for (const caf::actor& stream : state.streams) {
+    PoolDeltaMsg sent = delta;
+    if (std::exchange(state.corrupt_next_delta, false)) sent.base_sequence += 1;
+    self->send(stream, std::move(sent));
+  }
   delta_handed_on(self, receipt_ns);
 }
 
@@ -108,6 +130,12 @@ void publish_or_arm_delay(Self* self) {
   self->delayed_send(self, wait, atoms::publish_atom_v);
 }
 
+// An index that contradicts itself cannot publish a trustworthy filter: the generation is
+// fenced and rebuilt rather than the one event rejected.
+bool breaks_index(const EventResult& result) {
+  return result.error == EventError::kIndexerInvariantViolation;
+}
+
 void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns,
                  BatchOutcome& outcome) {
   auto& state = self->state;
@@ -116,6 +144,12 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
   for (const ingest_v1::KvEvent& event : batch.events()) {
     const EventResult result = apply_kv_event(*state.index, source, event, state.config.semantics);
     tally.add(event, result);
+    if (breaks_index(result)) {
+      fence(self, fmt::format("index invariant violated by an event of worker {} rank {}", source.worker_id,
+                              source.dp_rank),
+            {});
+      break;
+    }
     if (result.disposition == EventDisposition::kIgnored) continue;
     if (result.disposition == EventDisposition::kRejected) {
       ++outcome.events_rejected;
@@ -127,11 +161,29 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
     state.config.metrics->batch(metrics::BatchResult::kAccepted);
     state.config.metrics->events(tally);
   }
-  publish_or_arm_delay(self);
+  if (!state.fenced) publish_or_arm_delay(self);
+}
+
+// A copy of the bucket lane at the current (published) sequence. Its bytes count in
+// kv_relay_snapshot_image_bytes until the last stream sending it lets go.
+std::shared_ptr<const SnapshotImage> take_snapshot_image(Self* self) {
+  const auto words = self->state.index->filter().words();
+  metrics::RelayMetrics* metrics = self->state.config.metrics;
+  const auto bytes = static_cast<std::int64_t>(words.size_bytes());
+  if (metrics != nullptr) metrics->snapshot_image_bytes(bytes);
+  auto* image = new SnapshotImage{self->state.sequence, std::vector<std::uint64_t>(words.begin(), words.end())};
+  return std::shared_ptr<const SnapshotImage>(image, [metrics, bytes](const SnapshotImage* released) {
+    if (metrics != nullptr) metrics->snapshot_image_bytes(-bytes);
+    delete released;
+  });
 }
 
 void attach_stream(Self* self, const caf::actor& stream) {
   auto& state = self->state;
+  if (state.fenced) {
+    self->send(stream, atoms::end_stream_atom_v, publication_unavailable("the pool generation was fenced"));
+    return;
+  }
   if (!state.hub_slot && state.config.hub_slots) {
     state.hub_slot = state.config.hub_slots->try_acquire();
     if (!state.hub_slot) {
@@ -142,19 +194,20 @@ void attach_stream(Self* self, const caf::actor& stream) {
     }
   }
   if (state.pending_events > 0) publish(self);
-  if (!state.snapshot_at_sequence) {
-    const auto words = state.index->filter().words();
-    state.snapshot_at_sequence = std::make_shared<const SnapshotImage>(
-        SnapshotImage{state.sequence, std::vector<std::uint64_t>(words.begin(), words.end())});
+  auto image = state.snapshot_at_sequence.lock();
+  if (!image) {
+    image = take_snapshot_image(self);
+    state.snapshot_at_sequence = image;
   }
   self->monitor(stream);
   state.streams.push_back(stream);
-  self->send(stream, PoolSnapshotMsg{state.snapshot_at_sequence});
+  self->send(stream, PoolSnapshotMsg{std::move(image)});
 }
 
+// Sequence and digest describe the last publication, never changes still waiting for one,
+// so a replica at that sequence can be checked against them.
 PoolStateReport state_report(Self* self) {
   auto& state = self->state;
-  if (state.pending_events > 0) publish(self);
   const auto& filter = state.index->filter();
   PoolStateReport report;
   ingest_v1::PoolState& pool = report.state;
@@ -165,7 +218,7 @@ PoolStateReport state_report(Self* self) {
   pool.set_bucket_count(filter.bucket_count());
   pool.set_capacity_failures(state.index->capacity_failures());
   pool.set_subscribers(static_cast<std::uint32_t>(state.streams.size()));
-  pool.set_filter_digest(xxh3(filter.words().data(), filter.words().size_bytes(), 0));
+  pool.set_filter_digest(state.index->published_digest());
   *pool.mutable_producer() = state.config.spec.producer;
   publish_stats(self);
   return report;
@@ -194,6 +247,10 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
   return {
       [=](atoms::batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchSinkPtr& sink,
           std::int64_t receipt_ns) {
+        if (self->state.fenced) {  // the source starts over on the next generation
+          if (sink) sink->batch_done(BatchOutcome{false, false, 0});
+          return;
+        }
         BatchOutcome outcome{true, reset_first, 0};
         if (reset_first) {
           self->state.index->clear({batch->worker_id(), batch->dp_rank()});
@@ -205,6 +262,7 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         if (sink) sink->batch_done(outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {
+        if (self->state.fenced) return;
         self->state.index->clear(source);
         ++self->state.source_resets;
         count_event(self, steady_now_ns());
@@ -213,7 +271,7 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
       },
       [=](atoms::publish_atom) {
         self->state.delay_armed = false;
-        if (self->state.pending_events > 0) publish(self);
+        if (self->state.pending_events > 0 && !self->state.fenced) publish(self);
         publish_stats(self);
       },
       [=](atoms::attach_atom, const caf::actor& stream) {
@@ -226,15 +284,11 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         self->quit();
       },
       [=](atoms::fence_atom, const std::string& reason) {
-        auto& state = self->state;
-        spdlog::error("pool generation {} fenced: {}", state.config.spec.producer.layout_generation(), reason);
-        end_all_streams(self, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
-        if (state.config.owner) {
-          self->send(state.config.owner, atoms::fence_atom_v, state.config.spec.producer.layout_generation());
-        }
-        self->quit();
+        fence(self, reason, caf::actor_cast<caf::actor>(self->current_sender()));
+        publish_stats(self);
       },
       [=](atoms::corrupt_atom) { self->state.corrupt_next_delta = true; },
+      [=](atoms::evict_atom, std::uint64_t canonical) { self->state.index->evict_fingerprint_for_test(canonical); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }

@@ -37,10 +37,13 @@ struct PoolPublisherState {
   bool delay_armed = false;
   caf::actor_clock::time_point last_publication{};
   std::int64_t oldest_pending_receipt_ns = 0;
-  std::shared_ptr<const SnapshotImage> snapshot_at_sequence;  // shared by streams joining now
+  // Shared by the streams joining at the current sequence; gone once the last of them has
+  // sent it, so an idle publisher pins no lane copy.
+  std::weak_ptr<const SnapshotImage> snapshot_at_sequence;
   std::vector<caf::actor> streams;
   std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
-  bool corrupt_next_delta = false;  // test hook: the next delta breaks its sequence
+  bool fenced = false;              // waiting for membership to retire this generation
+  bool corrupt_next_delta = false;  // test hook: the next delta breaks its first stream's sequence
   std::uint64_t events_rejected = 0;
   std::uint64_t source_resets = 0;
   MailboxSampler mailbox;

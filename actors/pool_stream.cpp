@@ -69,11 +69,11 @@ void data_frame_sent(Self* self) {
 }
 
 // A frame that would break the contract is never forwarded: the stream reports it, and the
-// publisher fences the whole generation (every stream ends with INVALID_PUBLICATION).
+// publisher fences the whole generation (this stream ends with INVALID_PUBLICATION, the
+// others with PUBLICATION_UNAVAILABLE).
 void fence(Self* self, std::string reason) {
   if (self->state.publisher) self->send(self->state.publisher, atoms::fence_atom_v, std::move(reason));
 }
-
 
 void release_permit(Self* self) {
   auto& state = self->state;
@@ -82,14 +82,18 @@ void release_permit(Self* self) {
   self->send(state.pacing.encoders, atoms::release_atom_v);
 }
 
+// The encoder permit and the progress timeout guard the snapshot only while the stream still
+// owes chunks: once the last one is handed to the transport the encoding is done, and a slow
+// reader is the outbox's business (it lags).
 void write_chunk(Self* self) {
   auto& state = self->state;
   const std::uint32_t index = state.next_chunk;
   auto chunk = encode_next_chunk(state);
   if (!chunk) return fence(self, "a snapshot chunk could not be encoded");
-  state.chunk_in_flight = index;
   state.writer.write(std::move(chunk));
   data_frame_sent(self);
+  if (snapshot_complete(state)) return release_permit(self);
+  state.chunk_in_flight = index;
   self->delayed_send(self, state.pacing.progress_timeout, atoms::progress_atom_v, index);
 }
 
@@ -98,11 +102,7 @@ void write_next(Self* self) {
   auto& state = self->state;
   if (!state.writer.ready()) return;
   state.chunk_in_flight = -1;  // the writer is free: any chunk write has completed
-  if (state.snapshot) {
-    if (!state.awaiting_permit) write_chunk(self);
-    return;
-  }
-  release_permit(self);  // every chunk has been handed on
+  if (state.snapshot) return write_chunk(self);
   if (snapshot_complete(state) && !state.deltas.empty()) {
     auto frame = state.deltas.pop();
     const bool data = frame->kind() != v1::FILTER_UPDATE_KIND_HEARTBEAT;
@@ -120,16 +120,16 @@ void on_progress_due(Self* self, std::uint32_t chunk) {
                                     "the subscriber did not take a snapshot frame within the progress timeout"));
 }
 
+// The stream joins its publisher's fan-out only once it may encode: until then it holds
+// no snapshot image and receives no deltas, so a stream waiting for a permit cannot lag.
+void join_publisher(Self* self) { self->send(self->state.publisher, atoms::attach_atom_v, caf::actor_cast<caf::actor>(self)); }
+
 void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
   auto& state = self->state;
   state.snapshot = msg.image;
   state.chunk_count = static_cast<std::uint32_t>(cbi1::chunk_count_for(state.spec.bucket_count));
   state.next_chunk = 0;
   state.last_sequence = msg.image->sequence;
-  if (state.pacing.encoders) {
-    state.awaiting_permit = true;
-    self->send(state.pacing.encoders, atoms::acquire_atom_v);
-  }
   write_next(self);
 }
 
@@ -188,14 +188,18 @@ caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, Pool
   });
   self->state.deltas = Outbox<v1::FilterUpdate>(limits);
   self->state.spec = std::move(spec);
+  if (self->state.pacing.encoders) {
+    self->send(self->state.pacing.encoders, atoms::acquire_atom_v);
+  } else {
+    join_publisher(self);
+  }
   caf::message_handler frames{
       [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
       [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
       [=](atoms::heartbeat_atom) { on_heartbeat_due(self); },
       [=](atoms::granted_atom) {
-        self->state.awaiting_permit = false;
         self->state.permit_held = true;
-        write_next(self);
+        join_publisher(self);
       },
       [=](atoms::progress_atom, std::uint32_t chunk) { on_progress_due(self, chunk); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },

@@ -29,7 +29,6 @@ struct PoolStreamState {
   std::uint64_t last_sequence = 0;  // of the last frame queued
   SnapshotPacing pacing;
   caf::actor publisher;
-  bool awaiting_permit = false;
   bool permit_held = false;
   std::int64_t chunk_in_flight = -1;  // index of the chunk being written, -1 when none
   caf::actor_clock::time_point last_frame_at{};     // the last data frame handed on
@@ -42,9 +41,10 @@ struct PoolStreamState {
 
 // The stream ends with PUBLICATION_UNAVAILABLE if `publisher` is (or becomes) gone before
 // it ended the stream itself.
-// The snapshot waits for an encoder permit; each of its frames must be written within the
-// progress timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes
-// on). After the complete snapshot, a heartbeat frame (no payload, sequence unchanged)
+// The stream first waits for an encoder permit, holding nothing; once granted it attaches to
+// `publisher`, which answers with a snapshot image at its current sequence and then every
+// delta from there. Each snapshot frame but the last must be written within the progress
+// timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes on). After the complete snapshot, a heartbeat frame (no payload, sequence unchanged)
 // follows every `pacing.heartbeat` without a data frame. `metrics` may be null.
 caf::behavior pool_stream(caf::stateful_actor<PoolStreamState>* self,
                           StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,

@@ -84,7 +84,8 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
-  // decisions.md row 7: server keepalive 20 s / 10 s; accept client pings every >= 10 s.
+  // decisions.md row 24: server keepalive 20 s / 10 s; client pings of any rate are tolerated
+  // (no ping strikes).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -219,6 +220,14 @@ std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.rela
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 
 void RelayRuntime::inject_publication_fault() { caf::anon_send(impl_->membership, atoms::corrupt_atom_v); }
+
+std::uint64_t RelayRuntime::snapshot_image_bytes() const {
+  return static_cast<std::uint64_t>(impl_->metrics->snapshot_image_bytes());
+}
+
+void RelayRuntime::inject_index_fault(std::uint64_t canonical_hash) {
+  caf::anon_send(impl_->membership, atoms::evict_atom_v, canonical_hash);
+}
 
 namespace {
 

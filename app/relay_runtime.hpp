@@ -62,9 +62,13 @@ class RelayRuntime {
   std::uint64_t relay_incarnation() const;
   std::uint64_t dc_id() const;
 
-  // Test hook: the next delta of every pool breaks its sequence. Streams must refuse to
-  // forward it, and the generation must be fenced and rebuilt.
+  // Test hook: the next delta of every pool breaks the sequence of the pool's first stream.
+  // That stream must refuse to forward it, and the generation must be fenced and rebuilt.
   void inject_publication_fault();
+  // Test hook: every pool's filter loses the fingerprint of `canonical_hash` while its index
+  // still counts the block resident, so removing that block violates the index invariant:
+  // the generation must be fenced and rebuilt, and its sources reset.
+  void inject_index_fault(std::uint64_t canonical_hash);
 
   // Call from the thread that started the relay (CAF's actor system expects to be torn
   // down there). Graceful drain: health flips to NOT_SERVING, new calls are refused with UNAVAILABLE,
@@ -75,6 +79,8 @@ class RelayRuntime {
   // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use;
   // "hubs": pools that have subscribers.
   std::size_t open_streams(std::string_view kind) const;
+  // Bytes of bucket-lane copies held for snapshots being sent (kv_relay_snapshot_image_bytes).
+  std::uint64_t snapshot_image_bytes() const;
   // Block until at most / at least `count` streams of `kind` are open, or `timeout` passes.
   bool await_open_streams_at_most(std::string_view kind, std::size_t count,
                                   std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;

@@ -38,6 +38,8 @@ Problem needs(const ingest_v1::ModelCard& card, std::string_view field) {
 }
 
 Problem card(const ingest_v1::ModelCard& card, std::string_view field) {
+  // The served model name is what routers look a model up by: it must be usable as given.
+  if (auto p = text(card.display_name(), join(field, "display_name"))) return p;
   if (!ingest_v1::WorkerType_IsValid(card.worker_type())) {
     return problem(join(field, "worker_type"), "is not a known worker type");
   }

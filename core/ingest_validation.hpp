@@ -1,7 +1,8 @@
 #pragma once
 // Structural checks of RelayIngest requests. A failure names the offending field and the
-// call answers INVALID_ARGUMENT; nothing of a rejected request is applied. Problems that
-// upstream reports as conflicts (a zero block size, an invalid model name) are not
+// call answers INVALID_ARGUMENT; nothing of a rejected request is applied. A base card's
+// display_name must be non-empty text without surrounding whitespace. Other problems that
+// upstream reports as conflicts (a zero block size, invalid query semantics) are not
 // rejected here: the projection reports them.
 #include <optional>
 #include <string>

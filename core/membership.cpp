@@ -92,7 +92,7 @@ struct BaseCard {
   std::uint64_t worker_id = 0;
   const ingest_v1::WorkerSpec* spec = nullptr;
   std::optional<IndexerDomain> domain;  // nullopt = resolution failed
-  std::optional<std::string> model;     // nullopt = invalid canonical model id
+  std::string model;                    // the card's display_name (ingest validation checked it)
 };
 
 struct EndpointDraft {
@@ -109,7 +109,7 @@ std::vector<BaseCard> project_base_cards(const EndpointKey& endpoint, const Work
           conflict(ConflictScope::kServingBinding, fmt::format("worker {}: malformed card: {}", worker_id, *problem)));
       continue;
     }
-    BaseCard card{worker_id, &spec, std::nullopt, std::nullopt};
+    BaseCard card{worker_id, &spec, std::nullopt, spec.card().display_name()};
     if (auto domain = resolve_domain(spec.card(), endpoint)) {
       card.domain = *domain;
     } else {
@@ -117,7 +117,6 @@ std::vector<BaseCard> project_base_cards(const EndpointKey& endpoint, const Work
                                    fmt::format("worker {}: invalid KV query semantics: {}", worker_id,
                                                domain.error())));
     }
-    if (wire::is_valid_text(spec.card().display_name())) card.model = spec.card().display_name();
     cards.push_back(card);
   }
   return cards;
@@ -147,17 +146,12 @@ void add_base_workers(const std::vector<BaseCard>& cards, EndpointDraft& draft) 
   auto& membership = draft.membership;
   std::set<std::string> models;
   for (const auto& card : cards) {
-    if (!card.model) {
-      membership.conflicts.push_back(conflict(
-          ConflictScope::kServingBinding, fmt::format("worker {}: invalid canonical model identity", card.worker_id)));
-      continue;
-    }
-    models.insert(*card.model);
+    models.insert(card.model);
     const auto& model_card = card.spec->card();
     membership.worker_topology[card.worker_id] = normalized_topology(model_card);
     membership.runtime_configs[card.worker_id] = to_runtime_config(model_card.runtime_config());
-    draft.claims.push_back({*card.model, ModelTarget{*card.model, std::nullopt},
-                            valid_aliases(model_card.aliases(), *card.model)});
+    draft.claims.push_back({card.model, ModelTarget{card.model, std::nullopt},
+                            valid_aliases(model_card.aliases(), card.model)});
   }
   if (models.size() > 1) {
     membership.conflicts.push_back(
@@ -179,12 +173,6 @@ void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
   for (const auto& card : cards) {
     for (const auto& adapter : card.spec->adapters()) {
       const auto& served = adapter.served_name();
-      if (!card.model) {
-        conflicts.push_back(conflict(ConflictScope::kServingBinding,
-                                     fmt::format("worker {}: adapter '{}': backing base model identity is invalid",
-                                                 card.worker_id, served)));
-        continue;
-      }
       if (!wire::is_valid_text(served)) {
         conflicts.push_back(conflict(ConflictScope::kServingBinding,
                                      fmt::format("worker {}: invalid adapter request-facing model identity '{}'",
@@ -197,7 +185,7 @@ void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
                                                  card.worker_id, served, adapter.lora_name())));
         continue;
       }
-      ModelTarget target{*card.model, adapter.lora_name()};
+      ModelTarget target{card.model, adapter.lora_name()};
       draft.claims.push_back({served, target, {}});
       auto& claims = by_served_name[served];
       claims.targets.insert(std::move(target));

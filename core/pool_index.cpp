@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/token_hashing.hpp"
+#include "core/xxh3.hpp"
 
 namespace kvrelay {
 
@@ -168,6 +169,22 @@ std::optional<EventError> PoolIndex::clear(SourceKey source) {
     }
   }
   return std::nullopt;
+}
+
+std::uint64_t PoolIndex::published_digest() const {
+  std::vector<ckf::BucketWrite> unpublished(window_.first_touches().begin(), window_.first_touches().end());
+  std::ranges::sort(unpublished, {}, &ckf::BucketWrite::bucket);
+  const std::span<const std::uint64_t> words = filter_.words();
+  XXH3_state_t hasher;
+  XXH3_64bits_reset(&hasher);
+  std::size_t next = 0;  // the first word not hashed yet
+  for (const ckf::BucketWrite& touch : unpublished) {
+    XXH3_64bits_update(&hasher, words.data() + next, (touch.bucket - next) * sizeof(std::uint64_t));
+    XXH3_64bits_update(&hasher, &touch.before, sizeof touch.before);
+    next = touch.bucket + 1;
+  }
+  XXH3_64bits_update(&hasher, words.data() + next, (words.size() - next) * sizeof(std::uint64_t));
+  return XXH3_64bits_digest(&hasher);
 }
 
 std::size_t PoolIndex::lineage_entries(SourceKey source) const {

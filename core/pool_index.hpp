@@ -66,6 +66,9 @@ class PoolIndex {
   std::vector<BucketImage> drain_publication() { return window_.drain(filter_.words()); }
   bool publication_pending() const { return !window_.empty(); }
   std::size_t touched_buckets() const { return window_.touched(); }
+  // XXH3-64 (seed 0) of the bucket words as of the last drain: what a replica that applied
+  // every publication holds, whatever has changed since. Reads the whole lane.
+  std::uint64_t published_digest() const;
 
   const ckf::Filter& filter() const { return filter_; }
   std::uint64_t unique_blocks() const { return owners_.size(); }
@@ -74,6 +77,10 @@ class PoolIndex {
   std::size_t lineage_entries(SourceKey source) const;
   std::uint32_t owner_count(std::uint64_t canonical) const;
   bool is_resident(std::uint64_t canonical) const;
+
+  // Test hook: removes a resident block's fingerprint from the filter behind the index's
+  // back, so that removing the block later finds the index inconsistent.
+  void evict_fingerprint_for_test(std::uint64_t canonical) { filter_.remove(canonical); }
 
  private:
   struct Owner {

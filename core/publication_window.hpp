@@ -35,6 +35,8 @@ class PublicationWindow {
   bool empty() const { return first_touch_.empty(); }
   // Buckets touched since the last drain: an upper bound on the next publication's images.
   std::size_t touched() const { return first_touch_.size(); }
+  // Each touched bucket with its word at first touch, i.e. as last published.
+  std::span<const ckf::BucketWrite> first_touches() const { return first_touch_; }
 
   std::vector<BucketImage> drain(std::span<const std::uint64_t> words) {
     std::vector<BucketImage> images;

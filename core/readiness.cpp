@@ -158,84 +158,63 @@ v1::TopologyMember member_of(const EndpointFacts& facts, const std::string& base
   return member;
 }
 
-// ---- adapters (decisions row 9) --------------------------------------------------------------
+// ---- adapters (decisions row 9, revised) -----------------------------------------------------
 
-// What the live workers carrying one adapter can serve, across the group.
-struct AdapterLiveness {
-  std::set<Role> live_roles;  // typed roles with a live adapter-bearing worker
-  bool any_live = false;      // any live adapter-bearing worker, typed or legacy (legacy base)
-};
+// The units of one adapter across the group: only endpoints carrying it take part, and on them
+// only the live carrying workers that also hold a valid base card (they are in facts.workers).
+// A dead carrier cannot serve the adapter, so its role is not demanded of it: an adapter on a
+// live aggregated worker is READY even where a dead prefill worker also carries it. Every
+// carrying endpoint is a member, so its unknown availability already makes the base UNKNOWN.
+using AdapterUnits = std::map<std::string, std::vector<ReadinessUnit>>;  // by served name, byte-wise
 
-std::set<std::uint64_t> carriers_of(const AdapterMembership& adapter) {
+std::set<std::uint64_t> live_carriers_of(const AdapterMembership& adapter, const EndpointFacts& facts) {
   std::set<std::uint64_t> carriers;
-  for (const auto& [worker, max_gpu_lora_count] : adapter.workers) carriers.insert(worker);
+  for (const auto& [worker, max_gpu_lora_count] : adapter.workers) {
+    if (facts.live_workers && facts.live_workers->contains(worker)) carriers.insert(worker);
+  }
   return carriers;
 }
 
-// Only endpoints carrying the adapter take part, and on them only the carrying workers that
-// also hold a valid base card (they are in facts.workers).
-void add_adapter_liveness(const EndpointFacts& facts, const AdapterMembership& adapter,
-                          AdapterLiveness& liveness) {
-  const auto carriers = carriers_of(adapter);
-  for (const auto& unit : units_of(facts.workers, facts.live_workers, &carriers)) {
-    if (unit.live_count == 0) continue;
-    liveness.any_live = true;
-    if (unit.worker_type) liveness.live_roles.insert(role_of(*unit.worker_type));
-  }
-}
-
-std::map<std::string, AdapterLiveness> adapters_of_group(const Members& members,
-                                                         const std::string& base_model) {
-  std::map<std::string, AdapterLiveness> adapters;  // by served name, byte-wise
+AdapterUnits adapters_of_group(const Members& members, const std::string& base_model) {
+  AdapterUnits adapters;
   for (const auto* facts : members) {
     for (const auto& [served_name, adapter] : facts->adapters) {
       if (adapter.base_model != base_model) continue;
-      add_adapter_liveness(*facts, adapter, adapters[served_name]);
+      const auto carriers = live_carriers_of(adapter, *facts);
+      auto units = units_of(facts->workers, facts->live_workers, &carriers);
+      auto& all = adapters[served_name];  // listed even when no carrier holds a base card
+      all.insert(all.end(), std::make_move_iterator(units.begin()), std::make_move_iterator(units.end()));
     }
   }
   return adapters;
 }
 
-// The roles an adapter must cover: PREFILL, DECODE and AGGREGATED declared by the base's
-// members. ENCODE is excluded: encoders do not load adapters. When the base is READY (strict)
-// these are exactly its present roles; when it is UNAVAILABLE, declared roles also name a
-// dead role the adapter lacks, which is the more useful diagnosis.
-std::set<Role> adapter_applicable_roles(const Members& members) {
-  std::set<Role> applicable;
-  for (const auto* facts : members) {
-    for (const Role role : declared_roles(*facts)) {
-      if (role == Role::kPrefill || role == Role::kDecode || role == Role::kAggregated)
-        applicable.insert(role);
-    }
-  }
-  return applicable;
+// An UNAVAILABLE adapter always names a missing role. The union of its own and the base's is
+// empty only when no typed role is to blame: no live carrier holds a base card, or the live
+// carriers are legacy workers. What is lacking then is a live carrier that serves a request on
+// its own; LEGACY may not be named, and AGGREGATED is the typed role that does that.
+std::set<Role> adapter_missing_roles(const Evaluation& adapter, const Evaluation& base) {
+  std::set<Role> missing = adapter.missing;
+  missing.insert(base.missing.begin(), base.missing.end());
+  if (missing.empty()) missing.insert(Role::kAggregated);
+  return missing;
 }
 
-struct BaseVerdict {
-  v1::ServingReadinessState state = v1::SERVING_READINESS_STATE_UNKNOWN;
-  bool legacy = false;
-  std::set<Role> applicable_roles;
-};
-
-v1::AdapterReadiness adapter_readiness(const std::string& served_name, const AdapterLiveness& liveness,
-                                       const BaseVerdict& base) {
+// The base's own DNF over the adapter's units, gated by the base: UNKNOWN with it (missing
+// roles cleared, decisions row 10), READY only when both are ready (so an adapter on a live
+// aggregated worker is READY even where a P/D route also exists), otherwise UNAVAILABLE.
+v1::AdapterReadiness adapter_readiness(const std::string& served_name, std::span<const ReadinessUnit> units,
+                                       v1::ServingReadinessState base_state, const Evaluation& base) {
   v1::AdapterReadiness readiness;
   readiness.set_canonical_model_id(served_name);
-  readiness.set_state(v1::SERVING_READINESS_STATE_UNAVAILABLE);
-  const bool base_ready = base.state == v1::SERVING_READINESS_STATE_READY;
-  if (base.state == v1::SERVING_READINESS_STATE_UNKNOWN) {
-    readiness.set_state(v1::SERVING_READINESS_STATE_UNKNOWN);  // missing_roles stay empty
-  } else if (base.legacy) {
-    // Legacy mode has no role gating: any live adapter-bearing worker will do, and no role
-    // is ever reported missing (as for the base entry).
-    if (base_ready && liveness.any_live) readiness.set_state(v1::SERVING_READINESS_STATE_READY);
+  readiness.set_state(v1::SERVING_READINESS_STATE_UNKNOWN);
+  if (base_state == v1::SERVING_READINESS_STATE_UNKNOWN) return readiness;
+  const Evaluation evaluation = evaluate(units);
+  if (base_state == v1::SERVING_READINESS_STATE_READY && evaluation.ready) {
+    readiness.set_state(v1::SERVING_READINESS_STATE_READY);
   } else {
-    std::set<Role> missing;
-    for (const Role role : base.applicable_roles) {
-      if (!liveness.live_roles.contains(role)) missing.insert(role);
-    }
-    if (base_ready && missing.empty()) readiness.set_state(v1::SERVING_READINESS_STATE_READY);
-    append_roles(missing, readiness.mutable_missing_roles());
+    readiness.set_state(v1::SERVING_READINESS_STATE_UNAVAILABLE);
+    append_roles(adapter_missing_roles(evaluation, base), readiness.mutable_missing_roles());
   }
   return readiness;
 }
@@ -251,23 +230,22 @@ v1::TopologyEntry entry_of(const GroupKey& key, const Members& members) {
   const auto& [ns, base_model] = key;
   const auto units = units_of_group(members);
   const Evaluation evaluation = evaluate(units);
-  const BaseVerdict base{state_of(all_authoritative(members), evaluation), evaluation.has_legacy,
-                         adapter_applicable_roles(members)};
+  const auto state = state_of(all_authoritative(members), evaluation);
 
   v1::TopologyEntry entry;
   entry.set_namespace_(ns);
   entry.set_canonical_model_id(base_model);
-  entry.set_state(base.state);
+  entry.set_state(state);
   // Decisions row 10: UNKNOWN clears only present/missing (and adapters' missing).
-  if (base.state != v1::SERVING_READINESS_STATE_UNKNOWN) {
+  if (state != v1::SERVING_READINESS_STATE_UNKNOWN) {
     append_roles(evaluation.present, entry.mutable_present_roles());
     append_roles(evaluation.missing, entry.mutable_missing_roles());
   }
   for (const auto* facts : members) *entry.add_members() = member_of(*facts, base_model);
   append_roles(duplicate_roles(members), entry.mutable_duplicate_role_endpoints());
   entry.set_legacy_fallback_active(evaluation.has_legacy);
-  for (const auto& [served_name, liveness] : adapters_of_group(members, base_model)) {
-    *entry.add_adapters() = adapter_readiness(served_name, liveness, base);
+  for (const auto& [served_name, adapter_units] : adapters_of_group(members, base_model)) {
+    *entry.add_adapters() = adapter_readiness(served_name, adapter_units, state, evaluation);
   }
   return entry;
 }

@@ -197,8 +197,7 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
   SnapshotPacing pacing{peers_.snapshot_encoders, config_.snapshot_progress_timeout, config_.pool_heartbeat};
   caf::actor stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
                                     pool->second.publisher, std::move(pacing), config_.metrics);
-  reactor->link()->bind(stream);
-  caf::anon_send(pool->second.publisher, atoms::attach_atom_v, stream);
+  reactor->link()->bind(stream);  // the stream attaches itself once it holds an encoder permit
   return reactor;
 }
 

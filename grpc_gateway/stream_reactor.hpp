@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "actors/messages.hpp"
 #include "grpc_gateway/status.hpp"
@@ -40,10 +41,13 @@ class StreamLink final : public StreamSink<Message> {
              StreamRelease release, metrics::RelayMetrics* metrics)
       : context_(context), reactor_(reactor), release_(std::move(release)), metrics_(metrics) {}
 
-  // Set once the stream actor exists; a cancellation that came first is delivered now.
+  // Set once the stream actor exists. The actor may already have written (a pool stream
+  // attaches to its publisher as soon as it starts): a write completion or a cancellation
+  // that came first is delivered now.
   void bind(caf::actor actor) {
     std::lock_guard lock(mutex_);
     actor_ = std::move(actor);
+    if (unreported_write_done_) caf::anon_send(actor_, atoms::write_done_atom_v, *unreported_write_done_);
     if (cancelled_) caf::anon_send(actor_, atoms::cancelled_atom_v);
   }
 
@@ -66,7 +70,11 @@ class StreamLink final : public StreamSink<Message> {
   void on_write_done(bool ok) {
     std::lock_guard lock(mutex_);
     in_flight_.reset();
-    if (actor_) caf::anon_send(actor_, atoms::write_done_atom_v, ok);
+    if (actor_) {
+      caf::anon_send(actor_, atoms::write_done_atom_v, ok);
+    } else {
+      unreported_write_done_ = ok;
+    }
   }
   void on_cancel() {
     std::lock_guard lock(mutex_);
@@ -102,6 +110,7 @@ class StreamLink final : public StreamSink<Message> {
   metrics::RelayMetrics* metrics_;
   caf::actor actor_;
   std::shared_ptr<const Message> in_flight_;  // kept alive until OnWriteDone
+  std::optional<bool> unreported_write_done_;  // a completion that came before bind()
   bool finished_ = false;
   bool cancelled_ = false;
 };

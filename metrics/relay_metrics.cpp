@@ -27,8 +27,8 @@ constexpr std::array<std::string_view, kEventKindCount> kEventKindNames = {"stor
 constexpr std::array<std::string_view, kEventResultCount> kEventResultNames = {
     "accepted", "ignored", "parent_block_not_found", "invalid_block_sequence", "ownership_degree_overflow",
     "indexer_invariant_violation", "invalid_content"};
-constexpr std::array<std::string_view, kResetReasonCount> kResetReasonNames = {"epoch_changed", "sequence_gap",
-                                                                                "source_dropped", "worker_removed"};
+constexpr std::array<std::string_view, kResetReasonCount> kResetReasonNames = {
+    "epoch_changed", "sequence_gap", "source_dropped", "worker_removed", "new_generation"};
 constexpr std::array<std::string_view, kLoadReportResultCount> kLoadReportResultNames = {"accepted", "malformed",
                                                                                           "unknown_rank"};
 
@@ -266,6 +266,11 @@ RelayMetrics::RelayMetrics() {
                         .Register(registry)
                         .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005,
                                                                          0.01, 0.025, 0.05, 0.1, 0.25, 1});
+  snapshot_image_bytes_ = &prometheus::BuildGauge()
+                               .Name("kv_relay_snapshot_image_bytes")
+                               .Help("Bytes of bucket-lane copies held for snapshots being sent")
+                               .Register(registry)
+                               .Add({});
   pools_materialized_ = &prometheus::BuildGauge()
                              .Name("kv_relay_pools_materialized")
                              .Help("Pools the relay currently publishes")

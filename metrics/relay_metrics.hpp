@@ -84,8 +84,9 @@ enum class ResetReason : std::uint8_t {
   kSequenceGap,    // batches were lost
   kSourceDropped,  // PutWorker no longer declares the rank
   kWorkerRemoved,
+  kNewGeneration,  // the pool was rebuilt (fenced, or its domain changed): its lineage is gone
 };
-inline constexpr std::size_t kResetReasonCount = 4;
+inline constexpr std::size_t kResetReasonCount = 5;
 
 enum class LoadReportResult : std::uint8_t { kAccepted, kMalformed, kUnknownRank };
 inline constexpr std::size_t kLoadReportResultCount = 3;
@@ -167,6 +168,9 @@ class RelayMetrics {
   // ---- publication ----
   void snapshot_encoded(std::chrono::nanoseconds took) { snapshot_encode_->Observe(seconds(took)); }
   void delta_handed_on(std::chrono::nanoseconds since_receipt) { event_to_wire_->Observe(seconds(since_receipt)); }
+  // A snapshot image (a copy of a pool's bucket lane) taken (+bytes) or released (-bytes).
+  void snapshot_image_bytes(std::int64_t change) { snapshot_image_bytes_->Increment(static_cast<double>(change)); }
+  double snapshot_image_bytes() const { return snapshot_image_bytes_->Value(); }
   void generation_created() { generations_created_->Increment(); }
   void generation_retired() { generations_retired_->Increment(); }
   void set_pools_materialized(std::size_t count) { pools_materialized_->Set(static_cast<double>(count)); }
@@ -203,6 +207,7 @@ class RelayMetrics {
   std::array<prometheus::Counter*, kFrameKindCount> bytes_sent_{};
   prometheus::Histogram* snapshot_encode_ = nullptr;
   prometheus::Histogram* event_to_wire_ = nullptr;
+  prometheus::Gauge* snapshot_image_bytes_ = nullptr;
   prometheus::Gauge* pools_materialized_ = nullptr;
   prometheus::Counter* generations_created_ = nullptr;
   prometheus::Counter* generations_retired_ = nullptr;

@@ -15,7 +15,7 @@ Binding binding_of(const v1::ModelRegistration& registration) {
 }
 
 Applied CatalogState::apply(const v1::KvPoolCatalogUpdate& update) {
-  if (auto fault = check_revisioned(update, valid_, revision_, "catalog")) {
+  if (auto fault = check_revisioned(update, valid_ ? &installed_ : nullptr, "catalog")) {
     invalidate();
     return fault;
   }
@@ -35,12 +35,14 @@ Applied CatalogState::apply(const v1::KvPoolCatalogUpdate& update) {
   }
   valid_ = true;
   revision_ = update.revision();
+  installed_ = update;
   index_names();
   return std::nullopt;
 }
 
 void CatalogState::invalidate() {
   valid_ = false;
+  installed_.Clear();
   pools_.clear();
   quarantined_.clear();
   names_.clear();

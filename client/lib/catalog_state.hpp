@@ -42,8 +42,8 @@ struct Resolution {
 class CatalogState {
  public:
   // Validates `update` and, unless the whole message is unusable, replaces the view with it.
-  // An unusable message (envelope, duplicate or unidentifiable pools, a revision going back)
-  // invalidates the plane and returns its error.
+  // An unusable message (envelope, duplicate or unidentifiable pools, a revision going back,
+  // other content under the installed revision) invalidates the plane and returns its error.
   Applied apply(const v1::KvPoolCatalogUpdate& update);
   void invalidate();
 
@@ -62,6 +62,7 @@ class CatalogState {
 
   bool valid_ = false;
   std::uint64_t revision_ = 0;
+  v1::KvPoolCatalogUpdate installed_;  // as received, to tell a heartbeat from a changed snapshot
   std::map<wire::PoolKey, CatalogPool> pools_;
   std::vector<QuarantinedPool> quarantined_;
   std::map<std::string, std::optional<Resolution>, std::less<>> names_;  // nullopt = ambiguous

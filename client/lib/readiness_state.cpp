@@ -7,7 +7,7 @@
 namespace kvrelay::client {
 
 Applied ReadinessState::apply(const v1::ServingReadinessUpdate& update) {
-  if (auto fault = check_revisioned(update, valid_, revision_, "readiness")) {
+  if (auto fault = check_revisioned(update, valid_ ? &installed_ : nullptr, "readiness")) {
     invalidate();
     return fault;
   }
@@ -24,11 +24,13 @@ Applied ReadinessState::apply(const v1::ServingReadinessUpdate& update) {
   }
   valid_ = true;
   revision_ = update.revision();
+  installed_ = update;
   return std::nullopt;
 }
 
 void ReadinessState::invalidate() {
   valid_ = false;
+  installed_.Clear();
   entries_.clear();
   quarantined_.clear();
 }

@@ -15,6 +15,9 @@ using ReadinessKey = std::pair<std::string, std::string>;  // (namespace, canoni
 
 class ReadinessState {
  public:
+  // Replaces the view with `update`, quarantining bad entries. An unusable message (envelope,
+  // duplicate entries, a revision going back, other content under the installed revision)
+  // invalidates the plane and returns its error.
   Applied apply(const v1::ServingReadinessUpdate& update);
   void invalidate();
 
@@ -27,6 +30,7 @@ class ReadinessState {
  private:
   bool valid_ = false;
   std::uint64_t revision_ = 0;
+  v1::ServingReadinessUpdate installed_;  // as received, to tell a heartbeat from a changed snapshot
   std::map<ReadinessKey, v1::TopologyEntry> entries_;
   std::map<ReadinessKey, Fault> quarantined_;
 };

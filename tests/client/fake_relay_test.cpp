@@ -262,6 +262,82 @@ TEST_CASE("fake relay: invalid catalogs and clean ends invalidate the plane, whi
   CHECK(scenario.consumer().overlap("qwen", prompt()).size() == 1);
 }
 
+namespace {
+
+// The revision rules the catalog and readiness planes share (decisions row 23), scripted for
+// either: `content` 0 and 1 are two different snapshots of the plane.
+struct RevisionedPlane {
+  std::function<void(FakeRelay&, std::uint64_t revision, int content, int for_stream)> push;
+  std::function<client::PlaneView(const RelayView&)> plane;
+  std::function<std::uint64_t(const RelayView&)> revision;
+  std::function<int(const RelayView&)> content;  // which snapshot the view holds; -1 for none
+};
+
+RevisionedPlane catalog_plane() {
+  return {[](FakeRelay& relay, std::uint64_t revision, int content, int for_stream) {
+            relay.push_catalog(catalog(revision, {descriptor(1, content == 0 ? "llama" : "qwen")}), for_stream);
+          },
+          [](const RelayView& relay) { return relay.catalog; },
+          [](const RelayView& relay) { return relay.catalog_revision; },
+          [](const RelayView& relay) {
+            if (relay.pools.size() != 1) return -1;
+            return relay.pools[0].descriptor.registrations(0).canonical_model_id() == "llama" ? 0 : 1;
+          }};
+}
+
+RevisionedPlane readiness_plane() {
+  return {[](FakeRelay& relay, std::uint64_t revision, int content, int for_stream) {
+            const auto state =
+                content == 0 ? v1::SERVING_READINESS_STATE_READY : v1::SERVING_READINESS_STATE_UNAVAILABLE;
+            relay.push_readiness(readiness(revision, {topology_entry("llama", state)}), for_stream);
+          },
+          [](const RelayView& relay) { return relay.readiness; },
+          [](const RelayView& relay) { return relay.readiness_revision; },
+          [](const RelayView& relay) {
+            if (relay.readiness_entries.size() != 1) return -1;
+            return relay.readiness_entries[0].state() == v1::SERVING_READINESS_STATE_READY ? 0 : 1;
+          }};
+}
+
+}  // namespace
+
+TEST_CASE("fake relay: heartbeats repeat the revision with the same content, a changed plane must advance it",
+          "[client][fake]") {
+  const std::string name = GENERATE(std::string("catalog"), std::string("readiness"));
+  CAPTURE(name);
+  const RevisionedPlane plane = name == "catalog" ? catalog_plane() : readiness_plane();
+  Scenario scenario;
+  auto& relay = scenario.relay();
+
+  SECTION("same revision, same content: a heartbeat, applied without reopening") {
+    plane.push(relay, 1, 0, 1);
+    plane.push(relay, 1, 0, 1);
+    plane.push(relay, 2, 1, 1);
+    scenario.start();
+    // Also ends on a fault, so that a rejected heartbeat fails the checks below instead of timing out.
+    scenario.await([&](const RelayView& view) {
+      return plane.revision(view) == 2 || !plane.plane(view).last_error.empty();
+    });
+    const auto view = scenario.view();
+    CHECK(plane.plane(view).last_error.empty());
+    CHECK(plane.plane(view).opens == 1);
+    CHECK(plane.plane(view).valid);
+    CHECK(plane.content(view) == 1);
+  }
+  SECTION("same revision, different content: the plane is invalidated and its stream reopened") {
+    plane.push(relay, 1, 0, 1);
+    plane.push(relay, 1, 1, 1);
+    plane.push(relay, 1, 1, 2);  // the reopened stream's first snapshot is taken as is
+    scenario.start();
+    scenario.await([&](const RelayView& view) { return plane.plane(view).opens == 2 && plane.plane(view).valid; });
+    const auto view = scenario.view();
+    CHECK_THAT(plane.plane(view).last_error, Catch::Contains("RevisionNotAdvanced") &&
+                                                 Catch::Contains("changed without advancing its revision 1"));
+    CHECK_FALSE(view.incompatible);  // a fault of this plane, not of the relay's contract
+    CHECK(plane.content(view) == 1);
+  }
+}
+
 TEST_CASE("fake relay: a new relay incarnation drops everything learned from the old one", "[client][fake]") {
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}, 7));

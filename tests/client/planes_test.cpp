@@ -1,6 +1,7 @@
 // The consumer's catalog, readiness and load planes against the contract's validation table
 // ("Unknown Types and Validation"): quarantine rows keep the rest of a snapshot; envelope and
-// key faults invalidate the whole plane.
+// key faults invalidate the whole plane, and so do a revision going back and other content
+// under the installed revision (decisions row 23).
 #include <catch2/catch.hpp>
 
 #include "client/lib/catalog_state.hpp"
@@ -62,6 +63,37 @@ TEST_CASE("catalog: an invalid envelope or ambiguous keys invalidate the whole p
   CHECK_FALSE(state.valid());
   CHECK(state.pools().empty());
   CHECK_FALSE(state.resolve("llama").has_value());
+}
+
+TEST_CASE("catalog: the installed revision repeats only with the same content (decisions row 23)",
+          "[client][catalog]") {
+  CatalogState state;
+  REQUIRE_FALSE(state.apply(catalog(5, {descriptor(1), descriptor(2, "qwen")})));
+  SECTION("a heartbeat: same revision, same content") {
+    CHECK_FALSE(state.apply(catalog(5, {descriptor(1), descriptor(2, "qwen")})));
+    CHECK_FALSE(state.apply(catalog(5, {descriptor(1), descriptor(2, "qwen")})));
+    CHECK(state.valid());
+    CHECK(state.revision() == 5);
+    CHECK(state.pools().size() == 2);
+  }
+  SECTION("same revision, different content") {
+    const std::vector changed{catalog(5, {descriptor(1)}),                                  // a pool withdrawn
+                              catalog(5, {descriptor(1), descriptor(2, "qwen", {"chat"})})};  // an alias added
+    for (std::size_t i = 0; i < changed.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE_FALSE(state.apply(catalog(5, {descriptor(1), descriptor(2, "qwen")})));
+      const auto fault = state.apply(changed[i]);
+      REQUIRE(fault);
+      CHECK(fault->kind == "RevisionNotAdvanced");
+      CHECK_THAT(fault->detail, Catch::Contains("changed without advancing its revision"));
+      CHECK_FALSE(state.valid());
+      CHECK(state.pools().empty());
+      CHECK_FALSE(state.resolve("llama").has_value());
+    }
+    // A reopened stream's first snapshot is taken as is, whatever its revision.
+    REQUIRE_FALSE(state.apply(changed[0]));
+    CHECK(state.valid());
+  }
 }
 
 TEST_CASE("catalog: each snapshot replaces the view, an absent pool is withdrawn", "[client][catalog]") {
@@ -135,6 +167,44 @@ TEST_CASE("readiness: duplicate keys or a bad envelope invalidate the plane", "[
   }
   CHECK_FALSE(state.valid());
   CHECK(state.entries().empty());
+}
+
+TEST_CASE("readiness: the installed revision repeats only with the same content (decisions row 23)",
+          "[client][readiness]") {
+  client::ReadinessState state;
+  const auto entries = [] {
+    return std::vector{topology_entry("llama", v1::SERVING_READINESS_STATE_READY),
+                       topology_entry("qwen", v1::SERVING_READINESS_STATE_UNKNOWN, 2)};
+  };
+  REQUIRE_FALSE(state.apply(readiness(3, entries())));
+  SECTION("a heartbeat: same revision, same content") {
+    CHECK_FALSE(state.apply(readiness(3, entries())));
+    CHECK_FALSE(state.apply(readiness(3, entries())));
+    CHECK(state.valid());
+    CHECK(state.revision() == 3);
+    CHECK(state.entries().size() == 2);
+  }
+  SECTION("same revision, different content") {
+    auto unavailable = entries();
+    unavailable[0].set_state(v1::SERVING_READINESS_STATE_UNAVAILABLE);
+    auto adapter = entries();
+    adapter[0].add_adapters()->set_canonical_model_id("tenant-a");
+    const std::vector changes{readiness(3, {entries()[0]}), readiness(3, unavailable), readiness(3, adapter)};
+    for (const auto& changed : changes) {
+      REQUIRE_FALSE(state.apply(readiness(3, entries())));
+      const auto fault = state.apply(changed);
+      REQUIRE(fault);
+      CHECK(fault->kind == "RevisionNotAdvanced");
+      CHECK_THAT(fault->detail, Catch::Contains("readiness changed without advancing its revision 3"));
+      CHECK_FALSE(state.valid());
+      CHECK(state.entries().empty());
+    }
+  }
+  SECTION("a newer revision may change anything, an older one may not repeat the content") {
+    REQUIRE_FALSE(state.apply(readiness(4, {entries()[0]})));
+    CHECK(state.entries().size() == 1);
+    CHECK(state.apply(readiness(3, {entries()[0]}))->kind == "RevisionRegressed");
+  }
 }
 
 TEST_CASE("load: windows follow one another, a gap invalidates only the load plane", "[client][load]") {

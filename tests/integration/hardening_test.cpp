@@ -9,7 +9,6 @@
 
 #include "kvrelay_test/standard_services.pb.h"
 #include "tests/integration/harness.hpp"
-#include "tests/integration/replica.hpp"
 
 using namespace kvrelay::test;
 
@@ -241,10 +240,12 @@ TEST_CASE("health and reflection on both listeners, drain flips health and refus
 
 namespace {
 
-// One pool whose 4 MiB snapshot chunk a client that never reads cannot take.
+// One pool whose snapshot is four 4 MiB chunks: a client that never reads stalls its stream
+// before the last chunk (the transport buffers less than 12 MiB), so the stream keeps its
+// encoder permit and the progress timeout guards it.
 kvrelay::RelayOptions big_snapshot_options() {
   kvrelay::RelayOptions options = loopback_options();
-  options.expected_unique_blocks = 1 << 20;
+  options.expected_unique_blocks = 1 << 22;
   return options;
 }
 
@@ -352,38 +353,6 @@ TEST_CASE("a lagging stream returns its permit", "[limits]") {
   CHECK(ending(*stalled).second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
   auto next = subscribe_pool(relay, producer, "next");
   CHECK(next->next().has_value());
-}
-
-TEST_CASE("fencing: a broken delta is never forwarded, the generation is rebuilt", "[fencing]") {
-  TestRelay relay;
-  auto catalog = watch_catalog(relay);
-  relay.put_worker(put_worker_request(kBackend, 1));
-  const auto fenced = await_catalog(*catalog, 1);
-  const auto producer = fenced.snapshot().pools(0).producer();
-  auto stream = subscribe_pool(relay, producer);
-  auto other = subscribe_pool(relay, producer, "other");
-  Replica replica(producer);
-  replica.apply(*stream->next());
-  REQUIRE(other->next().has_value());
-
-  relay.runtime().inject_publication_fault();
-  relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}})});
-  // Every frame this stream still gets is a valid continuation (Replica REQUIREs it).
-  while (auto frame = stream->next()) replica.apply(*frame);
-  CHECK(stream->finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-  CHECK(stream->reason() == "RELAY_ERROR_REASON_INVALID_PUBLICATION");
-  CHECK(ending(*other).second == "RELAY_ERROR_REASON_INVALID_PUBLICATION");
-
-  const auto rebuilt = catalog->until([&](const v1::KvPoolCatalogUpdate& u) {
-    return u.snapshot().pools_size() == 1 &&
-           u.snapshot().pools(0).producer().layout_generation() != producer.layout_generation();
-  });
-  REQUIRE(rebuilt.has_value());
-  CHECK(rebuilt->revision() == fenced.revision() + 1);
-  auto fresh = subscribe_pool(relay, rebuilt->snapshot().pools(0).producer());
-  const auto snapshot = fresh->next();
-  REQUIRE(snapshot.has_value());
-  CHECK(snapshot->sequence() == 0);
 }
 
 TEST_CASE("messages above --max-message-bytes are refused by the transport", "[limits]") {

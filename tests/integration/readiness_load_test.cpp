@@ -249,7 +249,7 @@ TEST_CASE("readiness B: two models in one namespace are two entries", "[readines
 TEST_CASE("readiness F and G: adapter readiness follows decisions.md row 9", "[readiness]") {
   TestRelay relay;
   auto readiness = watch_readiness(relay);
-  SECTION("F: an adapter only on the aggregated worker of a mixed namespace misses P and D") {
+  SECTION("F: an adapter only on the live aggregated worker of a mixed namespace is READY") {
     WorkerShape agg;
     agg.adapters = {"tenant-a"};
     relay.put_worker(put_worker_request(endpoint_ref("prod", "agg"), 1, agg));
@@ -264,10 +264,10 @@ TEST_CASE("readiness F and G: adapter readiness follows decisions.md row 9", "[r
     const auto& entry = update.entries(0);
     CHECK(roles(entry.present_roles()) ==
           std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE, v1::WORKER_ROLE_AGGREGATED});
-    CHECK(entry.adapters(0).state() == v1::SERVING_READINESS_STATE_UNAVAILABLE);
-    CHECK(roles(entry.adapters(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
+    CHECK(entry.adapters(0).state() == v1::SERVING_READINESS_STATE_READY);
+    CHECK(entry.adapters(0).missing_roles_size() == 0);
   }
-  SECTION("G: EPD with the adapter on P and D, encoder down: base and adapter UNAVAILABLE") {
+  SECTION("G: EPD with the adapter on P and D, encoder down: both UNAVAILABLE, the adapter names the base's gap") {
     WorkerShape prefill = typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}});
     prefill.adapters = {"tenant-a"};
     WorkerShape decode = typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}});
@@ -285,7 +285,7 @@ TEST_CASE("readiness F and G: adapter readiness follows decisions.md row 9", "[r
     });
     CHECK(roles(update.entries(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_ENCODE});
     CHECK(update.entries(0).adapters(0).state() == v1::SERVING_READINESS_STATE_UNAVAILABLE);
-    CHECK(update.entries(0).adapters(0).missing_roles_size() == 0);
+    CHECK(roles(update.entries(0).adapters(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_ENCODE});
   }
 }
 

@@ -3,10 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -89,14 +96,60 @@ std::string xof_hex(const blake3::Hasher& hasher, std::size_t len) {
   return to_hex(out);
 }
 
-// Feeds `input` in pieces whose sizes cycle through `pieces`.
-void feed(blake3::Hasher& hasher, std::span<const std::uint8_t> input, std::span<const std::size_t> pieces) {
-  std::size_t next = 0;
+// Feeds `input` in pieces whose sizes cycle through `pieces`, starting at pieces[first].
+void feed(blake3::Hasher& hasher, std::span<const std::uint8_t> input, std::span<const std::size_t> pieces,
+          std::size_t first = 0) {
+  std::size_t next = first;
   while (!input.empty()) {
     const std::size_t take = std::min(pieces[next++ % pieces.size()], input.size());
     hasher.update(input.first(take));
     input = input.subspan(take);
   }
+}
+
+// tests/data/blake3_lengths.txt (scripts/gen-blake3-lengths.sh, from the reference b3sum):
+// length -> 64-hex hash of pattern(length). '#' lines are comments.
+const std::map<std::size_t, std::string>& reference_lengths() {
+  static const std::map<std::size_t, std::string> parsed = [] {
+    std::ifstream in(std::string(KVRELAY_TEST_DATA_DIR) + "/blake3_lengths.txt");
+    if (!in) throw std::runtime_error("cannot open tests/data/blake3_lengths.txt");
+    std::map<std::size_t, std::string> digests;
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line.front() == '#') continue;
+      std::istringstream fields(line);
+      std::size_t length = 0;
+      std::string digest;
+      if (!(fields >> length >> digest) || digest.size() != 64 || !digests.emplace(length, digest).second) {
+        throw std::runtime_error("bad line in tests/data/blake3_lengths.txt: " + line);
+      }
+    }
+    return digests;
+  }();
+  return parsed;
+}
+
+constexpr std::size_t kLargeLengths[] = {8191, 8192, 8193, 65536, 1048576 + 1, 3 * 1048576 + 7};
+
+// The reference CLI, when installed: the tests that use it skip (with a warning) without it.
+bool have_b3sum() { return std::system("command -v b3sum >/dev/null 2>&1") == 0; }
+
+// b3sum's hash of `input`, through a temporary file.
+std::string b3sum_hex(std::span<const std::uint8_t> input) {
+  const auto file = std::filesystem::temp_directory_path() / ("kvrelay-blake3-" + std::to_string(::getpid()));
+  {
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(input.data()), static_cast<std::streamsize>(input.size()));
+    REQUIRE(out.good());
+  }
+  std::string output;
+  if (FILE* pipe = ::popen(("b3sum --no-names '" + file.string() + "'").c_str(), "r")) {
+    std::array<char, 256> buffer{};
+    while (std::fgets(buffer.data(), buffer.size(), pipe)) output += buffer.data();
+    ::pclose(pipe);
+  }
+  std::filesystem::remove(file);
+  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+  return output;
 }
 
 }  // namespace
@@ -222,4 +275,59 @@ TEST_CASE("blake3 string_view input and empty updates", "[blake3]") {
   CHECK(blake3::hash(std::string_view("the quick brown fix")) != blake3::hash(bytes));
   CHECK(to_hex(blake3::hash(std::string_view())) ==
         official()["cases"][0]["hash"].get<std::string>().substr(0, 64));
+}
+
+TEST_CASE("blake3 length file holds every length 0..4096 and the large ones", "[blake3]") {
+  const auto& digests = reference_lengths();
+  for (std::size_t length = 0; length <= 4096; ++length) {
+    CAPTURE(length);
+    CHECK(digests.contains(length));
+  }
+  for (const std::size_t length : kLargeLengths) {
+    CAPTURE(length);
+    CHECK(digests.contains(length));
+  }
+  CHECK(digests.size() == 4097 + std::size(kLargeLengths));
+  // Anchored to the official vectors where they overlap.
+  for (const auto& c : official()["cases"]) {
+    const auto length = c["input_len"].get<std::size_t>();
+    if (!digests.contains(length)) continue;
+    CAPTURE(length);
+    CHECK(digests.at(length) == c["hash"].get<std::string>().substr(0, 64));
+  }
+}
+
+TEST_CASE("blake3 matches the reference CLI for every length, one-shot and in awkward pieces", "[blake3]") {
+  const auto& digests = reference_lengths();
+  REQUIRE(!digests.empty());
+  const auto input = pattern(digests.rbegin()->first);  // every shorter input is a prefix
+  const std::vector<std::size_t> pieces{1, 63, 64, 65, 1023, 1024, 1025};
+  for (const auto& [length, expected] : digests) {
+    const auto prefix = std::span(input).first(length);
+    CAPTURE(length);
+    CHECK(to_hex(blake3::hash(prefix)) == expected);
+    // Each length starts the cycle at another piece, so the split points move with it.
+    blake3::Hasher hasher;
+    feed(hasher, prefix, pieces, length % pieces.size());
+    CHECK(to_hex(hasher.finalize()) == expected);
+  }
+}
+
+TEST_CASE("blake3 agrees with a live b3sum on random lengths", "[blake3]") {
+  if (!have_b3sum()) {
+    WARN("b3sum is not on PATH: live cross-check skipped (apt-get install b3sum)");
+    return;
+  }
+  const auto seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::size_t> small(0, 4096);
+  std::uniform_int_distribution<std::size_t> large(4097, 2 * 1048576);
+  std::vector<std::uint8_t> input;
+  for (int i = 0; i < 6; ++i) {
+    input.resize(i % 2 == 0 ? small(rng) : large(rng));
+    for (auto& byte : input) byte = static_cast<std::uint8_t>(rng());  // not the pattern: any bytes
+    CAPTURE(input.size());
+    CHECK(to_hex(blake3::hash(input)) == b3sum_hex(input));
+  }
 }

@@ -298,23 +298,19 @@ TEST_CASE("two base models on one endpoint are a ServingTopology conflict", "[me
   CHECK_FALSE(membership.materializable());
 }
 
-TEST_CASE("an invalid model id drops the card from topology with a ServingBinding conflict", "[membership]") {
+TEST_CASE("an invalid model id makes the card malformed: out of topology with a ServingBinding conflict",
+          "[membership]") {
   for (const std::string bad : {"", " llama", "llama\t", "\xE3\x80\x80llama", "\xFF"}) {
     INFO(bad);
     const auto membership = project_one(cards({worker(1, bad), worker(2, "llama")}));
     CHECK(membership.conflicts ==
-          std::vector<Conflict>{{ConflictScope::kServingBinding, "worker 1: invalid canonical model identity"}});
+          std::vector<Conflict>{{ConflictScope::kServingBinding,
+                                 "worker 1: malformed card: card.display_name: must be non-empty text without "
+                                 "surrounding whitespace"}});
     CHECK_FALSE(membership.worker_topology.contains(1));
     CHECK_FALSE(membership.runtime_configs.contains(1));
     CHECK(membership.registrations == std::vector<Registration>{base("llama")});
     CHECK(membership.materializable());  // ServingBinding never blocks the pool
-  }
-  SECTION("its domain still takes part in the endpoint domain") {
-    auto bad = worker(1, " llama");
-    bad.mutable_card()->set_source_path("elsewhere");
-    const auto membership = project_one(cards({bad, worker(2, "llama")}));
-    CHECK(membership.has_conflict(ConflictScope::kPoolMaterialization));
-    CHECK_FALSE(membership.domain.has_value());
   }
 }
 
@@ -387,7 +383,7 @@ TEST_CASE("adapters of a worker whose base card is invalid are ServingBinding co
   auto spec = worker(1, "");
   add_adapter(spec, "sql", "sql-lora");
   const auto membership = project_one(cards({spec}));
-  CHECK(mentions(membership, "worker 1: adapter 'sql': backing base model identity is invalid"));
+  CHECK(mentions(membership, "worker 1: malformed card: card.display_name"));
   CHECK(membership.adapters.empty());
   CHECK(membership.registrations.empty());
   CHECK_FALSE(membership.materializable());  // no registration at all

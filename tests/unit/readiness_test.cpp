@@ -7,8 +7,9 @@
 #include <vector>
 
 // Serving-readiness projection: spec inputs-topology-load.md §1.4-§1.10 as amended by
-// decisions.md rows 8 (duplicates reported, not gating), 9 (adapter readiness follows the
-// base and must cover every applicable role) and 10 (UNKNOWN clears only present/missing).
+// decisions.md rows 8 (duplicates reported, not gating), 9 revised (an adapter is the base's
+// DNF over its carrying workers, gated by the base, never UNAVAILABLE without a missing role)
+// and 10 (UNKNOWN clears only present/missing).
 
 using namespace kvrelay;
 using namespace kvrelay::readiness;
@@ -404,12 +405,11 @@ TEST_CASE("example E: LoRA on a P/D pair", "[readiness]") {
   }
 }
 
-TEST_CASE(
-    "example F adjusted per decisions row 9: an adapter only on the aggregated worker of a mixed namespace "
-    "must also cover PREFILL and DECODE",
-    "[readiness]") {
-  // §1.10 F (normative, adapter units only) says READY; row 9 requires every applicable role
-  // present in the base (here P, D and AGG) to have a live adapter-bearing worker.
+TEST_CASE("example F: an adapter only on the live aggregated worker of a mixed P/D + AGG namespace is READY",
+          "[readiness]") {
+  // Decisions row 9 (revised): the adapter's own units are just the aggregated one, which needs
+  // nothing; the P/D route without the adapter does not gate it (the earlier rule said
+  // UNAVAILABLE missing [PREFILL, DECODE]).
   auto aggregated =
       endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10});
   add_adapter(aggregated, "tenant-a", {10});
@@ -418,8 +418,24 @@ TEST_CASE(
   CHECK(entry.state() == kReady);
   CHECK(roles(entry.present_roles()) == std::vector{P, D, AGG});
   REQUIRE(entry.adapters_size() == 1);
-  CHECK(entry.adapters(0).state() == kUnavailable);
-  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{P, D});
+  CHECK(entry.adapters(0).state() == kReady);
+  CHECK(roles(entry.adapters(0).missing_roles()) == kNone);
+}
+
+TEST_CASE("a dead carrier is not demanded: a live aggregated carrier makes the adapter READY", "[readiness]") {
+  // The prefill carrier of the adapter is dead; another prefill worker keeps the base READY. The
+  // adapter is served by its live aggregated carrier, so it is READY (an evaluation over dead
+  // carriers too would call it UNAVAILABLE missing PREFILL).
+  auto aggregated =
+      endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10});
+  add_adapter(aggregated, "tenant-a", {10});
+  auto prefill = prefill_endpoint(std::set<std::uint64_t>{5});
+  prefill.workers[5] = worker(kPrefill, {{kDecode}});
+  add_adapter(prefill, "tenant-a", {1});
+  const auto entry = only_entry({aggregated, prefill, decode_endpoint(std::set<std::uint64_t>{2})});
+  CHECK(entry.state() == kReady);
+  REQUIRE(entry.adapters_size() == 1);
+  CHECK(entry.adapters(0).state() == kReady);
 }
 
 TEST_CASE("example F without the P/D pair: the aggregated carrier alone makes the adapter READY",
@@ -433,9 +449,10 @@ TEST_CASE("example F without the P/D pair: the aggregated carrier alone makes th
 }
 
 TEST_CASE(
-    "example G adjusted per decisions row 9: EPD + LoRA with the encoder down makes the adapter UNAVAILABLE "
-    "(normative said READY) with no missing role",
+    "example G per decisions row 9: EPD + LoRA with the encoder down caps the adapter at UNAVAILABLE, naming "
+    "the base's missing ENCODE",
     "[readiness]") {
+  // §1.10 G (normative, independent of the base) said READY; row 9 gates the adapter by its base.
   auto prefill = prefill_endpoint(std::set<std::uint64_t>{1});
   auto decode = decode_endpoint(std::set<std::uint64_t>{2});
   add_adapter(prefill, "tenant-a", {1});
@@ -444,14 +461,28 @@ TEST_CASE(
   CHECK(entry.state() == kUnavailable);
   CHECK(roles(entry.missing_roles()) == std::vector{E});
   REQUIRE(entry.adapters_size() == 1);
-  CHECK(entry.adapters(0).state() == kUnavailable);          // capped by the base
-  CHECK(roles(entry.adapters(0).missing_roles()) == kNone);  // ENCODE is not an adapter role
+  CHECK(entry.adapters(0).state() == kUnavailable);                  // its own P/D evaluation is ready
+  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{E});  // the base's missing role
 }
 
-TEST_CASE("adapter under an UNAVAILABLE base names the declared roles it lacks a live carrier for",
+TEST_CASE("an UNAVAILABLE adapter's missing roles are the union of its own evaluation's and the base's",
           "[readiness]") {
-  // Judgement call: applicable roles are the members' declared P/D/AGG roles, so a dead
-  // decode shows up in the adapter's missing roles too.
+  // EPD with the encoder down (base missing [ENCODE]) and the adapter only on decode (its own
+  // units miss PREFILL): [PREFILL, ENCODE], in enum order. The earlier rule said [PREFILL].
+  auto prefill = prefill_endpoint(std::set<std::uint64_t>{1});
+  auto decode = decode_endpoint(std::set<std::uint64_t>{2});
+  add_adapter(decode, "tenant-a", {2});
+  const auto entry = only_entry({prefill, decode, encode_endpoint(std::set<std::uint64_t>{})});
+  CHECK(entry.state() == kUnavailable);
+  CHECK(roles(entry.missing_roles()) == std::vector{E});
+  REQUIRE(entry.adapters_size() == 1);
+  CHECK(entry.adapters(0).state() == kUnavailable);
+  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{P, E});
+}
+
+TEST_CASE("adapter under an UNAVAILABLE base: its dead decode carrier and the base both name DECODE",
+          "[readiness]") {
+  // The adapter's units miss DECODE (declared, nothing live) and so does the base: one DECODE.
   auto prefill = prefill_endpoint(std::set<std::uint64_t>{1});
   auto decode = decode_endpoint(std::set<std::uint64_t>{});
   add_adapter(prefill, "tenant-a", {1});
@@ -464,17 +495,33 @@ TEST_CASE("adapter under an UNAVAILABLE base names the declared roles it lacks a
 
 TEST_CASE("adapter authority: UNKNOWN exactly when the base is UNKNOWN, missing roles cleared",
           "[readiness]") {
-  // The adapter's own endpoints are authoritative, but a base member is not: row 9 makes the
-  // adapter follow the base (the normative revision would have judged it on its own).
+  // The adapter's own endpoint is authoritative and its evaluation ready, but a base member is
+  // not: row 9 makes the adapter follow the base (the normative revision judged it on its own).
   auto aggregated =
       endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10});
   add_adapter(aggregated, "tenant-a", {10});
-  const auto entry =
-      only_entry({aggregated, prefill_endpoint(kNotReported), decode_endpoint(std::set<std::uint64_t>{2})});
+  auto prefill = prefill_endpoint(kNotReported);
+  const auto decode = decode_endpoint(std::set<std::uint64_t>{2});
+  const auto entry = only_entry({aggregated, prefill, decode});
   CHECK(entry.state() == kUnknown);
   REQUIRE(entry.adapters_size() == 1);
   CHECK(entry.adapters(0).state() == kUnknown);
   CHECK(roles(entry.adapters(0).missing_roles()) == kNone);
+
+  SECTION("a carrying endpoint not yet reported: UNKNOWN too") {
+    aggregated.live_workers = kNotReported;
+    prefill.live_workers = std::set<std::uint64_t>{1};
+    const auto carrier_unknown = only_entry({aggregated, prefill, decode});
+    CHECK(carrier_unknown.state() == kUnknown);
+    CHECK(carrier_unknown.adapters(0).state() == kUnknown);
+    CHECK(roles(carrier_unknown.adapters(0).missing_roles()) == kNone);
+  }
+  SECTION("once the last member reports, the adapter takes its own verdict") {
+    prefill.live_workers = std::set<std::uint64_t>{1};
+    const auto reported = only_entry({aggregated, prefill, decode});
+    CHECK(reported.state() == kReady);
+    CHECK(reported.adapters(0).state() == kReady);
+  }
 }
 
 TEST_CASE("adapters: carriers without a base card are ignored, other base models' adapters are not listed",
@@ -486,12 +533,14 @@ TEST_CASE("adapters: carriers without a base card are ignored, other base models
   const auto entry = only_entry({aggregated});
   REQUIRE(entry.adapters_size() == 1);
   CHECK(entry.adapters(0).canonical_model_id() == "orphan-carrier");
-  CHECK(entry.adapters(0).state() == kUnavailable);
-  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{AGG});
+  CHECK(entry.adapters(0).state() == kUnavailable);  // no units: nothing can serve it
+  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{AGG});  // the never-empty fallback
 }
 
 TEST_CASE("adapters on a legacy base: READY iff the base is READY and some live worker carries it",
           "[readiness]") {
+  // Legacy units report no missing role, so an UNAVAILABLE adapter falls back to AGGREGATED:
+  // it lacks a live carrier serving requests on its own, and LEGACY may not be named.
   auto legacy = endpoint("prod", "backend", "generate", "llama",
                          {{1, worker(std::nullopt)}, {2, worker(std::nullopt, {}, kCompletions)}},
                          std::set<std::uint64_t>{1});
@@ -503,14 +552,34 @@ TEST_CASE("adapters on a legacy base: READY iff the base is READY and some live 
   REQUIRE(entry.adapters_size() == 2);
   CHECK(entry.adapters(0).canonical_model_id() == "dead-carrier");
   CHECK(entry.adapters(0).state() == kUnavailable);
-  CHECK(roles(entry.adapters(0).missing_roles()) == kNone);  // no role gating in legacy mode
+  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{AGG});
   CHECK(entry.adapters(1).canonical_model_id() == "live-carrier");
   CHECK(entry.adapters(1).state() == kReady);
 
   legacy.live_workers = std::set<std::uint64_t>{};
   const auto down = only_entry({legacy});
   CHECK(down.state() == kUnavailable);
-  for (const auto& adapter : down.adapters()) CHECK(adapter.state() == kUnavailable);
+  CHECK(roles(down.missing_roles()) == kNone);  // the base itself names none in legacy mode
+  for (const auto& adapter : down.adapters()) {
+    CHECK(adapter.state() == kUnavailable);
+    CHECK(roles(adapter.missing_roles()) == std::vector{AGG});
+  }
+}
+
+TEST_CASE("an adapter only on typed carriers of a legacy base is evaluated strictly over its own units",
+          "[readiness]") {
+  // The evaluator is in legacy mode only when the adapter's own units contain an untyped card:
+  // a live legacy worker without the adapter does not stand in for the prefill the carrier needs.
+  auto legacy = endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}},
+                         std::set<std::uint64_t>{1});
+  auto decode = decode_endpoint(std::set<std::uint64_t>{2});
+  add_adapter(decode, "tenant-a", {2});
+  const auto entry = only_entry({legacy, decode});
+  CHECK(entry.state() == kReady);
+  CHECK(entry.legacy_fallback_active());
+  REQUIRE(entry.adapters_size() == 1);
+  CHECK(entry.adapters(0).state() == kUnavailable);
+  CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{P});
 }
 
 TEST_CASE("example H: legacy fallback", "[readiness]") {

@@ -1,0 +1,88 @@
+// The load window alone, on virtual time: one complete window per period, no burst after a
+// late tick, reports reflected in the next window.
+#include <catch2/catch.hpp>
+
+#include "actors/load_window.hpp"
+#include "tests/actors/actor_fixture.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+
+namespace {
+
+constexpr auto kWindow = std::chrono::milliseconds(100);
+
+std::vector<LoadUpdatePtr> windows_in(const Inbox& inbox) {
+  std::vector<LoadUpdatePtr> windows;
+  for (const auto& message : inbox.messages) {
+    if (message.match_elements<atoms::update_atom, LoadUpdatePtr>()) windows.push_back(message.get_as<LoadUpdatePtr>(1));
+  }
+  return windows;
+}
+
+LoadPool one_pool() {
+  LoadPool pool;
+  pool.endpoint = {"prod", "backend", "generate"};
+  pool.producer.set_layout_generation(1);
+  pool.producer.mutable_pool_id()->set_dc_id(7);
+  RuntimeConfig config;
+  config.total_kv_blocks = 100;
+  pool.runtime_configs[1] = config;
+  return pool;
+}
+
+}  // namespace
+
+TEST_CASE("load window actor: one window per period, a late tick does not burst", "[actors][load]") {
+  ActorFixture fixture;
+  auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
+  auto inbox = std::make_shared<Inbox>();
+  auto stream = spawn_recorder(fixture, inbox);
+  caf::anon_send(window, atoms::subscribe_atom_v, stream);
+  fixture.run();
+  REQUIRE(windows_in(*inbox).size() == 1);  // the current window at once
+  CHECK(windows_in(*inbox)[0]->window_sequence() == 0);
+
+  fixture.advance(kWindow);
+  REQUIRE(windows_in(*inbox).size() == 2);
+  CHECK(windows_in(*inbox)[1]->window_sequence() == 1);
+
+  fixture.advance(3 * kWindow + kWindow / 2);  // late: one window, then the schedule moves on
+  REQUIRE(windows_in(*inbox).size() == 3);
+  CHECK(windows_in(*inbox)[2]->window_sequence() == 2);
+  fixture.advance(kWindow);
+  CHECK(windows_in(*inbox).size() == 4);
+}
+
+TEST_CASE("load window actor: a report shows in the next window, with its coverage", "[actors][load]") {
+  ActorFixture fixture;
+  auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
+  auto inbox = std::make_shared<Inbox>();
+  auto stream = spawn_recorder(fixture, inbox);
+  caf::anon_send(window, atoms::pools_atom_v, std::vector<LoadPool>{one_pool()});
+  caf::anon_send(window, atoms::subscribe_atom_v, stream);
+  fixture.run();
+
+  ingest_v1::LoadReport report;
+  report.mutable_endpoint()->set_namespace_("prod");
+  report.mutable_endpoint()->set_component("backend");
+  report.mutable_endpoint()->set_endpoint("generate");
+  report.set_worker_id(1);
+  report.set_kv_used_blocks(40);
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> done;
+  caf::anon_send(window, atoms::report_atom_v,
+                 LoadReportBatch{{report}, [&done](std::uint64_t applied, std::uint64_t rejected) {
+                                   done.emplace(applied, rejected);
+                                 }});
+  fixture.run();
+  CHECK(done == std::pair<std::uint64_t, std::uint64_t>{1, 0});
+  CHECK(windows_in(*inbox).size() == 1);  // nothing until the tick
+  fixture.advance(kWindow);
+  const auto windows = windows_in(*inbox);
+  REQUIRE(windows.size() == 2);
+  REQUIRE(windows[1]->pools_size() == 1);
+  CHECK(windows[1]->pools(0).kv_used_blocks() == 40);
+  CHECK(windows[1]->pools(0).total_kv_blocks() == 100);
+  CHECK(windows[1]->pools(0).kv_observed_ranks() == 1);
+  CHECK(windows[1]->pools(0).kv_expected_ranks() == 1);
+}

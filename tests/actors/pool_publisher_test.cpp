@@ -1,0 +1,190 @@
+// The pool publisher alone, on virtual time: publication cadence (threshold per message, at
+// most one delta per delay), early publication, fencing outcomes, GetState at the published
+// sequence, and the snapshot a new stream gets.
+#include <catch2/catch.hpp>
+
+#include "actors/pool_publisher.hpp"
+#include "tests/actors/actor_fixture.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+
+namespace {
+
+constexpr auto kDelay = std::chrono::milliseconds(10);
+constexpr std::uint64_t kBuckets = 1024;
+
+struct RecordingBatchSink final : BatchSink {
+  void batch_done(const BatchOutcome& outcome) override { outcomes.push_back(outcome); }
+  std::vector<BatchOutcome> outcomes;
+};
+
+// `events` stores of one fresh block each, from worker 1 rank 0.
+EventBatchPtr stores(std::uint64_t first_block, std::size_t events) {
+  auto batch = std::make_shared<ingest_v1::KvEventBatch>();
+  batch->set_worker_id(1);
+  for (std::size_t i = 0; i < events; ++i) {
+    auto* block = batch->add_events()->mutable_stored()->add_blocks();
+    block->set_block_hash(first_block + i);
+    block->set_tokens_hash(0x9E3779B97F4A7C15ULL * (first_block + i));
+  }
+  return batch;
+}
+
+struct PublisherUnderTest {
+  ActorFixture& fixture;
+  std::shared_ptr<Inbox> owner_inbox = std::make_shared<Inbox>();
+  std::shared_ptr<RecordingBatchSink> sink = std::make_shared<RecordingBatchSink>();
+  caf::actor owner, publisher;
+
+  PublisherUnderTest(ActorFixture& f, std::uint32_t threshold) : fixture(f) {
+    owner = spawn_recorder(fixture, owner_inbox);
+    PublisherConfig config;
+    config.spec.producer.set_layout_generation(5);
+    config.spec.dc_id = 7;
+    config.spec.seed = 42;
+    config.spec.bucket_count = kBuckets;
+    config.semantics = {4, hashing::HashFormat::kStandard};
+    config.publication_threshold = threshold;
+    config.publication_delay = kDelay;
+    config.owner = owner;
+    publisher = fixture.spawn(pool_publisher, std::move(config));
+    fixture.run();
+  }
+
+  // A recording stream attached to the publisher.
+  std::pair<caf::actor, std::shared_ptr<Inbox>> attach() {
+    auto inbox = std::make_shared<Inbox>();
+    caf::actor stream = spawn_recorder(fixture, inbox);
+    caf::anon_send(publisher, atoms::attach_atom_v, stream);
+    fixture.run();
+    return {stream, inbox};
+  }
+
+  void send(const EventBatchPtr& batch) {
+    caf::anon_send(publisher, atoms::batch_atom_v, batch, false, BatchSinkPtr{sink}, std::int64_t{0});
+    fixture.run();
+  }
+
+  ingest_v1::PoolState state() {
+    auto report = std::make_shared<std::optional<PoolStateReport>>();
+    fixture.spawn([target = publisher, report](caf::event_based_actor* self) {
+      self->request(target, caf::infinite, atoms::state_atom_v).then([report](const PoolStateReport& r) {
+        *report = r;
+      });
+    });
+    fixture.run();
+    REQUIRE(report->has_value());
+    return (*report)->state;
+  }
+};
+
+std::vector<PoolDeltaMsg> deltas_in(const Inbox& inbox) {
+  std::vector<PoolDeltaMsg> deltas;
+  for (const auto& message : inbox.messages) {
+    if (message.match_elements<PoolDeltaMsg>()) deltas.push_back(message.get_as<PoolDeltaMsg>(0));
+  }
+  return deltas;
+}
+
+std::optional<RpcStatus> ending_of(const Inbox& inbox) {
+  for (const auto& message : inbox.messages) {
+    if (message.match_elements<atoms::end_stream_atom, RpcStatus>()) return message.get_as<RpcStatus>(1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("publisher actor: a new stream gets a snapshot at the published sequence", "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 4);
+  auto [stream, inbox] = under_test.attach();
+  REQUIRE(inbox->count<PoolSnapshotMsg>() == 1);
+  const auto& image = inbox->messages[0].get_as<PoolSnapshotMsg>(0).image;
+  CHECK(image->sequence == 0);
+  CHECK(image->words.size() == kBuckets);
+}
+
+TEST_CASE("publisher actor: threshold per message, at most one delta per delay", "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 4);
+  auto [stream, inbox] = under_test.attach();
+
+  under_test.send(stores(100, 4));  // reaches the threshold, no publication yet: at once
+  REQUIRE(deltas_in(*inbox).size() == 1);
+  CHECK(deltas_in(*inbox)[0].base_sequence == 0);
+  CHECK(deltas_in(*inbox)[0].sequence == 1);
+
+  under_test.send(stores(200, 4));  // at the threshold again, but within the delay of the last
+  CHECK(deltas_in(*inbox).size() == 1);
+  fixture.advance(kDelay);
+  REQUIRE(deltas_in(*inbox).size() == 2);
+  CHECK(deltas_in(*inbox)[1].sequence == 2);
+
+  under_test.send(stores(300, 1));  // below the threshold: published one delay after it arrived
+  fixture.advance(kDelay - std::chrono::milliseconds(1));
+  CHECK(deltas_in(*inbox).size() == 2);
+  fixture.advance(std::chrono::milliseconds(1));
+  REQUIRE(deltas_in(*inbox).size() == 3);
+  CHECK(deltas_in(*inbox)[2].base_sequence == 2);
+  CHECK(under_test.sink->outcomes.size() == 3);
+}
+
+TEST_CASE("publisher actor: GetState reports the last publication, not pending changes", "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 16);
+  const auto empty = under_test.state();
+  under_test.send(stores(100, 1));
+  const auto pending = under_test.state();
+  CHECK(pending.sequence() == 0);
+  CHECK(pending.filter_digest() == empty.filter_digest());
+  CHECK(pending.unique_blocks() == 1);  // counts describe the index as it is
+  fixture.advance(kDelay);
+  const auto published = under_test.state();
+  CHECK(published.sequence() == 1);
+  CHECK(published.filter_digest() != empty.filter_digest());
+}
+
+TEST_CASE("publisher actor: fencing ends the detector INVALID_PUBLICATION, the rest PUBLICATION_UNAVAILABLE",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 1);
+  auto [detector, detector_inbox] = under_test.attach();
+  auto [other, other_inbox] = under_test.attach();
+
+  caf::send_as(detector, under_test.publisher, atoms::fence_atom_v, std::string("delta 1 -> 2 does not continue 0"));
+  fixture.run();
+  REQUIRE(ending_of(*detector_inbox).has_value());
+  CHECK(ending_of(*detector_inbox)->reason == v1::RELAY_ERROR_REASON_INVALID_PUBLICATION);
+  REQUIRE(ending_of(*other_inbox).has_value());
+  CHECK(ending_of(*other_inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
+  CHECK(under_test.owner_inbox->count<atoms::fence_atom, std::uint64_t>() == 1);
+
+  // Until membership retires it, it answers batches without applying them, and refuses streams.
+  under_test.send(stores(100, 1));
+  REQUIRE(under_test.sink->outcomes.size() == 1);
+  CHECK_FALSE(under_test.sink->outcomes[0].applied);
+  auto [late, late_inbox] = under_test.attach();
+  CHECK(late_inbox->count<PoolSnapshotMsg>() == 0);
+  REQUIRE(ending_of(*late_inbox).has_value());
+  // A second report of the same fault tells membership nothing new.
+  caf::send_as(other, under_test.publisher, atoms::fence_atom_v, std::string("again"));
+  fixture.run();
+  CHECK(under_test.owner_inbox->count<atoms::fence_atom, std::uint64_t>() == 1);
+}
+
+TEST_CASE("publisher actor: an index invariant violation fences the generation", "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 1);
+  auto [stream, inbox] = under_test.attach();
+  under_test.send(stores(100, 1));
+  caf::anon_send(under_test.publisher, atoms::evict_atom_v, std::uint64_t{0x9E3779B97F4A7C15ULL * 100});
+  auto removal = std::make_shared<ingest_v1::KvEventBatch>();
+  removal->set_worker_id(1);
+  removal->add_events()->mutable_removed()->add_block_hashes(100);
+  under_test.send(removal);
+  REQUIRE(ending_of(*inbox).has_value());
+  CHECK(ending_of(*inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
+  CHECK(under_test.owner_inbox->count<atoms::fence_atom, std::uint64_t>() == 1);
+}

@@ -1,0 +1,162 @@
+// The pool stream actor alone, on virtual time: snapshot admission, the snapshot progress
+// timeout, and the order of snapshot chunks and deltas.
+#include <catch2/catch.hpp>
+
+#include "actors/pool_stream.hpp"
+#include "core/cbi1.hpp"
+#include "tests/actors/actor_fixture.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+
+namespace {
+
+constexpr auto kProgressTimeout = std::chrono::milliseconds(100);
+
+PoolStreamSpec spec_with_buckets(std::uint64_t bucket_count) {
+  PoolStreamSpec spec;
+  spec.producer.set_layout_generation(1);
+  spec.dc_id = 7;
+  spec.seed = 42;
+  spec.bucket_count = bucket_count;
+  return spec;
+}
+
+std::shared_ptr<const SnapshotImage> empty_image(std::uint64_t bucket_count, std::uint64_t sequence) {
+  return std::make_shared<const SnapshotImage>(SnapshotImage{sequence, std::vector<std::uint64_t>(bucket_count, 0)});
+}
+
+struct StreamUnderTest {
+  std::shared_ptr<RecordingSink<v1::FilterUpdate>> sink = std::make_shared<RecordingSink<v1::FilterUpdate>>();
+  std::shared_ptr<Inbox> publisher_inbox = std::make_shared<Inbox>();
+  std::shared_ptr<Inbox> encoders_inbox = std::make_shared<Inbox>();
+  caf::actor publisher, encoders, stream;
+
+  StreamUnderTest(ActorFixture& fixture, std::uint64_t bucket_count, bool paced,
+                  std::chrono::milliseconds heartbeat = std::chrono::milliseconds(0)) {
+    publisher = spawn_recorder(fixture, publisher_inbox);
+    if (paced) encoders = spawn_recorder(fixture, encoders_inbox);
+    SnapshotPacing pacing{encoders, kProgressTimeout, heartbeat};
+    stream = fixture.spawn(pool_stream, sink, spec_with_buckets(bucket_count), OutboxLimits{}, publisher,
+                                    pacing, nullptr);
+    fixture.run();
+  }
+};
+
+PoolDeltaMsg delta_from(std::uint64_t base) { return {base, base + 1, std::make_shared<const std::string>("d"), 0}; }
+
+}  // namespace
+
+TEST_CASE("pool stream actor: holds nothing and joins no fan-out until it has an encoder permit", "[actors][pool]") {
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, 1024, /*paced=*/true);
+  CHECK(under_test.encoders_inbox->count<atoms::acquire_atom>() == 1);
+  CHECK(under_test.publisher_inbox->messages.empty());  // not attached: no image, no deltas
+
+  caf::anon_send(under_test.stream, atoms::granted_atom_v);
+  fixture.run();
+  REQUIRE(under_test.publisher_inbox->count<atoms::attach_atom, caf::actor>() == 1);
+  CHECK(under_test.publisher_inbox->messages[0].get_as<caf::actor>(1) == under_test.stream);
+}
+
+TEST_CASE("pool stream actor: without encoder pacing it attaches at once", "[actors][pool]") {
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, 1024, /*paced=*/false);
+  CHECK(under_test.publisher_inbox->count<atoms::attach_atom, caf::actor>() == 1);
+}
+
+TEST_CASE("pool stream actor: the progress timeout guards every snapshot chunk but the last", "[actors][pool]") {
+  constexpr std::uint64_t kTwoChunks = 2 * cbi1::kChunkBuckets;
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, kTwoChunks, /*paced=*/false);
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(kTwoChunks, 3)});
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 1);
+
+  SECTION("a first chunk the client does not take ends the stream") {
+    fixture.advance(kProgressTimeout + std::chrono::milliseconds(1));
+    REQUIRE(under_test.sink->finished.has_value());
+    CHECK(under_test.sink->finished->reason == v1::RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT);
+  }
+  SECTION("once the last chunk is handed on, a slow client is no longer timed out") {
+    complete_write(under_test.stream);
+    fixture.run();
+    REQUIRE(under_test.sink->writes.size() == 2);
+    fixture.advance(10 * kProgressTimeout);
+    CHECK_FALSE(under_test.sink->finished.has_value());
+    // Deltas queue behind the unfinished write and go out once it completes.
+    PoolDeltaMsg delta{3, 4, std::make_shared<const std::string>("d"), 0};
+    caf::anon_send(under_test.stream, delta);
+    complete_write(under_test.stream);
+    fixture.run();
+    REQUIRE(under_test.sink->writes.size() == 3);
+    CHECK(under_test.sink->writes[2]->kind() == v1::FILTER_UPDATE_KIND_DELTA);
+    CHECK(under_test.sink->writes[2]->sequence() == 4);
+  }
+}
+
+TEST_CASE("pool stream actor: a full outbox ends the stream as lagged", "[actors][pool]") {
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, 1024, /*paced=*/false);
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(1024, 0)});
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 1);  // the chunk, never completed: deltas queue
+  for (std::uint64_t base = 0; base < OutboxLimits{}.max_frames; ++base) {
+    caf::anon_send(under_test.stream, delta_from(base));
+  }
+  fixture.run();
+  CHECK_FALSE(under_test.sink->finished.has_value());
+  caf::anon_send(under_test.stream, delta_from(OutboxLimits{}.max_frames));
+  fixture.run();
+  REQUIRE(under_test.sink->finished.has_value());
+  CHECK(under_test.sink->finished->reason == v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED);
+}
+
+TEST_CASE("pool stream actor: a delta that breaks the sequence is never written, the publisher is told",
+          "[actors][pool]") {
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, 1024, /*paced=*/false);
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(1024, 5)});
+  complete_write(under_test.stream);
+  fixture.run();
+  caf::anon_send(under_test.stream, delta_from(6));  // the stream is at 5
+  fixture.run();
+  CHECK(under_test.sink->writes.size() == 1);
+  CHECK(under_test.publisher_inbox->count<atoms::fence_atom, std::string>() == 1);
+}
+
+TEST_CASE("pool stream actor: heartbeats follow the complete snapshot after a quiet interval", "[actors][pool]") {
+  constexpr auto kHeartbeat = std::chrono::milliseconds(1000);
+  constexpr std::uint64_t kTwoChunks = 2 * cbi1::kChunkBuckets;
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, kTwoChunks, /*paced=*/false, kHeartbeat);
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(kTwoChunks, 9)});
+  fixture.run();
+  fixture.advance(kProgressTimeout / 2);
+  complete_write(under_test.stream);
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 2);  // the last chunk, half a progress timeout later
+  complete_write(under_test.stream);
+  // The quiet interval counts from the last chunk, not the first.
+  fixture.advance(kHeartbeat - std::chrono::milliseconds(1));
+  CHECK(under_test.sink->writes.size() == 2);
+  fixture.advance(kProgressTimeout / 2);
+  REQUIRE(under_test.sink->writes.size() == 3);
+  CHECK(under_test.sink->writes[2]->kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT);
+  CHECK(under_test.sink->writes[2]->sequence() == 9);
+  CHECK(under_test.sink->writes[2]->payload().empty());
+
+  // A data frame pushes the next heartbeat back by a whole interval.
+  complete_write(under_test.stream);
+  fixture.advance(kHeartbeat / 2);
+  caf::anon_send(under_test.stream, delta_from(9));
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 4);
+  complete_write(under_test.stream);
+  fixture.advance(kHeartbeat / 2);
+  CHECK(under_test.sink->writes.size() == 4);
+  fixture.advance(kHeartbeat / 2);
+  REQUIRE(under_test.sink->writes.size() == 5);
+  CHECK(under_test.sink->writes[4]->kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT);
+  CHECK(under_test.sink->writes[4]->sequence() == 10);
+}
