@@ -4,7 +4,7 @@ namespace kvrelay {
 
 namespace {
 
-using Self = caf::stateful_actor<CatalogState>;
+using Self = CatalogActor::stateful_pointer<CatalogState>;
 
 CatalogUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t revision,
                              const CatalogView& view) {
@@ -29,7 +29,7 @@ bool same_pools(const CatalogView& a, const CatalogView& b) {
   return true;
 }
 
-void replace_pools(Self* self, std::vector<CatalogEntry> entries) {
+void replace_pools(Self self, std::vector<CatalogEntry> entries) {
   auto& state = self->state;
   auto view = std::make_shared<CatalogView>();
   for (CatalogEntry& entry : entries) {
@@ -46,8 +46,8 @@ void replace_pools(Self* self, std::vector<CatalogEntry> entries) {
 
 }  // namespace
 
-caf::behavior catalog(Self* self, std::shared_ptr<CatalogRegistry> registry, v1::RelayIdentity relay,
-                      prometheus::Gauge* mailbox_depth) {
+CatalogActor::behavior_type catalog(Self self, std::shared_ptr<CatalogRegistry> registry, v1::RelayIdentity relay,
+                                    prometheus::Gauge* mailbox_depth) {
   auto& state = self->state;
   state.mailbox.start(self, mailbox_depth);
   state.registry = std::move(registry);
@@ -55,8 +55,8 @@ caf::behavior catalog(Self* self, std::shared_ptr<CatalogRegistry> registry, v1:
   state.current = make_update(state.relay, 0, *state.registry->current());
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
-      [=](atoms::pools_atom, std::vector<CatalogEntry>& entries) { replace_pools(self, std::move(entries)); },
-      [=](atoms::subscribe_atom, const caf::actor& stream) {
+      [=](atoms::catalog_atom, std::vector<CatalogEntry>& entries) { replace_pools(self, std::move(entries)); },
+      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::KvPoolCatalogUpdate>& stream) {
         self->state.streams.add(self, stream);
         self->send(stream, atoms::update_atom_v, self->state.current);
       },

@@ -6,7 +6,7 @@ namespace kvrelay {
 
 namespace {
 
-using Self = caf::stateful_actor<LoadWindowState>;
+using Self = LoadWindowActor::stateful_pointer<LoadWindowState>;
 
 LoadUpdatePtr build_window(const LoadWindowState& state) {
   auto update = std::make_shared<v1::KvPoolLoadUpdate>();
@@ -38,7 +38,7 @@ void publish_coverage(const LoadWindowState::Pool& pool) {
   pool.stats->expected_ranks.store(snapshot.expected_ranks, std::memory_order_relaxed);
 }
 
-void replace_pools(Self* self, const std::vector<LoadPool>& pools) {
+void replace_pools(Self self, const std::vector<LoadPool>& pools) {
   std::map<EndpointKey, LoadWindowState::Pool> next;
   for (const LoadPool& pool : pools) {
     auto& slot = next[pool.endpoint];
@@ -57,7 +57,7 @@ void replace_pools(Self* self, const std::vector<LoadPool>& pools) {
   self->state.pools = std::move(next);
 }
 
-void apply_reports(Self* self, const LoadReportBatch& batch) {
+void apply_reports(Self self, const LoadReportBatch& batch) {
   std::uint64_t applied = 0;
   for (const ingest_v1::LoadReport& report : batch.reports) {
     const EndpointKey endpoint{report.endpoint().namespace_(), report.endpoint().component(),
@@ -74,7 +74,7 @@ void apply_reports(Self* self, const LoadReportBatch& batch) {
     metrics->load_reports(metrics::LoadReportResult::kAccepted, applied);
     metrics->load_reports(metrics::LoadReportResult::kUnknownRank, rejected);
   }
-  if (batch.done) batch.done(applied, rejected);
+  if (batch.reply) (*batch.reply)(LoadOutcome{applied, rejected});
 }
 
 }  // namespace
@@ -85,8 +85,8 @@ std::uint64_t wall_clock_ms() {
   return ms < 0 ? 0 : static_cast<std::uint64_t>(ms);
 }
 
-caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::milliseconds window,
-                          metrics::RelayMetrics* metrics) {
+LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, std::chrono::milliseconds window,
+                                           metrics::RelayMetrics* metrics) {
   auto& state = self->state;
   state.relay = std::move(relay);
   state.window = window;
@@ -96,8 +96,13 @@ caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::mill
   state.schedule.start(self, window, atoms::tick_atom_v);
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
-      [=](atoms::pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
+      [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
       [=](atoms::report_atom, const LoadReportBatch& batch) { apply_reports(self, batch); },
+      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::KvPoolLoadUpdate>& stream) {
+        self->state.streams.add(self, stream);
+        self->send(stream, atoms::update_atom_v, self->state.current);
+      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
       [=](atoms::tick_atom) {
         auto& st = self->state;
         ++st.window_sequence;
@@ -105,11 +110,6 @@ caf::behavior load_window(Self* self, v1::RelayIdentity relay, std::chrono::mill
         st.streams.broadcast(self, st.current);
         st.schedule.rearm(self, atoms::tick_atom_v);
       },
-      [=](atoms::subscribe_atom, const caf::actor& stream) {
-        self->state.streams.add(self, stream);
-        self->send(stream, atoms::update_atom_v, self->state.current);
-      },
-      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }

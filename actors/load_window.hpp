@@ -14,6 +14,16 @@
 
 namespace kvrelay {
 
+// The load windows, as membership, the ingest gateway and load streams see them.
+using LoadWindowActor = caf::typed_actor<
+    // The set of pools; a pool keeps its observations while its producer identity is unchanged.
+    caf::reacts_to<atoms::load_pools_atom, std::vector<LoadPool>>,
+    caf::reacts_to<atoms::report_atom, LoadReportBatch>,  // the outcome goes to the batch's reply
+    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::KvPoolLoadUpdate>>,
+    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
+    caf::reacts_to<atoms::tick_atom>,                 // its window timer
+    caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
+
 struct LoadWindowState {
   struct Pool {
     v1::ProducerIdentity producer;
@@ -26,18 +36,16 @@ struct LoadWindowState {
   std::uint64_t window_sequence = 0;
   LoadUpdatePtr current;
   FixedSchedule schedule;
-  Subscribers streams;
+  Subscribers<v1::KvPoolLoadUpdate> streams;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;
   static inline const char* name = "load-window";
 };
 
-// Messages: (pools_atom, std::vector<LoadPool>) replaces the set of pools (a pool keeps its
-// observations while its producer identity is unchanged); (report_atom, LoadReportBatch);
-// (subscribe_atom, stream); (shutdown_atom, RpcStatus); (tick_atom) internal.
 // `metrics` may be null (nothing is recorded).
-caf::behavior load_window(caf::stateful_actor<LoadWindowState>* self, v1::RelayIdentity relay,
-                          std::chrono::milliseconds window, metrics::RelayMetrics* metrics);
+LoadWindowActor::behavior_type load_window(LoadWindowActor::stateful_pointer<LoadWindowState> self,
+                                           v1::RelayIdentity relay, std::chrono::milliseconds window,
+                                           metrics::RelayMetrics* metrics);
 
 // Wall-clock milliseconds since the Unix epoch (0 before it).
 std::uint64_t wall_clock_ms();

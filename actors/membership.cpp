@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <stdexcept>
+
+#include "actors/crash_report.hpp"
 #include "core/ingest_validation.hpp"
 #include "core/wire_validation.hpp"
 
@@ -9,7 +12,9 @@ namespace kvrelay {
 
 namespace {
 
-using Self = caf::stateful_actor<MembershipState>;
+using Self = MembershipActor::stateful_pointer<MembershipState>;
+
+constexpr auto kPoolStateDeadline = std::chrono::seconds(10);
 
 RpcStatus retired_status() {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE,
@@ -48,7 +53,7 @@ std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipS
   return desired;
 }
 
-v1::ProducerIdentity new_producer(Self* self, const membership::IndexerDomain& domain) {
+v1::ProducerIdentity new_producer(Self self, const membership::IndexerDomain& domain) {
   auto& state = self->state;
   v1::ProducerIdentity producer;
   *producer.mutable_pool_id() = membership::pool_id(domain, state.config.dc_id);
@@ -65,7 +70,7 @@ v1::ProducerIdentity new_producer(Self* self, const membership::IndexerDomain& d
 
 // A new generation's figures replace the endpoint's previous ones in /metrics: the series
 // (labelled by endpoint) live on, the retiring generation's late writes go nowhere.
-std::shared_ptr<metrics::PoolStats> pool_stats(Self* self, const EndpointKey& endpoint) {
+std::shared_ptr<metrics::PoolStats> pool_stats(Self self, const EndpointKey& endpoint) {
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   if (metrics == nullptr) return nullptr;
   auto stats = std::make_shared<metrics::PoolStats>();
@@ -76,14 +81,14 @@ std::shared_ptr<metrics::PoolStats> pool_stats(Self* self, const EndpointKey& en
 
 // A generation ended (withdrawn, replaced or fenced). Once its endpoint holds no pool at all,
 // the endpoint's series go too.
-void generation_gone(Self* self, const EndpointKey& endpoint) {
+void generation_gone(Self self, const EndpointKey& endpoint) {
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   if (metrics == nullptr) return;
   metrics->generation_retired();
   if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw(endpoint.display());
 }
 
-MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
+MaterializedPool materialize(Self self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
   auto& state = self->state;
   MaterializedPool pool{domain, {}, {}, new_producer(self, domain), {}, pool_stats(self, endpoint)};
   pool.subscribers = std::make_shared<StreamLimit>("subscriber (per pool)", state.config.max_subscribers_per_pool);
@@ -97,7 +102,8 @@ MaterializedPool materialize(Self* self, const EndpointKey& endpoint, const memb
   config.owner = self;
   config.metrics = state.config.metrics;
   config.stats = pool.stats;
-  pool.publisher = self->spawn(pool_publisher, std::move(config));
+  // Linked: a publisher that fails takes membership (and so the relay) down with it.
+  pool.publisher = self->template spawn<caf::linked>(pool_publisher, std::move(config));
   spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
                pool.producer.layout_generation(), state.config.bucket_count);
   return pool;
@@ -151,7 +157,7 @@ std::uint32_t active_sources(const MembershipState& state, const EndpointKey& en
 }
 
 // The figures only membership knows, for /metrics.
-void publish_stats(Self* self) {
+void publish_stats(Self self) {
   auto& state = self->state;
   if (state.config.metrics == nullptr) return;
   state.config.metrics->set_pools_materialized(state.pools.size());
@@ -162,11 +168,11 @@ void publish_stats(Self* self) {
 
 // Re-projects everything after a change and tells every actor the complete new state.
 // The catalog withdraws a pool before its publisher is retired.
-void reconcile(Self* self) {
+void reconcile(Self self) {
   auto& state = self->state;
   state.projection = membership::project(state.workers);
   const auto desired = desired_pools(state);
-  std::vector<std::pair<EndpointKey, caf::actor>> retiring;
+  std::vector<std::pair<EndpointKey, PoolPublisherActor>> retiring;
   for (auto it = state.pools.begin(); it != state.pools.end();) {
     const auto want = desired.find(it->first);
     if (want != desired.end() && want->second == it->second.domain) {
@@ -184,14 +190,14 @@ void reconcile(Self* self) {
     pool.descriptor = membership::descriptor(state.projection.at(endpoint), pool.producer).value();
   }
   publish_stats(self);
-  self->send(state.peers.catalog, atoms::pools_atom_v, catalog_entries(state));
+  self->send(state.peers.catalog, atoms::catalog_atom_v, catalog_entries(state));
   for (const auto& [endpoint, publisher] : retiring) {
     spdlog::info("pool withdrawn: endpoint={}", endpoint.display());
     self->send(publisher, atoms::retire_atom_v, retired_status());
     generation_gone(self, endpoint);
   }
   self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
-  self->send(state.peers.load, atoms::pools_atom_v, load_pools(state));
+  self->send(state.peers.load, atoms::load_pools_atom_v, load_pools(state));
 }
 
 // ---- ingest calls ----
@@ -202,13 +208,13 @@ std::vector<std::uint32_t> source_ranks(const ingest_v1::WorkerSpec& worker) {
   return ranks;
 }
 
-void count_reset(Self* self, metrics::ResetReason reason) {
+void count_reset(Self self, metrics::ResetReason reason) {
   if (self->state.config.metrics != nullptr) self->state.config.metrics->source_reset(reason);
 }
 
 // Drops what the relay knew about a worker's sources: their cursors, and their blocks in the
 // endpoint's pool when the pool outlives the change.
-void forget_sources(Self* self, const EndpointKey& endpoint, std::uint64_t worker_id,
+void forget_sources(Self self, const EndpointKey& endpoint, std::uint64_t worker_id,
                     const std::vector<std::uint32_t>& ranks, metrics::ResetReason reason) {
   auto& state = self->state;
   const auto pool = state.pools.find(endpoint);
@@ -228,9 +234,8 @@ std::vector<std::string> conflict_texts(const MembershipState& state, const Endp
   return texts;
 }
 
-void put_worker(Self* self, const PutWorkerCall& call) {
+ingest_v1::PutWorkerResponse put_worker(Self self, const ingest_v1::PutWorkerRequest& request) {
   auto& state = self->state;
-  const auto& request = call->request;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
   ingest_v1::WorkerSpec spec;
   spec.set_worker_id(request.worker_id());
@@ -248,16 +253,17 @@ void put_worker(Self* self, const PutWorkerCall& call) {
   }
   cards[request.worker_id()] = std::move(spec);
   reconcile(self);
-  for (auto& text : conflict_texts(state, endpoint)) call->response->add_conflicts(std::move(text));
-  call->complete(RpcStatus::Ok());
+  ingest_v1::PutWorkerResponse response;
+  for (auto& text : conflict_texts(state, endpoint)) response.add_conflicts(std::move(text));
+  return response;
 }
 
-void remove_worker(Self* self, const RemoveWorkerCall& call) {
+void remove_worker(Self self, const ingest_v1::RemoveWorkerRequest& request) {
   auto& state = self->state;
-  const EndpointKey endpoint = ingest_check::endpoint_key(call->request.endpoint());
+  const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
   const auto cards = state.workers.find(endpoint);
   if (cards != state.workers.end()) {
-    if (const auto worker = cards->second.find(call->request.worker_id()); worker != cards->second.end()) {
+    if (const auto worker = cards->second.find(request.worker_id()); worker != cards->second.end()) {
       forget_sources(self, endpoint, worker->first, source_ranks(worker->second), metrics::ResetReason::kWorkerRemoved);
       cards->second.erase(worker);
       if (cards->second.empty()) {
@@ -269,19 +275,17 @@ void remove_worker(Self* self, const RemoveWorkerCall& call) {
       reconcile(self);
     }
   }
-  call->complete(RpcStatus::Ok());
 }
 
-void set_availability(Self* self, const SetAvailabilityCall& call) {
+void set_availability(Self self, const ingest_v1::SetAvailabilityRequest& request) {
   auto& state = self->state;
-  const EndpointKey endpoint = ingest_check::endpoint_key(call->request.endpoint());
-  std::set<std::uint64_t> live(call->request.live_worker_ids().begin(), call->request.live_worker_ids().end());
+  const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
+  std::set<std::uint64_t> live(request.live_worker_ids().begin(), request.live_worker_ids().end());
   const auto current = state.availability.find(endpoint);
   if (current == state.availability.end() || current->second != live) {
     state.availability[endpoint] = std::move(live);
     self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
   }
-  call->complete(RpcStatus::Ok());
 }
 
 // ---- KV event batches ----
@@ -293,9 +297,9 @@ bool declares_push_source(const ingest_v1::WorkerSpec& worker, std::uint32_t ran
   return false;
 }
 
-void reject(Self* self, const BatchSinkPtr& sink, metrics::BatchResult why) {
+void reject(Self self, const BatchReplyPtr& reply, metrics::BatchResult why) {
   if (self->state.config.metrics != nullptr) self->state.config.metrics->batch(why);
-  if (sink) sink->batch_done(BatchOutcome{false, false, 0});
+  (*reply)(BatchOutcome{false, false, 0});
 }
 
 enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap, kNewGeneration };
@@ -324,30 +328,30 @@ metrics::ResetReason reset_reason(Sequencing sequencing) {
   }
 }
 
-void on_batch(Self* self, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
+void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(batch->endpoint());
   const auto cards = state.workers.find(endpoint);
   const auto pool = state.pools.find(endpoint);
   using metrics::BatchResult;
-  if (cards == state.workers.end() || pool == state.pools.end()) return reject(self, sink, BatchResult::kUnknownSource);
+  if (cards == state.workers.end() || pool == state.pools.end()) return reject(self, reply, BatchResult::kUnknownSource);
   const auto worker = cards->second.find(batch->worker_id());
   if (worker == cards->second.end() || !declares_push_source(worker->second, batch->dp_rank())) {
-    return reject(self, sink, BatchResult::kUnknownSource);
+    return reject(self, reply, BatchResult::kUnknownSource);
   }
   const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
   const auto [cursor, inserted] = state.cursors.try_emplace(source);
   const Sequencing sequencing =
       sequence_batch(&cursor->second, !inserted, *batch, pool->second.producer.layout_generation());
-  if (sequencing == Sequencing::kStale) return reject(self, sink, BatchResult::kStaleSequence);
+  if (sequencing == Sequencing::kStale) return reject(self, reply, BatchResult::kStaleSequence);
   const bool reset = sequencing != Sequencing::kInOrder;
   if (reset) count_reset(self, reset_reason(sequencing));
-  self->send(pool->second.publisher, atoms::batch_atom_v, batch, reset, sink, receipt_ns);
+  self->send(pool->second.publisher, atoms::apply_batch_atom_v, batch, reset, reply, receipt_ns);
 }
 
 // A publisher fenced its generation: retire it (it refuses batches until then) and let
 // reconcile build a new generation, whose sources all start over (see on_batch).
-void on_fenced(Self* self, std::uint64_t layout_generation) {
+void on_fenced(Self self, std::uint64_t layout_generation) {
   auto& pools = self->state.pools;
   const auto fenced = std::find_if(pools.begin(), pools.end(), [&](const auto& entry) {
     return entry.second.producer.layout_generation() == layout_generation;
@@ -383,54 +387,64 @@ void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
   }
 }
 
-void get_state(Self* self, const GetStateCall& call) {
+// Each pool's figures come from its publisher; the answer waits for all of them (a publisher
+// that cannot answer leaves its slot with the endpoint only).
+caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
   auto& state = self->state;
-  fill_endpoints(state, *call->response);
-  if (state.pools.empty()) return call->complete(RpcStatus::Ok());
+  auto promise = self->make_response_promise<ingest_v1::RelayState>();
+  auto response = std::make_shared<ingest_v1::RelayState>();
+  fill_endpoints(state, *response);
+  if (state.pools.empty()) {
+    promise.deliver(std::move(*response));
+    return promise;
+  }
   auto remaining = std::make_shared<std::size_t>(state.pools.size());
+  auto one_done = [promise, response, remaining]() mutable {
+    if (--*remaining == 0) promise.deliver(std::move(*response));
+  };
   for (const auto& [endpoint, pool] : state.pools) {
-    ingest_v1::PoolState* slot = call->response->add_pools();
+    ingest_v1::PoolState* slot = response->add_pools();
     slot->mutable_serving_endpoint()->set_namespace_(endpoint.ns);
     slot->mutable_serving_endpoint()->set_component(endpoint.component);
     slot->mutable_serving_endpoint()->set_endpoint(endpoint.endpoint);
     const std::uint32_t sources = active_sources(state, endpoint);
-    self->request(pool.publisher, std::chrono::seconds(10), atoms::state_atom_v)
+    self->request(pool.publisher, kPoolStateDeadline, atoms::pool_state_atom_v)
         .then(
-            [=](const PoolStateReport& report) {
+            [=](const PoolStateReport& report) mutable {
               const auto serving = slot->serving_endpoint();
               *slot = report.state;
               *slot->mutable_serving_endpoint() = serving;
               slot->set_active_sources(sources);
-              if (--*remaining == 0) call->complete(RpcStatus::Ok());
+              one_done();
             },
-            [=](const caf::error&) {
-              if (--*remaining == 0) call->complete(RpcStatus::Ok());
-            });
+            [=](const caf::error&) mutable { one_done(); });
   }
+  return promise;
 }
 
 }  // namespace
 
-caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPeers peers) {
+MembershipActor::behavior_type membership_actor(Self self, MembershipConfig config, MembershipPeers peers) {
   self->state.config = std::move(config);
   self->state.peers = std::move(peers);
   self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kMembership));
+  report_crashes(self, "membership");
   publish_stats(self);
   return {
-      [=](atoms::put_worker_atom, const PutWorkerCall& call) { put_worker(self, call); },
-      [=](atoms::remove_worker_atom, const RemoveWorkerCall& call) { remove_worker(self, call); },
-      [=](atoms::availability_atom, const SetAvailabilityCall& call) { set_availability(self, call); },
-      [=](atoms::state_atom, const GetStateCall& call) { get_state(self, call); },
-      [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchSinkPtr& sink, std::int64_t receipt_ns) {
-        on_batch(self, batch, sink, receipt_ns);
+      [=](atoms::put_worker_atom, const ingest_v1::PutWorkerRequest& request) { return put_worker(self, request); },
+      [=](atoms::remove_worker_atom, const ingest_v1::RemoveWorkerRequest& request) {
+        remove_worker(self, request);
+        return ingest_v1::RemoveWorkerResponse{};
       },
-      [=](atoms::fence_atom, std::uint64_t layout_generation) { on_fenced(self, layout_generation); },
-      [=](atoms::corrupt_atom) {  // test hook: the next delta of every pool breaks its sequence
-        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::corrupt_atom_v);
+      [=](atoms::availability_atom, const ingest_v1::SetAvailabilityRequest& request) {
+        set_availability(self, request);
+        return ingest_v1::SetAvailabilityResponse{};
       },
-      [=](atoms::evict_atom, std::uint64_t canonical) {  // test hook: see PoolIndex::evict_fingerprint_for_test
-        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::evict_atom_v, canonical);
+      [=](atoms::get_state_atom) { return get_state(self); },
+      [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns) {
+        on_batch(self, batch, reply, receipt_ns);
       },
+      [=](atoms::generation_fenced_atom, std::uint64_t layout_generation) { on_fenced(self, layout_generation); },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
@@ -441,6 +455,13 @@ caf::behavior membership_actor(Self* self, MembershipConfig config, MembershipPe
         publish_stats(self);
       },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
+      [=](atoms::corrupt_atom) {
+        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::corrupt_atom_v);
+      },
+      [=](atoms::evict_atom, std::uint64_t canonical) {
+        for (auto& [endpoint, pool] : self->state.pools) self->send(pool.publisher, atoms::evict_atom_v, canonical);
+      },
+      [=](atoms::crash_atom) -> void { throw std::logic_error("test hook: membership asked to crash"); },
   };
 }
 

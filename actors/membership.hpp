@@ -8,9 +8,12 @@
 #include <map>
 #include <set>
 
+#include "actors/catalog.hpp"
+#include "actors/load_window.hpp"
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_publisher.hpp"
+#include "actors/topology_projector.hpp"
 #include "core/membership.hpp"
 #include "metrics/relay_metrics.hpp"
 
@@ -29,10 +32,27 @@ struct MembershipConfig {
 };
 
 struct MembershipPeers {
-  caf::actor catalog;
-  caf::actor topology;
-  caf::actor load;
+  CatalogActor catalog;
+  TopologyProjectorActor topology;
+  LoadWindowActor load;
 };
+
+// Membership, as the ingest gateway, the runtime and pool publishers see it. The unary ingest
+// calls are requests: their answer (or an error, if membership cannot answer) completes the RPC.
+using MembershipActor = FenceListenerActor::extend<
+    caf::replies_to<atoms::put_worker_atom, ingest_v1::PutWorkerRequest>::with<ingest_v1::PutWorkerResponse>,
+    caf::replies_to<atoms::remove_worker_atom, ingest_v1::RemoveWorkerRequest>::with<ingest_v1::RemoveWorkerResponse>,
+    caf::replies_to<atoms::availability_atom, ingest_v1::SetAvailabilityRequest>::with<
+        ingest_v1::SetAvailabilityResponse>,
+    caf::replies_to<atoms::get_state_atom>::with<ingest_v1::RelayState>,
+    // A KV event batch to route to its pool; the outcome goes to the reply. receipt_ns: when
+    // it reached the relay (steady clock).
+    caf::reacts_to<atoms::batch_atom, EventBatchPtr, BatchReplyPtr, std::int64_t>,
+    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // retire every pool with this status
+    caf::reacts_to<atoms::sample_atom>,               // its mailbox sampling timer
+    caf::reacts_to<atoms::corrupt_atom>,              // test hook: every pool's next delta breaks
+    caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
+    caf::reacts_to<atoms::crash_atom>>;               // test hook: throw, as an invariant break would
 
 // A push source's place in its stream of batches (decisions.md row 16), and the pool
 // generation its last batch went to.
@@ -51,7 +71,7 @@ struct SourceId {
 
 struct MaterializedPool {
   membership::IndexerDomain domain;
-  caf::actor publisher;
+  PoolPublisherActor publisher;  // linked: its failure is membership's
   std::shared_ptr<StreamLimit> subscribers;
   v1::ProducerIdentity producer;
   v1::KvPoolDescriptor descriptor;
@@ -71,10 +91,7 @@ struct MembershipState {
   static inline const char* name = "membership";
 };
 
-// Messages: (put_worker_atom, PutWorkerCall), (remove_worker_atom, RemoveWorkerCall),
-// (availability_atom, SetAvailabilityCall), (state_atom, GetStateCall),
-// (batch_atom, EventBatchPtr, BatchSinkPtr, receipt_ns), (shutdown_atom, RpcStatus).
-caf::behavior membership_actor(caf::stateful_actor<MembershipState>* self, MembershipConfig config,
-                               MembershipPeers peers);
+MembershipActor::behavior_type membership_actor(MembershipActor::stateful_pointer<MembershipState> self,
+                                               MembershipConfig config, MembershipPeers peers);
 
 }  // namespace kvrelay

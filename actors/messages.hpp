@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -68,64 +69,51 @@ struct OutboxLimits {
 
 // ---- ingest ----
 
-// Where the outcome of one KV event batch is reported (the PublishKvEvents stream).
+// An answer owed to a caller that is not an actor (a gRPC reactor reading a client stream).
+// Exactly one answer reaches it: the one given, or `unanswered` when the last reference is
+// dropped without one (an actor died with the message in its mailbox, or refused it), so a
+// caller never waits for an answer that cannot come.
+template <class Outcome>
+class Reply {
+ public:
+  Reply(std::function<void(const Outcome&)> deliver, Outcome unanswered)
+      : deliver_(std::move(deliver)), unanswered_(std::move(unanswered)) {}
+  ~Reply() {
+    if (deliver_) deliver_(unanswered_);
+  }
+  Reply(const Reply&) = delete;
+  Reply& operator=(const Reply&) = delete;
+
+  void operator()(const Outcome& outcome) {
+    if (auto deliver = std::exchange(deliver_, nullptr)) deliver(outcome);
+  }
+
+ private:
+  std::function<void(const Outcome&)> deliver_;
+  Outcome unanswered_;
+};
+
+// The outcome of one KV event batch (the PublishKvEvents stream).
 struct BatchOutcome {
   bool applied = false;
   bool source_reset = false;
   std::uint32_t events_rejected = 0;  // lineage errors inside an applied batch
+  bool lost = false;                  // nobody could answer: an actor on its way failed
 };
-
-class BatchSink {
- public:
-  virtual ~BatchSink() = default;
-  virtual void batch_done(const BatchOutcome& outcome) = 0;
-};
-
-using BatchSinkPtr = std::shared_ptr<BatchSink>;
+using BatchReplyPtr = std::shared_ptr<Reply<BatchOutcome>>;
 using EventBatchPtr = std::shared_ptr<const ingest_v1::KvEventBatch>;
 
-// A unary ingest call in flight: the actor fills the response and completes it.
-template <class Request, class Response>
-struct UnaryCall {
-  Request request;
-  Response* response = nullptr;  // owned by the transport until complete() runs
-  std::function<void(RpcStatus)> complete;
+// The outcome of load reports (the ReportLoad stream).
+struct LoadOutcome {
+  std::uint64_t applied = 0;
+  std::uint64_t rejected = 0;
 };
-
-// A call the relay makes to itself (loading the topology file): it owns its response.
-template <class Request, class Response>
-std::shared_ptr<UnaryCall<Request, Response>> internal_call(Request request,
-                                                            std::function<void(RpcStatus)> complete) {
-  struct Owned : UnaryCall<Request, Response> {
-    Response storage;
-  };
-  auto call = std::make_shared<Owned>();
-  call->request = std::move(request);
-  call->response = &call->storage;
-  call->complete = std::move(complete);
-  return call;
-}
-
-template <class Request, class Response>
-using UnaryCallPtr = std::shared_ptr<UnaryCall<Request, Response>>;
-
-using PutWorkerCall = UnaryCallPtr<ingest_v1::PutWorkerRequest, ingest_v1::PutWorkerResponse>;
-using RemoveWorkerCall = UnaryCallPtr<ingest_v1::RemoveWorkerRequest, ingest_v1::RemoveWorkerResponse>;
-using SetAvailabilityCall = UnaryCallPtr<ingest_v1::SetAvailabilityRequest, ingest_v1::SetAvailabilityResponse>;
-using GetStateCall = UnaryCallPtr<ingest_v1::GetStateRequest, ingest_v1::RelayState>;
-
 struct LoadReportBatch {
   std::vector<ingest_v1::LoadReport> reports;
-  std::function<void(std::uint64_t applied, std::uint64_t rejected)> done;
+  std::shared_ptr<Reply<LoadOutcome>> reply;
 };
 
 // ---- catalog, readiness, load ----
-
-struct CatalogEntry {
-  v1::KvPoolDescriptor descriptor;
-  caf::actor publisher;
-  std::shared_ptr<StreamLimit> subscribers;  // this generation's per-pool stream permits
-};
 
 using CatalogUpdatePtr = std::shared_ptr<const v1::KvPoolCatalogUpdate>;
 using ReadinessUpdatePtr = std::shared_ptr<const v1::ServingReadinessUpdate>;
@@ -151,48 +139,100 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolSnapshotMsg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolDeltaMsg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::RpcStatus)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceKey)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::BatchSinkPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::BatchReplyPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::EventBatchPtr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PutWorkerCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::RemoveWorkerCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SetAvailabilityCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::GetStateCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::LoadReportBatch)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kvrelay::CatalogEntry>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::CatalogUpdatePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ReadinessUpdatePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::LoadUpdatePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kvrelay::readiness::EndpointFacts>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<kvrelay::LoadPool>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolStateReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::PutWorkerRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::PutWorkerResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RemoveWorkerRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RemoveWorkerResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetAvailabilityRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetAvailabilityResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RelayState)
 
+// One atom means one thing, whichever actor receives it.
 CAF_BEGIN_TYPE_ID_BLOCK(kvrelay, caf::first_custom_type_id)
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, write_done_atom, "writedone")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, cancelled_atom, "cancelled")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, end_stream_atom, "endstream")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, update_atom, "update")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, subscribe_atom, "subscribe")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, attach_atom, "attach")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, publish_atom, "publish")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, reset_atom, "reset")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, retire_atom, "retire")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, state_atom, "state")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, tick_atom, "tick")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, pools_atom, "pools")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, shutdown_atom, "shutdown")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, heartbeat_atom, "heartbeat")
+  // streams and their transport
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, write_done_atom, "writedone")   // a write completed (ok?)
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, cancelled_atom, "cancelled")    // the client went away
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, end_stream_atom, "endstream")   // end the stream with a status
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, update_atom, "update")          // the latest value for a stream
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, subscribe_atom, "subscribe")    // send updates to this stream
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, heartbeat_atom, "heartbeat")    // a stream's heartbeat is due
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, progress_atom, "progress")      // a snapshot chunk's deadline
+  // snapshot encoder permits
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, acquire_atom, "acquire")
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, granted_atom, "granted")
   CAF_ADD_ATOM(kvrelay, kvrelay::atoms, release_atom, "release")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, progress_atom, "progress")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, fence_atom, "fence")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, corrupt_atom, "corrupt")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, evict_atom, "evict")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, sample_atom, "sample")
+  // pool publication
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, attach_atom, "attach")          // a stream joins the fan-out
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, publish_atom, "publish")        // the publication delay ran out
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, apply_batch_atom, "applybatch")  // KV events for the pool
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, reset_atom, "reset")            // drop one source's blocks
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, retire_atom, "retire")          // the generation ends
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, pool_state_atom, "poolstate")   // GetState's view of a pool
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, broken_sequence_atom, "brokenseq")  // a stream saw a bad delta
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, generation_fenced_atom, "fenced")   // a publisher fenced itself
+  // ingest
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")            // a KV event batch to route
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")          // load reports
+  // what membership tells the projections
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, catalog_atom, "catalog")        // the complete set of pools
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")            // every endpoint's readiness facts
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, load_pools_atom, "loadpools")   // the pools load windows cover
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, tick_atom, "tick")              // a load window is due
+  // lifecycle
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, shutdown_atom, "shutdown")      // the relay drains
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, sample_atom, "sample")          // sample the mailbox depth
+  // test hooks
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, corrupt_atom, "corrupt")        // break the next delta's sequence
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, evict_atom, "evict")            // drop a fingerprint behind the index
+  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, crash_atom, "crash")            // throw from a core actor
 CAF_END_TYPE_ID_BLOCK(kvrelay)
+
+namespace kvrelay {
+
+// ---- roles: what an actor needs of another, narrower than that actor's whole interface ----
+
+// What a stream's transport tells it.
+using StreamTransportActor =
+    caf::typed_actor<caf::reacts_to<atoms::write_done_atom, bool>, caf::reacts_to<atoms::cancelled_atom>>;
+
+// A stream as its long-lived source (catalog, topology projector, load window) sees it.
+template <class Message>
+using UpdateStreamActor = caf::typed_actor<caf::reacts_to<atoms::update_atom, std::shared_ptr<const Message>>,
+                                           caf::reacts_to<atoms::end_stream_atom, RpcStatus>>;
+
+// A long-lived source as its streams see it.
+template <class Message>
+using UpdateSourceActor = caf::typed_actor<caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<Message>>>;
+
+// A pool stream as its publisher sees it.
+using PoolFrameSinkActor =
+    caf::typed_actor<caf::reacts_to<PoolSnapshotMsg>, caf::reacts_to<PoolDeltaMsg>,
+                     caf::reacts_to<atoms::end_stream_atom, RpcStatus>>;
+
+// A pool stream as the snapshot encoder permits see it.
+using PermitHolderActor = caf::typed_actor<caf::reacts_to<atoms::granted_atom>>;
+
+// Whoever rebuilds a fenced pool generation (membership), as its publisher sees it.
+using FenceListenerActor = caf::typed_actor<caf::reacts_to<atoms::generation_fenced_atom, std::uint64_t>>;
+
+}  // namespace kvrelay
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::StreamTransportActor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolCatalogUpdate>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::ServingReadinessUpdate>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolLoadUpdate>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolFrameSinkActor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PermitHolderActor)

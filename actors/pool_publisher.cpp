@@ -11,7 +11,7 @@ namespace kvrelay {
 
 namespace {
 
-using Self = caf::stateful_actor<PoolPublisherState>;
+using Self = PoolPublisherActor::stateful_pointer<PoolPublisherState>;
 
 RpcStatus publication_unavailable(std::string message) {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, std::move(message));
@@ -19,10 +19,10 @@ RpcStatus publication_unavailable(std::string message) {
 
 // Ends every stream with `status`, except `detector` (a stream that found the publication
 // broken), which ends with `detector_status`.
-void end_all_streams(Self* self, const RpcStatus& status, const caf::actor& detector = {},
+void end_all_streams(Self self, const RpcStatus& status, const PoolFrameSinkActor& detector = {},
                      const RpcStatus& detector_status = {}) {
-  for (const caf::actor& stream : self->state.streams) {
-    self->demonitor(stream);
+  for (const PoolFrameSinkActor& stream : self->state.streams) {
+    self->demonitor(stream.address());
     self->send(stream, atoms::end_stream_atom_v, stream == detector ? detector_status : status);
   }
   self->state.streams.clear();
@@ -33,7 +33,7 @@ void end_all_streams(Self* self, const RpcStatus& status, const caf::actor& dete
 // new generation (whose sources all start over), and until membership retires this actor it
 // refuses what still reaches it, so no ingest call waits on it. `detector`, if any, is the
 // stream that saw the broken sequence: it alone ends with INVALID_PUBLICATION.
-void fence(Self* self, const std::string& reason, const caf::actor& detector) {
+void fence(Self self, const std::string& reason, const PoolFrameSinkActor& detector) {
   auto& state = self->state;
   if (state.fenced) return;
   state.fenced = true;
@@ -41,7 +41,7 @@ void fence(Self* self, const std::string& reason, const caf::actor& detector) {
   end_all_streams(self, publication_unavailable("the pool generation was fenced; resubscribe from the catalog"),
                   detector, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
   if (state.config.owner) {
-    self->send(state.config.owner, atoms::fence_atom_v, state.config.spec.producer.layout_generation());
+    self->send(state.config.owner, atoms::generation_fenced_atom_v, state.config.spec.producer.layout_generation());
   }
 }
 
@@ -53,7 +53,7 @@ cbi1::FilterFormat format_of(const PoolStreamSpec& spec) { return {spec.seed, sp
 
 // Publishes this generation's figures for /metrics, which reads them at scrape time
 // without asking the actor. Called after every message that may change them.
-void publish_stats(Self* self) {
+void publish_stats(Self self) {
   auto& state = self->state;
   if (!state.config.stats) return;
   metrics::PoolStats& stats = *state.config.stats;
@@ -67,14 +67,14 @@ void publish_stats(Self* self) {
   stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);
 }
 
-void delta_handed_on(Self* self, std::int64_t receipt_ns) {
+void delta_handed_on(Self self, std::int64_t receipt_ns) {
   if (self->state.config.metrics == nullptr || receipt_ns == 0) return;
   self->state.config.metrics->delta_handed_on(std::chrono::nanoseconds(steady_now_ns() - receipt_ns));
 }
 
 // Drains the touched buckets into one delta and fans it out. A delta too large for one
 // CBI1 frame cannot be published: every stream ends and resubscribes from a snapshot.
-void publish(Self* self) {
+void publish(Self self) {
   auto& state = self->state;
   state.last_publication = self->clock().now();
   const std::int64_t receipt_ns = state.oldest_pending_receipt_ns;
@@ -94,7 +94,7 @@ void publish(Self* self) {
                                     state.sequence, images);
   if (!payload) return end_all_streams(self, publication_unavailable(payload.error().detail));
   PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)), receipt_ns};
-  for (const caf::actor& stream : state.streams) {
+  for (const PoolFrameSinkActor& stream : state.streams) {
     PoolDeltaMsg sent = delta;
     if (std::exchange(state.corrupt_next_delta, false)) sent.base_sequence += 1;
     self->send(stream, std::move(sent));
@@ -106,7 +106,7 @@ void publish(Self* self) {
 // delta always fits one CBI1 frame however large the batch.
 constexpr std::size_t kEarlyPublicationBuckets = cbi1::kMaxDeltaImages / 2;
 
-void count_event(Self* self, std::int64_t receipt_ns) {
+void count_event(Self self, std::int64_t receipt_ns) {
   auto& state = self->state;
   if (state.pending_events++ == 0) state.oldest_pending_receipt_ns = receipt_ns;
   if (state.index->touched_buckets() >= kEarlyPublicationBuckets) publish(self);
@@ -117,7 +117,7 @@ void count_event(Self* self, std::int64_t receipt_ns) {
 // more frames). Publications are also at least publication_delay apart, so under heavy
 // ingest a pool emits at most one delta per delay: fewer, larger frames that every
 // subscriber can keep up with, for at most one delay of extra latency.
-void publish_or_arm_delay(Self* self) {
+void publish_or_arm_delay(Self self) {
   auto& state = self->state;
   if (state.pending_events == 0 || state.delay_armed) return;
   const auto now = self->clock().now();
@@ -136,7 +136,7 @@ bool breaks_index(const EventResult& result) {
   return result.error == EventError::kIndexerInvariantViolation;
 }
 
-void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns,
+void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns,
                  BatchOutcome& outcome) {
   auto& state = self->state;
   const SourceKey source{batch.worker_id(), batch.dp_rank()};
@@ -166,7 +166,7 @@ void apply_batch(Self* self, const ingest_v1::KvEventBatch& batch, std::int64_t 
 
 // A copy of the bucket lane at the current (published) sequence. Its bytes count in
 // kv_relay_snapshot_image_bytes until the last stream sending it lets go.
-std::shared_ptr<const SnapshotImage> take_snapshot_image(Self* self) {
+std::shared_ptr<const SnapshotImage> take_snapshot_image(Self self) {
   const auto words = self->state.index->filter().words();
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   const auto bytes = static_cast<std::int64_t>(words.size_bytes());
@@ -178,7 +178,7 @@ std::shared_ptr<const SnapshotImage> take_snapshot_image(Self* self) {
   });
 }
 
-void attach_stream(Self* self, const caf::actor& stream) {
+void attach_stream(Self self, const PoolFrameSinkActor& stream) {
   auto& state = self->state;
   if (state.fenced) {
     self->send(stream, atoms::end_stream_atom_v, publication_unavailable("the pool generation was fenced"));
@@ -206,7 +206,7 @@ void attach_stream(Self* self, const caf::actor& stream) {
 
 // Sequence and digest describe the last publication, never changes still waiting for one,
 // so a replica at that sequence can be checked against them.
-PoolStateReport state_report(Self* self) {
+PoolStateReport state_report(Self self) {
   auto& state = self->state;
   const auto& filter = state.index->filter();
   PoolStateReport report;
@@ -232,7 +232,7 @@ std::int64_t steady_now_ns() {
       .count();
 }
 
-caf::behavior pool_publisher(Self* self, PublisherConfig config) {
+PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig config) {
   self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
   self->state.config = std::move(config);
   auto* recorder = self->state.config.metrics;
@@ -240,15 +240,15 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
   publish_stats(self);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
-    std::erase(state.streams, caf::actor_cast<caf::actor>(down.source));
+    std::erase_if(state.streams, [&](const PoolFrameSinkActor& s) { return s.address() == down.source; });
     if (state.streams.empty()) state.hub_slot.reset();  // an idle pool gives its hub slot back
     publish_stats(self);
   });
   return {
-      [=](atoms::batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchSinkPtr& sink,
+      [=](atoms::apply_batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchReplyPtr& reply,
           std::int64_t receipt_ns) {
         if (self->state.fenced) {  // the source starts over on the next generation
-          if (sink) sink->batch_done(BatchOutcome{false, false, 0});
+          (*reply)(BatchOutcome{false, false, 0});
           return;
         }
         BatchOutcome outcome{true, reset_first, 0};
@@ -259,7 +259,7 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         }
         apply_batch(self, *batch, receipt_ns, outcome);
         publish_stats(self);
-        if (sink) sink->batch_done(outcome);
+        (*reply)(outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {
         if (self->state.fenced) return;
@@ -269,27 +269,27 @@ caf::behavior pool_publisher(Self* self, PublisherConfig config) {
         publish_or_arm_delay(self);
         publish_stats(self);
       },
+      [=](atoms::attach_atom, const PoolFrameSinkActor& stream) {
+        attach_stream(self, stream);
+        publish_stats(self);
+      },
+      [=](atoms::broken_sequence_atom, const PoolFrameSinkActor& detector, const std::string& reason) {
+        fence(self, reason, detector);
+        publish_stats(self);
+      },
+      [=](atoms::pool_state_atom) { return state_report(self); },
+      [=](atoms::retire_atom, const RpcStatus& status) {
+        end_all_streams(self, status);
+        self->quit();
+      },
       [=](atoms::publish_atom) {
         self->state.delay_armed = false;
         if (self->state.pending_events > 0 && !self->state.fenced) publish(self);
         publish_stats(self);
       },
-      [=](atoms::attach_atom, const caf::actor& stream) {
-        attach_stream(self, stream);
-        publish_stats(self);
-      },
-      [=](atoms::state_atom) { return state_report(self); },
-      [=](atoms::retire_atom, const RpcStatus& status) {
-        end_all_streams(self, status);
-        self->quit();
-      },
-      [=](atoms::fence_atom, const std::string& reason) {
-        fence(self, reason, caf::actor_cast<caf::actor>(self->current_sender()));
-        publish_stats(self);
-      },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
       [=](atoms::corrupt_atom) { self->state.corrupt_next_delta = true; },
       [=](atoms::evict_atom, std::uint64_t canonical) { self->state.index->evict_fingerprint_for_test(canonical); },
-      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }
 

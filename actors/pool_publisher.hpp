@@ -24,10 +24,25 @@ struct PublisherConfig {
   // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
   // A pool holds a slot while it has at least one stream: an idle pool holds none.
   std::shared_ptr<StreamLimit> hub_slots;
-  caf::actor owner;  // told (fence_atom, layout_generation) when this generation is fenced
+  FenceListenerActor owner;  // told when this generation fences itself (may be null)
   metrics::RelayMetrics* metrics = nullptr;     // none: nothing is recorded
   std::shared_ptr<metrics::PoolStats> stats;    // this generation's per-pool figures, or none
 };
+
+// A pool generation's publisher, as membership, its streams and GetState see it.
+using PoolPublisherActor = caf::typed_actor<
+    // KV events for this pool from one source, reset first when it started over; the outcome
+    // goes to the reply. receipt_ns: when the batch reached the relay (steady clock).
+    caf::reacts_to<atoms::apply_batch_atom, EventBatchPtr, bool, BatchReplyPtr, std::int64_t>,
+    caf::reacts_to<atoms::reset_atom, SourceKey>,               // drop one source's blocks
+    caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor>,     // a stream with its encoder permit
+    caf::reacts_to<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>,  // fence, from a stream
+    caf::replies_to<atoms::pool_state_atom>::with<PoolStateReport>,
+    caf::reacts_to<atoms::retire_atom, RpcStatus>,  // end every stream with this status and stop
+    caf::reacts_to<atoms::publish_atom>,            // its own publication timer
+    caf::reacts_to<atoms::sample_atom>,             // its own mailbox sampling timer
+    caf::reacts_to<atoms::corrupt_atom>,            // test hook: break the first stream's next delta
+    caf::reacts_to<atoms::evict_atom, std::uint64_t>>;  // test hook: see evict_fingerprint_for_test
 
 struct PoolPublisherState {
   std::optional<PoolIndex> index;
@@ -40,7 +55,7 @@ struct PoolPublisherState {
   // Shared by the streams joining at the current sequence; gone once the last of them has
   // sent it, so an idle publisher pins no lane copy.
   std::weak_ptr<const SnapshotImage> snapshot_at_sequence;
-  std::vector<caf::actor> streams;
+  std::vector<PoolFrameSinkActor> streams;
   std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
   bool fenced = false;              // waiting for membership to retire this generation
   bool corrupt_next_delta = false;  // test hook: the next delta breaks its first stream's sequence
@@ -50,7 +65,8 @@ struct PoolPublisherState {
   static inline const char* name = "pool-publisher";
 };
 
-caf::behavior pool_publisher(caf::stateful_actor<PoolPublisherState>* self, PublisherConfig config);
+PoolPublisherActor::behavior_type pool_publisher(PoolPublisherActor::stateful_pointer<PoolPublisherState> self,
+                                                 PublisherConfig config);
 
 std::int64_t steady_now_ns();
 

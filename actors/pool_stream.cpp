@@ -12,7 +12,7 @@ namespace kvrelay {
 
 namespace {
 
-using Self = caf::stateful_actor<PoolStreamState>;
+using Self = PoolStreamActor::stateful_pointer<PoolStreamState>;
 
 std::shared_ptr<v1::FilterUpdate> frame_of(const PoolStreamSpec& spec, v1::FilterUpdateKind kind,
                                            std::uint64_t base_sequence, std::uint64_t sequence) {
@@ -54,7 +54,7 @@ bool snapshot_complete(const PoolStreamState& state) {
   return state.chunk_count > 0 && state.next_chunk == state.chunk_count;
 }
 
-void arm_heartbeat(Self* self, caf::actor_clock::time_point at) {
+void arm_heartbeat(Self self, caf::actor_clock::time_point at) {
   auto& state = self->state;
   if (state.pacing.heartbeat.count() == 0 || state.heartbeat_armed) return;
   state.heartbeat_armed = true;
@@ -62,7 +62,7 @@ void arm_heartbeat(Self* self, caf::actor_clock::time_point at) {
 }
 
 // Every data frame restarts the heartbeat interval.
-void data_frame_sent(Self* self) {
+void data_frame_sent(Self self) {
   auto& state = self->state;
   state.last_frame_at = self->clock().now();
   arm_heartbeat(self, state.last_frame_at + state.pacing.heartbeat);
@@ -71,21 +71,22 @@ void data_frame_sent(Self* self) {
 // A frame that would break the contract is never forwarded: the stream reports it, and the
 // publisher fences the whole generation (this stream ends with INVALID_PUBLICATION, the
 // others with PUBLICATION_UNAVAILABLE).
-void fence(Self* self, std::string reason) {
-  if (self->state.publisher) self->send(self->state.publisher, atoms::fence_atom_v, std::move(reason));
+void fence(Self self, std::string reason) {
+  self->send(self->state.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(self),
+             std::move(reason));
 }
 
-void release_permit(Self* self) {
+void release_permit(Self self) {
   auto& state = self->state;
   if (!state.permit_held) return;
   state.permit_held = false;
-  self->send(state.pacing.encoders, atoms::release_atom_v);
+  self->send(state.pacing.encoders, atoms::release_atom_v, caf::actor_cast<PermitHolderActor>(self));
 }
 
 // The encoder permit and the progress timeout guard the snapshot only while the stream still
 // owes chunks: once the last one is handed to the transport the encoding is done, and a slow
 // reader is the outbox's business (it lags).
-void write_chunk(Self* self) {
+void write_chunk(Self self) {
   auto& state = self->state;
   const std::uint32_t index = state.next_chunk;
   auto chunk = encode_next_chunk(state);
@@ -98,7 +99,7 @@ void write_chunk(Self* self) {
 }
 
 // Chunks first, then deltas: the stream never interleaves them.
-void write_next(Self* self) {
+void write_next(Self self) {
   auto& state = self->state;
   if (!state.writer.ready()) return;
   state.chunk_in_flight = -1;  // the writer is free: any chunk write has completed
@@ -111,7 +112,7 @@ void write_next(Self* self) {
   }
 }
 
-void on_progress_due(Self* self, std::uint32_t chunk) {
+void on_progress_due(Self self, std::uint32_t chunk) {
   auto& state = self->state;
   if (state.chunk_in_flight != static_cast<std::int64_t>(chunk)) return;  // written in time
   release_permit(self);
@@ -122,9 +123,11 @@ void on_progress_due(Self* self, std::uint32_t chunk) {
 
 // The stream joins its publisher's fan-out only once it may encode: until then it holds
 // no snapshot image and receives no deltas, so a stream waiting for a permit cannot lag.
-void join_publisher(Self* self) { self->send(self->state.publisher, atoms::attach_atom_v, caf::actor_cast<caf::actor>(self)); }
+void join_publisher(Self self) {
+  self->send(self->state.publisher, atoms::attach_atom_v, caf::actor_cast<PoolFrameSinkActor>(self));
+}
 
-void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
+void on_snapshot(Self self, const PoolSnapshotMsg& msg) {
   auto& state = self->state;
   state.snapshot = msg.image;
   state.chunk_count = static_cast<std::uint32_t>(cbi1::chunk_count_for(state.spec.bucket_count));
@@ -133,7 +136,7 @@ void on_snapshot(Self* self, const PoolSnapshotMsg& msg) {
   write_next(self);
 }
 
-void on_delta(Self* self, const PoolDeltaMsg& msg) {
+void on_delta(Self self, const PoolDeltaMsg& msg) {
   auto& state = self->state;
   if (state.chunk_count == 0) return fence(self, "a delta before the snapshot");
   if (msg.base_sequence != state.last_sequence || msg.sequence != msg.base_sequence + 1) {
@@ -151,7 +154,7 @@ void on_delta(Self* self, const PoolDeltaMsg& msg) {
 
 // Heartbeats never interleave with snapshot chunks; a data frame since the timer was set
 // pushes the next heartbeat back.
-void on_heartbeat_due(Self* self) {
+void on_heartbeat_due(Self self) {
   auto& state = self->state;
   state.heartbeat_armed = false;
   const auto now = self->clock().now();
@@ -173,38 +176,41 @@ std::uint64_t wall_clock_us() {
   return us < 0 ? 0 : static_cast<std::uint64_t>(us);
 }
 
-caf::behavior pool_stream(Self* self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing,
-                          metrics::RelayMetrics* metrics) {
-  self->state.writer.attach(std::move(sink));
-  self->state.metrics = metrics;
-  self->state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kPoolStream));
-  self->state.pacing = std::move(pacing);
-  self->state.publisher = publisher;
-  self->monitor(publisher);
+PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
+                                           OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,
+                                           metrics::RelayMetrics* metrics) {
+  auto& state = self->state;
+  state.writer.attach(std::move(sink));
+  state.metrics = metrics;
+  state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kPoolStream));
+  state.pacing = std::move(pacing);
+  state.publisher = std::move(publisher);
+  state.deltas = Outbox<v1::FilterUpdate>(limits);
+  state.spec = std::move(spec);
+  self->monitor(state.publisher);
   self->set_down_handler([self](const caf::down_msg&) {
     end_stream(self, self->state.writer,
                RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the pool generation is gone"));
   });
-  self->state.deltas = Outbox<v1::FilterUpdate>(limits);
-  self->state.spec = std::move(spec);
-  if (self->state.pacing.encoders) {
-    self->send(self->state.pacing.encoders, atoms::acquire_atom_v);
+  if (state.pacing.encoders) {
+    self->send(state.pacing.encoders, atoms::acquire_atom_v, caf::actor_cast<PermitHolderActor>(self));
   } else {
     join_publisher(self);
   }
-  caf::message_handler frames{
+  return {
       [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
       [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
-      [=](atoms::heartbeat_atom) { on_heartbeat_due(self); },
+      [=](atoms::end_stream_atom, const RpcStatus& status) { end_stream(self, self->state.writer, status); },
+      [=](atoms::write_done_atom, bool ok) { on_write_done(self, self->state.writer, ok, [self] { write_next(self); }); },
+      [=](atoms::cancelled_atom) { self->quit(); },
       [=](atoms::granted_atom) {
         self->state.permit_held = true;
         join_publisher(self);
       },
+      [=](atoms::heartbeat_atom) { on_heartbeat_due(self); },
       [=](atoms::progress_atom, std::uint32_t chunk) { on_progress_due(self, chunk); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
-  return frames.or_else(transport_handlers(self, self->state.writer, [self] { write_next(self); }));
 }
 
 }  // namespace kvrelay

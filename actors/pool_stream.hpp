@@ -7,14 +7,24 @@
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/outbox.hpp"
+#include "actors/pool_publisher.hpp"
+#include "actors/snapshot_encoders.hpp"
 #include "actors/stream_actors.hpp"
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
 
+// The actor behind one SubscribeKvPool stream: frames from its publisher, its encoder permit,
+// its transport, and its own timers.
+using PoolStreamActor = PoolFrameSinkActor::extend_with<StreamTransportActor>::extend<
+    caf::reacts_to<atoms::granted_atom>,                  // its encoder permit
+    caf::reacts_to<atoms::heartbeat_atom>,                // its heartbeat timer
+    caf::reacts_to<atoms::progress_atom, std::uint32_t>,  // a snapshot chunk's deadline
+    caf::reacts_to<atoms::sample_atom>>;                  // its mailbox sampling timer
+
 // How a pool stream takes part in snapshot admission.
 struct SnapshotPacing {
-  caf::actor encoders;                              // the shared encoder permits (none: unlimited)
+  SnapshotEncodersActor encoders;                   // the shared encoder permits (none: unlimited)
   std::chrono::milliseconds progress_timeout{60000};  // per snapshot frame
   std::chrono::milliseconds heartbeat{10000};         // 0 disables heartbeats
 };
@@ -28,7 +38,7 @@ struct PoolStreamState {
   std::uint32_t chunk_count = 0;
   std::uint64_t last_sequence = 0;  // of the last frame queued
   SnapshotPacing pacing;
-  caf::actor publisher;
+  PoolPublisherActor publisher;
   bool permit_held = false;
   std::int64_t chunk_in_flight = -1;  // index of the chunk being written, -1 when none
   caf::actor_clock::time_point last_frame_at{};     // the last data frame handed on
@@ -46,10 +56,10 @@ struct PoolStreamState {
 // delta from there. Each snapshot frame but the last must be written within the progress
 // timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes on). After the complete snapshot, a heartbeat frame (no payload, sequence unchanged)
 // follows every `pacing.heartbeat` without a data frame. `metrics` may be null.
-caf::behavior pool_stream(caf::stateful_actor<PoolStreamState>* self,
-                          StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
-                          OutboxLimits limits, caf::actor publisher, SnapshotPacing pacing,
-                          metrics::RelayMetrics* metrics);
+PoolStreamActor::behavior_type pool_stream(PoolStreamActor::stateful_pointer<PoolStreamState> self,
+                                           StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
+                                           OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,
+                                           metrics::RelayMetrics* metrics);
 
 // Wall-clock microseconds since the Unix epoch (0 before it), as FilterUpdate.send_ts_us.
 std::uint64_t wall_clock_us();

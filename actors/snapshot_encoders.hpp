@@ -13,17 +13,25 @@
 
 namespace kvrelay {
 
+// The permits, as pool streams see them. A stream asks with its own handle, is answered
+// (granted_atom) when its turn comes, and gives the permit back with release_atom; a stream
+// that ends while waiting or holding gives its place back all the same.
+using SnapshotEncodersActor =
+    caf::typed_actor<caf::reacts_to<atoms::acquire_atom, PermitHolderActor>,
+                     caf::reacts_to<atoms::release_atom, PermitHolderActor>,
+                     caf::reacts_to<atoms::sample_atom>>;  // its own mailbox sampling timer
+
 struct SnapshotEncodersState {
   std::size_t available = 0;
   std::set<caf::actor_addr> holders;
-  std::deque<caf::actor> waiting;
+  std::deque<PermitHolderActor> waiting;
   MailboxSampler mailbox;
   static inline const char* name = "snapshot-encoders";
 };
 
-// Messages: (acquire_atom) from a stream, answered later with (granted_atom);
-// (release_atom) from a holder. `mailbox_depth` (may be null) receives its sampled mailbox depth.
-caf::behavior snapshot_encoders(caf::stateful_actor<SnapshotEncodersState>* self, std::size_t permits,
-                                prometheus::Gauge* mailbox_depth);
+// `mailbox_depth` (may be null) receives its sampled mailbox depth.
+SnapshotEncodersActor::behavior_type snapshot_encoders(
+    SnapshotEncodersActor::stateful_pointer<SnapshotEncodersState> self, std::size_t permits,
+    prometheus::Gauge* mailbox_depth);
 
 }  // namespace kvrelay

@@ -38,24 +38,30 @@ class StreamWriter {
 
 // Ends the stream with `status` and stops the actor.
 template <class Self, class Message>
-void end_stream(Self* self, StreamWriter<Message>& writer, RpcStatus status) {
+void end_stream(Self self, StreamWriter<Message>& writer, RpcStatus status) {
   writer.finish(std::move(status));
   self->quit();
 }
 
-// The transport's side of every stream actor: write completions, cancellation, and an
-// owner ending the stream. `write_next` hands the sink the next queued frame, if any.
+// The transport's side of every stream actor: a write completed (ok) or failed (the client
+// is gone); `write_next` hands the sink the next queued frame, if any.
 template <class Self, class Message, class WriteNext>
-caf::message_handler transport_handlers(Self* self, StreamWriter<Message>& writer, WriteNext write_next) {
-  return {
-      [self, &writer, write_next](atoms::write_done_atom, bool ok) {
-        if (!ok) return end_stream(self, writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
-        writer.write_done();
-        write_next();
-      },
-      [self](atoms::cancelled_atom) { self->quit(); },
-      [self, &writer](atoms::end_stream_atom, RpcStatus status) { end_stream(self, writer, std::move(status)); },
-  };
+void on_write_done(Self self, StreamWriter<Message>& writer, bool ok, WriteNext write_next) {
+  if (!ok) return end_stream(self, writer, RpcStatus{StatusCode::kCancelled, "write failed", {}});
+  writer.write_done();
+  write_next();
+}
+
+// A watch stream subscribes itself to its source and ends if the source goes away first: a
+// stream never waits for updates that cannot come.
+template <class Self, class Message>
+void follow_source(Self self, StreamWriter<Message>& writer, const UpdateSourceActor<Message>& source) {
+  self->monitor(source);
+  self->set_down_handler([self, &writer](const caf::down_msg&) {
+    end_stream(self, writer,
+               RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the stream's source is gone"));
+  });
+  self->send(source, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<Message>>(self));
 }
 
 inline RpcStatus lagged_status() {
@@ -64,6 +70,11 @@ inline RpcStatus lagged_status() {
 }
 
 // ---- latest-value streams (catalog, readiness) ----
+
+template <class Message>
+using LatestValueStreamActor = UpdateStreamActor<Message>::template extend_with<StreamTransportActor>::template extend<
+    caf::reacts_to<atoms::heartbeat_atom>,  // its heartbeat timer
+    caf::reacts_to<atoms::sample_atom>>;    // its mailbox sampling timer
 
 template <class Message>
 struct LatestValueStreamState {
@@ -75,38 +86,50 @@ struct LatestValueStreamState {
   static inline const char* name = "latest-value-stream";
 };
 
-// With a non-zero `heartbeat`, the latest update is re-sent (same revision) on a fixed
-// schedule from the stream's start, not reset by change-driven sends. `mailbox_depth` (may
-// be null) receives the sampled mailbox depth.
 template <class Message>
-caf::behavior latest_value_stream(caf::stateful_actor<LatestValueStreamState<Message>>* self,
-                                  StreamSinkPtr<Message> sink, std::chrono::milliseconds heartbeat,
-                                  prometheus::Gauge* mailbox_depth) {
+void write_unsent(typename LatestValueStreamActor<Message>::template stateful_pointer<LatestValueStreamState<Message>> self) {
+  auto& state = self->state;
+  if (state.unsent && state.writer.ready()) state.writer.write(std::move(state.unsent));
+}
+
+// With a non-zero `heartbeat`, the latest update is re-sent (same revision) on a fixed
+// schedule from the stream's start, not reset by change-driven sends. `mailbox_depth` (may be
+// null) receives the sampled mailbox depth.
+template <class Message>
+typename LatestValueStreamActor<Message>::behavior_type latest_value_stream(
+    typename LatestValueStreamActor<Message>::template stateful_pointer<LatestValueStreamState<Message>> self,
+    StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, std::chrono::milliseconds heartbeat,
+    prometheus::Gauge* mailbox_depth) {
   self->state.writer.attach(std::move(sink));
   self->state.mailbox.start(self, mailbox_depth);
   if (heartbeat.count() > 0) self->state.heartbeat.start(self, heartbeat, atoms::heartbeat_atom_v);
-  auto write_unsent = [self] {
-    auto& state = self->state;
-    if (state.unsent && state.writer.ready()) state.writer.write(std::move(state.unsent));
-  };
-  caf::message_handler updates{
+  follow_source(self, self->state.writer, source);
+  return {
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
         self->state.latest = update;
         self->state.unsent = std::move(update);
-        write_unsent();
+        write_unsent<Message>(self);
       },
+      [=](atoms::end_stream_atom, const RpcStatus& status) { end_stream(self, self->state.writer, status); },
+      [=](atoms::write_done_atom, bool ok) {
+        on_write_done(self, self->state.writer, ok, [self] { write_unsent<Message>(self); });
+      },
+      [=](atoms::cancelled_atom) { self->quit(); },
       [=](atoms::heartbeat_atom) {
         auto& state = self->state;
         if (!state.unsent) state.unsent = state.latest;
-        write_unsent();
+        write_unsent<Message>(self);
         state.heartbeat.rearm(self, atoms::heartbeat_atom_v);
       },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
-  return updates.or_else(transport_handlers(self, self->state.writer, write_unsent));
 }
 
 // ---- bounded streams (load windows) ----
+
+template <class Message>
+using BoundedStreamActor = UpdateStreamActor<Message>::template extend_with<StreamTransportActor>::template extend<
+    caf::reacts_to<atoms::sample_atom>>;  // its mailbox sampling timer
 
 template <class Message>
 struct BoundedStreamState {
@@ -117,28 +140,37 @@ struct BoundedStreamState {
 };
 
 template <class Message>
-caf::behavior bounded_stream(caf::stateful_actor<BoundedStreamState<Message>>* self,
-                             StreamSinkPtr<Message> sink, OutboxLimits limits, prometheus::Gauge* mailbox_depth) {
+void write_queued(typename BoundedStreamActor<Message>::template stateful_pointer<BoundedStreamState<Message>> self) {
+  auto& state = self->state;
+  if (state.outbox.empty() || !state.writer.ready()) return;
+  auto next = state.outbox.pop();
+  state.writer.write(std::move(next), !state.outbox.empty());
+}
+
+template <class Message>
+typename BoundedStreamActor<Message>::behavior_type bounded_stream(
+    typename BoundedStreamActor<Message>::template stateful_pointer<BoundedStreamState<Message>> self,
+    StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, OutboxLimits limits,
+    prometheus::Gauge* mailbox_depth) {
   self->state.writer.attach(std::move(sink));
   self->state.mailbox.start(self, mailbox_depth);
   self->state.outbox = Outbox<Message>(limits);
-  auto write_next = [self] {
-    auto& state = self->state;
-    if (state.outbox.empty() || !state.writer.ready()) return;
-    auto next = state.outbox.pop();
-    state.writer.write(std::move(next), !state.outbox.empty());
-  };
-  caf::message_handler updates{
+  follow_source(self, self->state.writer, source);
+  return {
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
         const std::size_t bytes = update->ByteSizeLong();
         if (!self->state.outbox.push(std::move(update), bytes)) {
           return end_stream(self, self->state.writer, lagged_status());
         }
-        write_next();
+        write_queued<Message>(self);
       },
+      [=](atoms::end_stream_atom, const RpcStatus& status) { end_stream(self, self->state.writer, status); },
+      [=](atoms::write_done_atom, bool ok) {
+        on_write_done(self, self->state.writer, ok, [self] { write_queued<Message>(self); });
+      },
+      [=](atoms::cancelled_atom) { self->quit(); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
-  return updates.or_else(transport_handlers(self, self->state.writer, write_next));
 }
 
 }  // namespace kvrelay

@@ -10,28 +10,31 @@
 
 namespace kvrelay {
 
+template <class Message>
 class Subscribers {
  public:
+  using Stream = UpdateStreamActor<Message>;
+
   template <class Self>
-  void add(Self* self, const caf::actor& stream) {
+  void add(Self self, const Stream& stream) {
     self->monitor(stream);
     streams_.push_back(stream);
   }
 
   // Call from the owner's down handler.
   void remove(const caf::actor_addr& source) {
-    std::erase_if(streams_, [&](const caf::actor& s) { return s.address() == source; });
-  }
-
-  template <class Self, class Update>
-  void broadcast(Self* self, const std::shared_ptr<const Update>& update) const {
-    for (const caf::actor& stream : streams_) self->send(stream, atoms::update_atom_v, update);
+    std::erase_if(streams_, [&](const Stream& s) { return s.address() == source; });
   }
 
   template <class Self>
-  void end_all(Self* self, const RpcStatus& status) {
-    for (const caf::actor& stream : streams_) {
-      self->demonitor(stream);
+  void broadcast(Self self, const std::shared_ptr<const Message>& update) const {
+    for (const Stream& stream : streams_) self->send(stream, atoms::update_atom_v, update);
+  }
+
+  template <class Self>
+  void end_all(Self self, const RpcStatus& status) {
+    for (const Stream& stream : streams_) {
+      self->demonitor(stream.address());
       self->send(stream, atoms::end_stream_atom_v, status);
     }
     streams_.clear();
@@ -40,7 +43,7 @@ class Subscribers {
   std::size_t size() const { return streams_.size(); }
 
  private:
-  std::vector<caf::actor> streams_;
+  std::vector<Stream> streams_;
 };
 
 }  // namespace kvrelay

@@ -6,7 +6,7 @@ namespace kvrelay {
 
 namespace {
 
-using Self = caf::stateful_actor<TopologyProjectorState>;
+using Self = TopologyProjectorActor::stateful_pointer<TopologyProjectorState>;
 
 std::string serialized(const std::vector<v1::TopologyEntry>& entries) {
   std::string bytes;
@@ -26,7 +26,7 @@ ReadinessUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t rev
 }
 
 // kv_relay_readiness_entries{state}: the entries of the revision being published.
-void count_entries(Self* self, const std::vector<v1::TopologyEntry>& entries) {
+void count_entries(Self self, const std::vector<v1::TopologyEntry>& entries) {
   if (self->state.metrics == nullptr) return;
   std::size_t ready = 0, unavailable = 0, unknown = 0;
   for (const v1::TopologyEntry& entry : entries) {
@@ -41,7 +41,7 @@ void count_entries(Self* self, const std::vector<v1::TopologyEntry>& entries) {
   self->state.metrics->set_readiness_entries(ready, unavailable, unknown);
 }
 
-void reproject(Self* self, const std::vector<readiness::EndpointFacts>& facts) {
+void reproject(Self self, const std::vector<readiness::EndpointFacts>& facts) {
   auto& state = self->state;
   std::vector<v1::TopologyEntry> entries = readiness::project(facts);
   std::string bytes = serialized(entries);
@@ -55,7 +55,8 @@ void reproject(Self* self, const std::vector<readiness::EndpointFacts>& facts) {
 
 }  // namespace
 
-caf::behavior topology_projector(Self* self, v1::RelayIdentity relay, metrics::RelayMetrics* metrics) {
+TopologyProjectorActor::behavior_type topology_projector(Self self, v1::RelayIdentity relay,
+                                                         metrics::RelayMetrics* metrics) {
   auto& state = self->state;
   state.relay = std::move(relay);
   state.metrics = metrics;
@@ -64,7 +65,7 @@ caf::behavior topology_projector(Self* self, v1::RelayIdentity relay, metrics::R
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
       [=](atoms::facts_atom, const std::vector<readiness::EndpointFacts>& facts) { reproject(self, facts); },
-      [=](atoms::subscribe_atom, const caf::actor& stream) {
+      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::ServingReadinessUpdate>& stream) {
         self->state.streams.add(self, stream);
         self->send(stream, atoms::update_atom_v, self->state.current);
       },

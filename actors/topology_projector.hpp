@@ -10,19 +10,26 @@
 
 namespace kvrelay {
 
+// The readiness projection, as membership and readiness streams see it.
+using TopologyProjectorActor = caf::typed_actor<
+    caf::reacts_to<atoms::facts_atom, std::vector<readiness::EndpointFacts>>,  // every endpoint's facts
+    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::ServingReadinessUpdate>>,
+    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
+    caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
+
 struct TopologyProjectorState {
   v1::RelayIdentity relay;
   std::string published_entries;  // serialized entries of the current revision
   ReadinessUpdatePtr current;
-  Subscribers streams;
+  Subscribers<v1::ServingReadinessUpdate> streams;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;
   static inline const char* name = "topology-projector";
 };
 
-// Messages: (facts_atom, std::vector<readiness::EndpointFacts>); (subscribe_atom, stream);
-// (shutdown_atom, RpcStatus). `metrics` may be null (nothing is recorded).
-caf::behavior topology_projector(caf::stateful_actor<TopologyProjectorState>* self,
-                                 v1::RelayIdentity relay, metrics::RelayMetrics* metrics);
+// `metrics` may be null (nothing is recorded).
+TopologyProjectorActor::behavior_type topology_projector(
+    TopologyProjectorActor::stateful_pointer<TopologyProjectorState> self, v1::RelayIdentity relay,
+    metrics::RelayMetrics* metrics);
 
 }  // namespace kvrelay

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "app/options.hpp"
 #include "app/relay_runtime.hpp"
@@ -14,6 +15,7 @@
 namespace {
 
 constexpr int kBadConfiguration = 2;
+constexpr int kCoreFailure = 3;  // a core actor failed: the orchestrator should restart the relay
 
 int fail(const std::string& message) {
   std::fprintf(stderr, "kv-relay: %s\n", message.c_str());
@@ -77,10 +79,23 @@ int main(int argc, char** argv) {
     demo->start();
   }
 
-  int received = 0;
-  sigwait(&stop_signals, &received);
-  spdlog::info("{} received: draining", received == SIGTERM ? "SIGTERM" : "SIGINT");
+  // A signal asks the relay to stop; so does a core actor's failure (the supervisor).
+  std::thread([&stop_signals, runtime = relay->get()] {
+    int received = 0;
+    sigwait(&stop_signals, &received);
+    runtime->request_stop(received == SIGTERM ? "SIGTERM received" : "SIGINT received");
+  }).detach();
+  if (options->crash_membership_for_test) (*relay)->crash_membership_for_test();
+
+  std::optional<kvrelay::RelayRuntime::StopReason> stop;
+  while (!(stop = (*relay)->wait_for_stop(std::chrono::hours(1)))) {
+  }
+  if (stop->failed) {
+    spdlog::critical("stopping after a failure: {}", stop->why);
+  } else {
+    spdlog::info("{}: draining", stop->why);
+  }
   if (demo) demo->stop();
   (*relay)->shutdown();
-  return 0;
+  return stop->failed ? kCoreFailure : 0;
 }

@@ -144,6 +144,8 @@ const std::vector<Flag>& flags() {
        [](AppOptions& o, const std::string& v) {
          return parse_uint<std::uint32_t>(v, 1, 10'000'000, o.demo_events_per_second);
        }},
+      {"crash-membership-for-test", "", "test hook: make the membership actor fail once the relay is ready", "off",
+       [](AppOptions& o, const std::string& v) { return parse_bool(v, o.crash_membership_for_test); }},
   };
   return table;
 }

@@ -22,6 +22,7 @@ struct AppOptions {
   std::string log_level = "info";
   bool demo = false;
   std::uint32_t demo_events_per_second = 2000;
+  bool crash_membership_for_test = false;  // shows that a core actor's failure stops the process
   bool help = false;
 };
 

@@ -7,12 +7,15 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <random>
 
 #include "actors/catalog.hpp"
 #include "actors/load_window.hpp"
 #include "actors/membership.hpp"
 #include "actors/snapshot_encoders.hpp"
+#include "actors/supervisor.hpp"
 #include "actors/topology_projector.hpp"
 #include "core/ckf.hpp"
 #include "core/identity.hpp"
@@ -48,9 +51,13 @@ std::string host_of(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-// Feeds the topology file through the same path as PutWorker / SetAvailability calls.
-void load_topology(const ingest_v1::TopologyFile& file, const caf::actor& membership) {
-  auto ignore = [](const RpcStatus&) {};
+// Feeds the topology file through the same requests as PutWorker / SetAvailability calls,
+// before the listeners open: a relay that starts serves its topology from its first call.
+std::expected<void, std::string> load_topology(caf::actor_system& system, const ingest_v1::TopologyFile& file,
+                                               const MembershipActor& membership) {
+  caf::scoped_actor self{system};
+  std::optional<std::string> failure;
+  auto fail = [&](const caf::error& error) { failure = "topology: " + caf::to_string(error); };
   for (const auto& spec : file.endpoints()) {
     for (const auto& worker : spec.workers()) {
       ingest_v1::PutWorkerRequest request;
@@ -59,18 +66,19 @@ void load_topology(const ingest_v1::TopologyFile& file, const caf::actor& member
       *request.mutable_card() = worker.card();
       *request.mutable_adapters() = worker.adapters();
       *request.mutable_kv_sources() = worker.kv_sources();
-      caf::anon_send(membership, atoms::put_worker_atom_v,
-                     internal_call<ingest_v1::PutWorkerRequest, ingest_v1::PutWorkerResponse>(std::move(request), ignore));
+      self->request(membership, caf::infinite, atoms::put_worker_atom_v, std::move(request))
+          .receive([](const ingest_v1::PutWorkerResponse&) {}, fail);
     }
     if (spec.has_live_workers()) {
       ingest_v1::SetAvailabilityRequest request;
       *request.mutable_endpoint() = spec.endpoint();
       *request.mutable_live_worker_ids() = spec.live_workers().worker_ids();
-      caf::anon_send(membership, atoms::availability_atom_v,
-                     internal_call<ingest_v1::SetAvailabilityRequest, ingest_v1::SetAvailabilityResponse>(
-                         std::move(request), ignore));
+      self->request(membership, caf::infinite, atoms::availability_atom_v, std::move(request))
+          .receive([](const ingest_v1::SetAvailabilityResponse&) {}, fail);
     }
+    if (failure) return std::unexpected(*failure);
   }
+  return {};
 }
 
 // The standard grpc.health.v1.Health service reports `service_name` (and "") SERVING.
@@ -102,6 +110,15 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
 
 }  // namespace
 
+namespace {
+
+// A core actor ended while the relay serves: say so once, loudly, stop advertising health,
+// and ask the owner of the runtime to stop the process (a relay serving a frozen state is
+// worse than a restart).
+void core_actor_failed(RelayRuntime::Impl& impl, const std::string& failure);
+
+}  // namespace
+
 struct RelayRuntime::Impl {
   // First, so that they outlive every actor and gRPC service that records into them.
   std::unique_ptr<metrics::RelayMetrics> metrics = std::make_unique<metrics::RelayMetrics>();
@@ -109,7 +126,16 @@ struct RelayRuntime::Impl {
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
   std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
-  caf::actor catalog, topology, load, membership, encoders;
+  CatalogActor catalog;
+  TopologyProjectorActor topology;
+  LoadWindowActor load;
+  MembershipActor membership;
+  SnapshotEncodersActor encoders;
+  SupervisorActor supervisor;
+  // Why the relay should stop: a signal (main) or a failed core actor (the supervisor).
+  std::mutex stop_mutex;
+  std::condition_variable stop_requested;
+  std::optional<RelayRuntime::StopReason> stop_reason;
   std::shared_ptr<StreamLimit> hub_slots;
   std::unique_ptr<gateway::RelayService> relay_service;
   std::unique_ptr<gateway::IngestService> ingest_service;
@@ -120,6 +146,22 @@ struct RelayRuntime::Impl {
   std::chrono::milliseconds drain{5000};
   bool stopped = false;
 };
+
+namespace {
+
+void core_actor_failed(RelayRuntime::Impl& impl, const std::string& failure) {
+  spdlog::critical("core actor failed: {}; the relay stops", failure);
+  for (grpc::Server* server : {impl.wan_server.get(), impl.ingest_server.get()}) {
+    if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
+  }
+  {
+    std::lock_guard lock(impl.stop_mutex);
+    impl.stop_reason = RelayRuntime::StopReason{failure, true};
+  }
+  impl.stop_requested.notify_all();
+}
+
+}  // namespace
 
 std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(const RelayOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -172,7 +214,19 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                      recorder};
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load});
-  if (options.topology) load_topology(*options.topology, impl->membership);
+  impl->supervisor = system.spawn(
+      supervisor,
+      std::vector<SupervisedActor>{{"membership", caf::actor_cast<caf::actor>(impl->membership)},
+                                   {"catalog", caf::actor_cast<caf::actor>(impl->catalog)},
+                                   {"topology projector", caf::actor_cast<caf::actor>(impl->topology)},
+                                   {"load window", caf::actor_cast<caf::actor>(impl->load)},
+                                   {"snapshot encoders", caf::actor_cast<caf::actor>(impl->encoders)}},
+      [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
+  if (options.topology) {
+    if (auto loaded = load_topology(system, *options.topology, impl->membership); !loaded) {
+      return std::unexpected(loaded.error());
+    }
+  }
 
   gateway::RelayServiceConfig relay_config;
   relay_config.relay = impl->relay;
@@ -190,8 +244,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->relay_service = std::make_unique<gateway::RelayService>(
       system, relay_config,
       gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load});
-  impl->ingest_service =
-      std::make_unique<gateway::IngestService>(gateway::IngestPeers{impl->membership, impl->load}, recorder);
+  impl->ingest_service = std::make_unique<gateway::IngestService>(
+      gateway::IngestPeers{&system, impl->membership, impl->load}, recorder);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -229,6 +283,22 @@ void RelayRuntime::inject_index_fault(std::uint64_t canonical_hash) {
   caf::anon_send(impl_->membership, atoms::evict_atom_v, canonical_hash);
 }
 
+void RelayRuntime::crash_membership_for_test() { caf::anon_send(impl_->membership, atoms::crash_atom_v); }
+
+void RelayRuntime::request_stop(std::string why) {
+  {
+    std::lock_guard lock(impl_->stop_mutex);
+    if (!impl_->stop_reason) impl_->stop_reason = StopReason{std::move(why), false};
+  }
+  impl_->stop_requested.notify_all();
+}
+
+std::optional<RelayRuntime::StopReason> RelayRuntime::wait_for_stop(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(impl_->stop_mutex);
+  impl_->stop_requested.wait_for(lock, timeout, [&] { return impl_->stop_reason.has_value(); });
+  return impl_->stop_reason;
+}
+
 namespace {
 
 const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kind) {
@@ -258,16 +328,20 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   impl_->relay_service->begin_drain();
   impl_->ingest_service->begin_drain();
   const auto closing = RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "relay shutting down");
-  for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership}) {
-    caf::anon_send(actor, atoms::shutdown_atom_v, closing);
-  }
+  caf::anon_send(impl_->supervisor, atoms::shutdown_atom_v, closing);  // from now on, exits are expected
+  caf::anon_send(impl_->catalog, atoms::shutdown_atom_v, closing);
+  caf::anon_send(impl_->topology, atoms::shutdown_atom_v, closing);
+  caf::anon_send(impl_->load, atoms::shutdown_atom_v, closing);
+  caf::anon_send(impl_->membership, atoms::shutdown_atom_v, closing);
   // Calls still open at the deadline (clients that stopped reading) are cancelled.
   const auto deadline = std::chrono::system_clock::now() + drain.value_or(impl_->drain);
   impl_->wan_server->Shutdown(deadline);
   impl_->ingest_server->Shutdown(deadline);
   impl_->wan_server->Wait();
   impl_->ingest_server->Wait();
-  for (const caf::actor& actor : {impl_->catalog, impl_->topology, impl_->load, impl_->membership, impl_->encoders}) {
+  for (const caf::actor& actor : {caf::actor_cast<caf::actor>(impl_->catalog), caf::actor_cast<caf::actor>(impl_->topology),
+                                  caf::actor_cast<caf::actor>(impl_->load), caf::actor_cast<caf::actor>(impl_->membership),
+                                  caf::actor_cast<caf::actor>(impl_->encoders)}) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
   impl_->system.reset();  // waits for every actor to finish

@@ -70,6 +70,21 @@ class RelayRuntime {
   // the generation must be fenced and rebuilt, and its sources reset.
   void inject_index_fault(std::uint64_t canonical_hash);
 
+  // Why the relay should stop, once something asked it to: a signal (request_stop), or a core
+  // actor that failed (failed = true; health already reports NOT_SERVING). The owner then
+  // calls shutdown() and, on a failure, exits non-zero.
+  struct StopReason {
+    std::string why;
+    bool failed = false;
+  };
+  void request_stop(std::string why);
+  // Waits up to `timeout` for a stop request; nullopt if none came.
+  std::optional<StopReason> wait_for_stop(std::chrono::milliseconds timeout) const;
+
+  // Test hook: membership throws, as a broken invariant would. The relay must notice, fail
+  // open ingest calls with UNAVAILABLE, and ask to stop with a failure.
+  void crash_membership_for_test();
+
   // Call from the thread that started the relay (CAF's actor system expects to be torn
   // down there). Graceful drain: health flips to NOT_SERVING, new calls are refused with UNAVAILABLE,
   // every open stream ends with UNAVAILABLE / PUBLICATION_UNAVAILABLE, and calls still

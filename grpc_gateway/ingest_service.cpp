@@ -21,11 +21,19 @@ class RefusedRead final : public grpc::ServerReadReactor<Request> {
   void OnDone() override { delete this; }
 };
 
-// Checks the request, then hands it to `actor` as a UnaryCall that finishes the RPC.
-template <class Atom, class Request, class Response>
-grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, const caf::actor& actor, Atom atom,
-                                         const Request& request, Response* response,
-                                         const ingest_check::Problem& problem, bool draining) {
+// How long a unary call waits for membership's answer before it fails with UNAVAILABLE.
+constexpr auto kMembershipDeadline = std::chrono::seconds(10);
+
+RpcStatus unanswerable(const caf::error& error) {
+  return RpcStatus{StatusCode::kUnavailable, "the relay could not answer: " + caf::to_string(error), {}};
+}
+
+// Checks the request, then asks membership from a short-lived actor: membership's answer, or
+// the error when it cannot answer (gone, or past the deadline), finishes the RPC.
+template <class Response, class... Message>
+grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, const IngestPeers& peers,
+                                         Response* response, const ingest_check::Problem& problem, bool draining,
+                                         Message... message) {
   auto* reactor = context->DefaultReactor();
   if (draining) {
     reactor->Finish(draining_status());
@@ -35,11 +43,15 @@ grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, c
     reactor->Finish(to_grpc(context, RpcStatus::invalid_argument(*problem)));
     return reactor;
   }
-  auto call = std::make_shared<UnaryCall<Request, Response>>();
-  call->request = request;
-  call->response = response;
-  call->complete = [context, reactor](const RpcStatus& status) { reactor->Finish(to_grpc(context, status)); };
-  caf::anon_send(actor, atom, std::move(call));
+  peers.system->spawn([=, membership = peers.membership](caf::event_based_actor* self) {
+    self->request(membership, kMembershipDeadline, message...)
+        .then(
+            [=](Response& answer) {
+              *response = std::move(answer);
+              reactor->Finish(grpc::Status::OK);
+            },
+            [=](const caf::error& error) { reactor->Finish(to_grpc(context, unanswerable(error))); });
+  });
   return reactor;
 }
 
@@ -69,25 +81,11 @@ RateLimitedLog& rejected_input_log() {
   return log;
 }
 
-class EventBatchReader;
-
-// Bridges the membership/publisher acknowledgement back to the stream's gate.
-class BatchGate final : public BatchSink {
- public:
-  explicit BatchGate(std::shared_ptr<WindowedReader<ingest_v1::KvEventBatch, BatchOutcome>::Gate> gate)
-      : gate_(std::move(gate)) {}
-  void batch_done(const BatchOutcome& outcome) override { gate_->acknowledge(outcome); }
-
- private:
-  std::shared_ptr<WindowedReader<ingest_v1::KvEventBatch, BatchOutcome>::Gate> gate_;
-};
-
 class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchOutcome> {
  public:
-  EventBatchReader(caf::actor membership, ingest_v1::PublishKvEventsResponse* response,
+  EventBatchReader(MembershipActor membership, ingest_v1::PublishKvEventsResponse* response,
                    metrics::RelayMetrics* metrics, std::size_t window)
-      : WindowedReader(window), membership_(std::move(membership)), response_(response), metrics_(metrics),
-        sink_(std::make_shared<BatchGate>(gate())) {}
+      : WindowedReader(window), membership_(std::move(membership)), response_(response), metrics_(metrics) {}
 
  protected:
   void forward(ingest_v1::KvEventBatch batch) override {
@@ -98,10 +96,13 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
       return gate()->acknowledge(BatchOutcome{false, false, 0});
     }
     auto shared = std::make_shared<const ingest_v1::KvEventBatch>(std::move(batch));
-    caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), BatchSinkPtr(sink_),
-                   receipt_ns);
+    // A batch nobody could answer (an actor on its way failed) comes back `lost`.
+    auto reply = std::make_shared<Reply<BatchOutcome>>(
+        [gate = gate()](const BatchOutcome& outcome) { gate->acknowledge(outcome); }, BatchOutcome{.lost = true});
+    caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), std::move(reply), receipt_ns);
   }
   void tally(const BatchOutcome& outcome) override {
+    if (outcome.lost) lost_ = true;
     if (outcome.applied) {
       response_->set_batches_applied(response_->batches_applied() + 1);
     } else {
@@ -109,22 +110,21 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
     }
     if (outcome.source_reset) response_->set_source_resets(response_->source_resets() + 1);
   }
+  grpc::Status final_status() override {
+    if (!lost_) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
+  }
 
  private:
-  caf::actor membership_;
+  MembershipActor membership_;
   ingest_v1::PublishKvEventsResponse* response_;
   metrics::RelayMetrics* metrics_;
-  std::shared_ptr<BatchGate> sink_;
-};
-
-struct LoadOutcome {
-  std::uint64_t applied = 0;
-  std::uint64_t rejected = 0;
+  bool lost_ = false;  // guarded like the response: tally and final_status run under the reader's lock
 };
 
 class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadOutcome> {
  public:
-  LoadReportReader(caf::actor load, ingest_v1::ReportLoadResponse* response, metrics::RelayMetrics* metrics,
+  LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, metrics::RelayMetrics* metrics,
                    std::size_t window)
       : WindowedReader(window), load_(std::move(load)), response_(response), metrics_(metrics) {}
 
@@ -137,9 +137,8 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
     }
     LoadReportBatch batch;
     batch.reports.push_back(std::move(report));
-    batch.done = [gate = gate()](std::uint64_t applied, std::uint64_t rejected) {
-      gate->acknowledge(LoadOutcome{applied, rejected});
-    };
+    batch.reply = std::make_shared<Reply<LoadOutcome>>(
+        [gate = gate()](const LoadOutcome& outcome) { gate->acknowledge(outcome); }, LoadOutcome{0, 1});
     caf::anon_send(load_, atoms::report_atom_v, std::move(batch));
   }
   void tally(const LoadOutcome& outcome) override {
@@ -148,7 +147,7 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
   }
 
  private:
-  caf::actor load_;
+  LoadWindowActor load_;
   ingest_v1::ReportLoadResponse* response_;
   metrics::RelayMetrics* metrics_;
 };
@@ -158,28 +157,28 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
 grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context,
                                                    const ingest_v1::PutWorkerRequest* request,
                                                    ingest_v1::PutWorkerResponse* response) {
-  return dispatch_unary(context, peers_.membership, atoms::put_worker_atom_v, *request, response,
-                        ingest_check::put_worker(*request), draining_);
+  return dispatch_unary(context, peers_, response, ingest_check::put_worker(*request), draining_,
+                        atoms::put_worker_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
                                                       const ingest_v1::RemoveWorkerRequest* request,
                                                       ingest_v1::RemoveWorkerResponse* response) {
-  return dispatch_unary(context, peers_.membership, atoms::remove_worker_atom_v, *request, response,
-                        ingest_check::remove_worker(*request), draining_);
+  return dispatch_unary(context, peers_, response, ingest_check::remove_worker(*request), draining_,
+                        atoms::remove_worker_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
                                                          const ingest_v1::SetAvailabilityRequest* request,
                                                          ingest_v1::SetAvailabilityResponse* response) {
-  return dispatch_unary(context, peers_.membership, atoms::availability_atom_v, *request, response,
-                        ingest_check::set_availability(*request), draining_);
+  return dispatch_unary(context, peers_, response, ingest_check::set_availability(*request), draining_,
+                        atoms::availability_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
-                                                  const ingest_v1::GetStateRequest* request,
+                                                  const ingest_v1::GetStateRequest*,
                                                   ingest_v1::RelayState* response) {
-  return dispatch_unary(context, peers_.membership, atoms::state_atom_v, *request, response, std::nullopt, draining_);
+  return dispatch_unary(context, peers_, response, std::nullopt, draining_, atoms::get_state_atom_v);
 }
 
 grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(

@@ -2,11 +2,15 @@
 // kvrelay.ingest.v1.RelayIngest: the DC-local ingest plane. Requests are checked whole
 // (core/ingest_validation) before anything applies; malformed unary calls answer
 // INVALID_ARGUMENT naming the field; a bad batch on a stream is counted and the stream
-// goes on.
+// goes on. Every call gets an answer: a unary call whose answer cannot come (membership gone,
+// or silent past its deadline) fails with UNAVAILABLE, and so does a stream whose batches
+// cannot be answered.
 #include <caf/all.hpp>
 
 #include <atomic>
 
+#include "actors/load_window.hpp"
+#include "actors/membership.hpp"
 #include "actors/messages.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 #include "metrics/relay_metrics.hpp"
@@ -14,8 +18,9 @@
 namespace kvrelay::gateway {
 
 struct IngestPeers {
-  caf::actor membership;
-  caf::actor load;
+  caf::actor_system* system = nullptr;  // runs the short-lived actor that asks membership per unary call
+  MembershipActor membership;
+  LoadWindowActor load;
 };
 
 class IngestService final : public ingest_v1::RelayIngest::CallbackService {

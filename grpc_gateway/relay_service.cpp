@@ -26,16 +26,16 @@ std::string ending_of(const RpcStatus& status) {
   return status.ok() ? "clean end" : status.message;
 }
 
-// A stream fed by a long-lived source actor (catalog, readiness, load).
+// A stream fed by a long-lived source actor (catalog, readiness, load): the stream actor
+// subscribes itself, and ends if its source goes away.
 template <class Message, class Behavior, class... Args>
 grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, StreamRelease release,
                                               metrics::RelayMetrics* metrics, grpc::CallbackServerContext* context,
-                                              const caf::actor& source, Behavior behavior, Args&&... args) {
+                                              UpdateSourceActor<Message> source, Behavior behavior, Args&&... args) {
   auto* reactor = new StreamReactor<Message>(context, std::move(release), metrics);
   StreamSinkPtr<Message> sink = reactor->link();
-  caf::actor stream = system.spawn(behavior, std::move(sink), std::forward<Args>(args)...);
-  reactor->link()->bind(stream);
-  caf::anon_send(source, atoms::subscribe_atom_v, stream);
+  auto stream = system.spawn(behavior, std::move(sink), std::move(source), std::forward<Args>(args)...);
+  reactor->link()->bind(caf::actor_cast<caf::actor>(stream));
   return reactor;
 }
 
@@ -195,9 +195,9 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
                       current.ckf_format().bucket_count()};
   StreamSinkPtr<Message> sink = reactor->link();
   SnapshotPacing pacing{peers_.snapshot_encoders, config_.snapshot_progress_timeout, config_.pool_heartbeat};
-  caf::actor stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
-                                    pool->second.publisher, std::move(pacing), config_.metrics);
-  reactor->link()->bind(stream);  // the stream attaches itself once it holds an encoder permit
+  auto stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
+                              pool->second.publisher, std::move(pacing), config_.metrics);
+  reactor->link()->bind(caf::actor_cast<caf::actor>(stream));  // the stream attaches itself once it holds an encoder permit
   return reactor;
 }
 

@@ -8,8 +8,11 @@
 #include <chrono>
 
 #include "actors/catalog.hpp"
+#include "actors/load_window.hpp"
 #include "actors/messages.hpp"
 #include "actors/permits.hpp"
+#include "actors/snapshot_encoders.hpp"
+#include "actors/topology_projector.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "grpc_gateway/stream_reactor.hpp"
 #include "metrics/relay_metrics.hpp"
@@ -33,10 +36,10 @@ struct RelayServiceConfig {
 
 struct RelayServicePeers {
   std::shared_ptr<CatalogRegistry> catalog_view;
-  caf::actor snapshot_encoders;
-  caf::actor catalog;
-  caf::actor topology;
-  caf::actor load;
+  SnapshotEncodersActor snapshot_encoders;
+  CatalogActor catalog;
+  TopologyProjectorActor topology;
+  LoadWindowActor load;
 };
 
 class RelayService final : public v1::KvEventRelay::CallbackService {

@@ -69,7 +69,9 @@ class RecordingSink final : public StreamSink<Message> {
 };
 
 // Completes the stream actor's outstanding write, as the transport's OnWriteDone would.
-inline void complete_write(const caf::actor& stream) { caf::anon_send(stream, atoms::write_done_atom_v, true); }
+inline void complete_write(const StreamTransportActor& stream) {
+  caf::anon_send(stream, atoms::write_done_atom_v, true);
+}
 
 // An actor that records the messages it receives, in order, for the test to inspect.
 struct Inbox {

@@ -38,7 +38,7 @@ TEST_CASE("load window actor: one window per period, a late tick does not burst"
   auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
   auto inbox = std::make_shared<Inbox>();
   auto stream = spawn_recorder(fixture, inbox);
-  caf::anon_send(window, atoms::subscribe_atom_v, stream);
+  caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<v1::KvPoolLoadUpdate>>(stream));
   fixture.run();
   REQUIRE(windows_in(*inbox).size() == 1);  // the current window at once
   CHECK(windows_in(*inbox)[0]->window_sequence() == 0);
@@ -59,8 +59,8 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
   auto inbox = std::make_shared<Inbox>();
   auto stream = spawn_recorder(fixture, inbox);
-  caf::anon_send(window, atoms::pools_atom_v, std::vector<LoadPool>{one_pool()});
-  caf::anon_send(window, atoms::subscribe_atom_v, stream);
+  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{one_pool()});
+  caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<v1::KvPoolLoadUpdate>>(stream));
   fixture.run();
 
   ingest_v1::LoadReport report;
@@ -69,13 +69,14 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   report.mutable_endpoint()->set_endpoint("generate");
   report.set_worker_id(1);
   report.set_kv_used_blocks(40);
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> done;
-  caf::anon_send(window, atoms::report_atom_v,
-                 LoadReportBatch{{report}, [&done](std::uint64_t applied, std::uint64_t rejected) {
-                                   done.emplace(applied, rejected);
-                                 }});
+  std::optional<LoadOutcome> done;
+  auto reply = std::make_shared<Reply<LoadOutcome>>([&done](const LoadOutcome& outcome) { done = outcome; },
+                                                    LoadOutcome{0, 1});
+  caf::anon_send(window, atoms::report_atom_v, LoadReportBatch{{report}, std::move(reply)});
   fixture.run();
-  CHECK(done == std::pair<std::uint64_t, std::uint64_t>{1, 0});
+  REQUIRE(done.has_value());
+  CHECK(done->applied == 1);
+  CHECK(done->rejected == 0);
   CHECK(windows_in(*inbox).size() == 1);  // nothing until the tick
   fixture.advance(kWindow);
   const auto windows = windows_in(*inbox);

@@ -14,8 +14,7 @@ namespace {
 constexpr auto kDelay = std::chrono::milliseconds(10);
 constexpr std::uint64_t kBuckets = 1024;
 
-struct RecordingBatchSink final : BatchSink {
-  void batch_done(const BatchOutcome& outcome) override { outcomes.push_back(outcome); }
+struct RecordingBatchSink {
   std::vector<BatchOutcome> outcomes;
 };
 
@@ -35,7 +34,8 @@ struct PublisherUnderTest {
   ActorFixture& fixture;
   std::shared_ptr<Inbox> owner_inbox = std::make_shared<Inbox>();
   std::shared_ptr<RecordingBatchSink> sink = std::make_shared<RecordingBatchSink>();
-  caf::actor owner, publisher;
+  caf::actor owner;
+  PoolPublisherActor publisher;
 
   PublisherUnderTest(ActorFixture& f, std::uint32_t threshold) : fixture(f) {
     owner = spawn_recorder(fixture, owner_inbox);
@@ -47,7 +47,7 @@ struct PublisherUnderTest {
     config.semantics = {4, hashing::HashFormat::kStandard};
     config.publication_threshold = threshold;
     config.publication_delay = kDelay;
-    config.owner = owner;
+    config.owner = caf::actor_cast<FenceListenerActor>(owner);
     publisher = fixture.spawn(pool_publisher, std::move(config));
     fixture.run();
   }
@@ -56,20 +56,22 @@ struct PublisherUnderTest {
   std::pair<caf::actor, std::shared_ptr<Inbox>> attach() {
     auto inbox = std::make_shared<Inbox>();
     caf::actor stream = spawn_recorder(fixture, inbox);
-    caf::anon_send(publisher, atoms::attach_atom_v, stream);
+    caf::anon_send(publisher, atoms::attach_atom_v, caf::actor_cast<PoolFrameSinkActor>(stream));
     fixture.run();
     return {stream, inbox};
   }
 
   void send(const EventBatchPtr& batch) {
-    caf::anon_send(publisher, atoms::batch_atom_v, batch, false, BatchSinkPtr{sink}, std::int64_t{0});
+    auto reply = std::make_shared<Reply<BatchOutcome>>(
+        [sink = sink](const BatchOutcome& outcome) { sink->outcomes.push_back(outcome); }, BatchOutcome{.lost = true});
+    caf::anon_send(publisher, atoms::apply_batch_atom_v, batch, false, std::move(reply), std::int64_t{0});
     fixture.run();
   }
 
   ingest_v1::PoolState state() {
     auto report = std::make_shared<std::optional<PoolStateReport>>();
     fixture.spawn([target = publisher, report](caf::event_based_actor* self) {
-      self->request(target, caf::infinite, atoms::state_atom_v).then([report](const PoolStateReport& r) {
+      self->request(target, caf::infinite, atoms::pool_state_atom_v).then([report](const PoolStateReport& r) {
         *report = r;
       });
     });
@@ -153,13 +155,14 @@ TEST_CASE("publisher actor: fencing ends the detector INVALID_PUBLICATION, the r
   auto [detector, detector_inbox] = under_test.attach();
   auto [other, other_inbox] = under_test.attach();
 
-  caf::send_as(detector, under_test.publisher, atoms::fence_atom_v, std::string("delta 1 -> 2 does not continue 0"));
+  caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(detector),
+                 std::string("delta 1 -> 2 does not continue 0"));
   fixture.run();
   REQUIRE(ending_of(*detector_inbox).has_value());
   CHECK(ending_of(*detector_inbox)->reason == v1::RELAY_ERROR_REASON_INVALID_PUBLICATION);
   REQUIRE(ending_of(*other_inbox).has_value());
   CHECK(ending_of(*other_inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
-  CHECK(under_test.owner_inbox->count<atoms::fence_atom, std::uint64_t>() == 1);
+  CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
 
   // Until membership retires it, it answers batches without applying them, and refuses streams.
   under_test.send(stores(100, 1));
@@ -169,9 +172,10 @@ TEST_CASE("publisher actor: fencing ends the detector INVALID_PUBLICATION, the r
   CHECK(late_inbox->count<PoolSnapshotMsg>() == 0);
   REQUIRE(ending_of(*late_inbox).has_value());
   // A second report of the same fault tells membership nothing new.
-  caf::send_as(other, under_test.publisher, atoms::fence_atom_v, std::string("again"));
+  caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(other),
+                 std::string("again"));
   fixture.run();
-  CHECK(under_test.owner_inbox->count<atoms::fence_atom, std::uint64_t>() == 1);
+  CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
 }
 
 TEST_CASE("publisher actor: an index invariant violation fences the generation", "[actors][publisher]") {
@@ -186,5 +190,5 @@ TEST_CASE("publisher actor: an index invariant violation fences the generation",
   under_test.send(removal);
   REQUIRE(ending_of(*inbox).has_value());
   CHECK(ending_of(*inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
-  CHECK(under_test.owner_inbox->count<atoms::fence_atom, std::uint64_t>() == 1);
+  CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
 }

@@ -30,15 +30,16 @@ struct StreamUnderTest {
   std::shared_ptr<RecordingSink<v1::FilterUpdate>> sink = std::make_shared<RecordingSink<v1::FilterUpdate>>();
   std::shared_ptr<Inbox> publisher_inbox = std::make_shared<Inbox>();
   std::shared_ptr<Inbox> encoders_inbox = std::make_shared<Inbox>();
-  caf::actor publisher, encoders, stream;
+  caf::actor publisher, encoders;
+  PoolStreamActor stream;
 
   StreamUnderTest(ActorFixture& fixture, std::uint64_t bucket_count, bool paced,
                   std::chrono::milliseconds heartbeat = std::chrono::milliseconds(0)) {
     publisher = spawn_recorder(fixture, publisher_inbox);
     if (paced) encoders = spawn_recorder(fixture, encoders_inbox);
-    SnapshotPacing pacing{encoders, kProgressTimeout, heartbeat};
-    stream = fixture.spawn(pool_stream, sink, spec_with_buckets(bucket_count), OutboxLimits{}, publisher,
-                                    pacing, nullptr);
+    SnapshotPacing pacing{caf::actor_cast<SnapshotEncodersActor>(encoders), kProgressTimeout, heartbeat};
+    stream = fixture.spawn(pool_stream, sink, spec_with_buckets(bucket_count), OutboxLimits{},
+                           caf::actor_cast<PoolPublisherActor>(publisher), pacing, nullptr);
     fixture.run();
   }
 };
@@ -50,19 +51,19 @@ PoolDeltaMsg delta_from(std::uint64_t base) { return {base, base + 1, std::make_
 TEST_CASE("pool stream actor: holds nothing and joins no fan-out until it has an encoder permit", "[actors][pool]") {
   ActorFixture fixture;
   StreamUnderTest under_test(fixture, 1024, /*paced=*/true);
-  CHECK(under_test.encoders_inbox->count<atoms::acquire_atom>() == 1);
+  CHECK(under_test.encoders_inbox->count<atoms::acquire_atom, PermitHolderActor>() == 1);
   CHECK(under_test.publisher_inbox->messages.empty());  // not attached: no image, no deltas
 
   caf::anon_send(under_test.stream, atoms::granted_atom_v);
   fixture.run();
-  REQUIRE(under_test.publisher_inbox->count<atoms::attach_atom, caf::actor>() == 1);
-  CHECK(under_test.publisher_inbox->messages[0].get_as<caf::actor>(1) == under_test.stream);
+  REQUIRE(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor>() == 1);
+  CHECK(under_test.publisher_inbox->messages[0].get_as<PoolFrameSinkActor>(1).address() == under_test.stream.address());
 }
 
 TEST_CASE("pool stream actor: without encoder pacing it attaches at once", "[actors][pool]") {
   ActorFixture fixture;
   StreamUnderTest under_test(fixture, 1024, /*paced=*/false);
-  CHECK(under_test.publisher_inbox->count<atoms::attach_atom, caf::actor>() == 1);
+  CHECK(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor>() == 1);
 }
 
 TEST_CASE("pool stream actor: the progress timeout guards every snapshot chunk but the last", "[actors][pool]") {
@@ -122,7 +123,7 @@ TEST_CASE("pool stream actor: a delta that breaks the sequence is never written,
   caf::anon_send(under_test.stream, delta_from(6));  // the stream is at 5
   fixture.run();
   CHECK(under_test.sink->writes.size() == 1);
-  CHECK(under_test.publisher_inbox->count<atoms::fence_atom, std::string>() == 1);
+  CHECK(under_test.publisher_inbox->count<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>() == 1);
 }
 
 TEST_CASE("pool stream actor: heartbeats follow the complete snapshot after a quiet interval", "[actors][pool]") {

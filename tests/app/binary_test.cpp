@@ -82,3 +82,14 @@ TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary
   for (auto& context : contexts) context->TryCancel();
   catalog_context.TryCancel();
 }
+
+TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason in its log", "[binary][supervision]") {
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--crash-membership-for-test"});
+  const std::string log = read_until(child.output, "relay stopped");
+  CHECK(wait_exit(child.pid) == 3);
+  CHECK_THAT(log, Catch::Contains("core actor failed: membership exited"));
+  CHECK_THAT(log, Catch::Contains("test hook: membership asked to crash"));
+  CHECK_THAT(log, Catch::Contains("relay stopped"));
+  close(child.output);
+}
