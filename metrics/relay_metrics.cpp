@@ -2,6 +2,8 @@
 
 #include <prometheus/metric_family.h>
 
+#include <array>
+
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay::metrics {
@@ -10,27 +12,6 @@ namespace {
 
 namespace v1 = dynamo::kvrelay::v1;
 namespace ingest_v1 = ::kvrelay::ingest::v1;
-using prometheus::Counter;
-using prometheus::Gauge;
-
-constexpr std::array<std::string_view, kRpcCount> kRpcNames = {
-    "WatchKvPoolCatalog", "SubscribeKvPool", "SubscribeServingReadiness", "SubscribeKvPoolLoad",
-    "SubscribeServingLoad"};
-constexpr std::array<std::string_view, kFrameKindCount> kFrameKindNames = {
-    "snapshot_chunk", "delta", "heartbeat", "catalog", "readiness", "load", "serving_load"};
-constexpr std::array<std::string_view, kActorKindCount> kActorKindNames = {
-    "membership", "catalog",      "topology_projector", "load_window",     "snapshot_encoders",
-    "pool_publisher", "pool_stream", "catalog_stream",  "readiness_stream", "load_stream"};
-constexpr std::array<std::string_view, kBatchResultCount> kBatchResultNames = {"accepted", "malformed",
-                                                                                "unknown_source", "stale_sequence"};
-constexpr std::array<std::string_view, kEventKindCount> kEventKindNames = {"stored", "removed", "cleared"};
-constexpr std::array<std::string_view, kEventResultCount> kEventResultNames = {
-    "accepted", "ignored", "parent_block_not_found", "invalid_block_sequence", "ownership_degree_overflow",
-    "indexer_invariant_violation", "invalid_content"};
-constexpr std::array<std::string_view, kResetReasonCount> kResetReasonNames = {
-    "epoch_changed", "sequence_gap", "source_dropped", "worker_removed", "new_generation"};
-constexpr std::array<std::string_view, kLoadReportResultCount> kLoadReportResultNames = {"accepted", "malformed",
-                                                                                          "unknown_rank"};
 
 // Admission refusals known up front; any other result gets its series on first use.
 constexpr std::array<std::string_view, 8> kAdmissionResults = {
@@ -71,27 +52,41 @@ std::string_view code_name(StatusCode code) {
   return "unknown";
 }
 
-std::size_t event_result_index(const EventResult& result) {
-  if (result.disposition == EventDisposition::kApplied) return 0;  // CapacityExhausted included
-  if (result.disposition == EventDisposition::kIgnored) return 1;
-  if (!result.error) return 6;
-  switch (*result.error) {
-    case EventError::kParentBlockNotFound: return 2;
-    case EventError::kInvalidBlockSequence: return 3;
-    case EventError::kOwnershipDegreeOverflow: return 4;
-    case EventError::kIndexerInvariantViolation: return 5;
-    case EventError::kCapacityExhausted: break;
+// The result label of an event: how it was applied, or why it was rejected.
+EventResultLabel result_label(const EventResult& result) {
+  switch (result.disposition) {
+    case EventDisposition::kApplied: return EventResultLabel::kAccepted;  // CapacityExhausted included
+    case EventDisposition::kIgnored: return EventResultLabel::kIgnored;
+    case EventDisposition::kRejected: break;
   }
-  return 6;
+  if (!result.error) return EventResultLabel::kInvalidContent;
+  switch (*result.error) {
+    case EventError::kParentBlockNotFound: return EventResultLabel::kParentBlockNotFound;
+    case EventError::kInvalidBlockSequence: return EventResultLabel::kInvalidBlockSequence;
+    case EventError::kOwnershipDegreeOverflow: return EventResultLabel::kOwnershipDegreeOverflow;
+    case EventError::kIndexerInvariantViolation: return EventResultLabel::kIndexerInvariantViolation;
+    case EventError::kCapacityExhausted: break;  // marks an applied event, never a rejection
+  }
+  return EventResultLabel::kInvalidContent;
 }
 
-template <class T, std::size_t N, class Builder>
-std::array<T*, N> series(Builder& builder, prometheus::Registry& registry, const std::string& label,
-                         const std::array<std::string_view, N>& values) {
-  auto& family = builder.Register(registry);
-  std::array<T*, N> handles{};
-  for (std::size_t i = 0; i < N; ++i) handles[i] = &family.Add({{label, std::string(values[i])}});
-  return handles;
+// The labels of an admissions or terminations series: the RPC, and `key`="value".
+prometheus::Labels rpc_labels(std::string_view rpc, const char* key, std::string value) {
+  return {{std::string(LabelSet<Rpc>::key), std::string(rpc)}, {key, std::move(value)}};
+}
+
+// Creates the series of `family` for every combination of the label sets of `handles`
+// (Series), each with `labels` plus its own label values.
+template <class T>
+void create_series(prometheus::Family<T>& family, const prometheus::Labels& labels, T*& handle) {
+  handle = &family.Add(labels);
+}
+template <class T, class Element, class E>
+void create_series(prometheus::Family<T>& family, prometheus::Labels labels, PerLabel<Element, E>& handles) {
+  for (std::size_t i = 0; i < kLabelCount<E>; ++i) {
+    labels[std::string(LabelSet<E>::key)] = LabelSet<E>::names[i];
+    create_series(family, labels, handles.elements[i]);
+  }
 }
 
 }  // namespace
@@ -106,22 +101,20 @@ std::string termination_reason(const RpcStatus& status, bool draining) {
   return std::string(code_name(status.code));
 }
 
-std::string_view rpc_name(Rpc rpc) { return kRpcNames[static_cast<std::size_t>(rpc)]; }
-
 std::string refusal_result(const RpcStatus& status) {
   if (status.reason) return without_prefix(*status.reason);
   return std::string(code_name(status.code));
 }
 
 void EventTally::add(const ingest_v1::KvEvent& event, const EventResult& result) {
-  std::size_t kind = 0;
+  EventKindLabel kind{};
   switch (event.data_case()) {
-    case ingest_v1::KvEvent::kStored: kind = 0; break;
-    case ingest_v1::KvEvent::kRemoved: kind = 1; break;
-    case ingest_v1::KvEvent::kCleared: kind = 2; break;
+    case ingest_v1::KvEvent::kStored: kind = EventKindLabel::kStored; break;
+    case ingest_v1::KvEvent::kRemoved: kind = EventKindLabel::kRemoved; break;
+    case ingest_v1::KvEvent::kCleared: kind = EventKindLabel::kCleared; break;
     case ingest_v1::KvEvent::DATA_NOT_SET: return;  // a malformed batch never gets this far
   }
-  ++counts_[kind][event_result_index(result)];
+  ++counts_[kind][result_label(result)];
 }
 
 // ---- per-pool series ----
@@ -231,95 +224,22 @@ RelayMetrics::RelayMetrics() {
                        .Name("kv_relay_stream_terminations_total")
                        .Help("Admitted WAN streams that ended, by reason")
                        .Register(registry);
-  auto& open = prometheus::BuildGauge()
-                   .Name("kv_relay_open_streams")
-                   .Help("WAN streams currently open")
-                   .Register(registry);
-  const auto reasons = reason_labels();
-  for (std::size_t rpc = 0; rpc < kRpcCount; ++rpc) {
-    const std::string name(kRpcNames[rpc]);
-    open_streams_[rpc] = &open.Add({{"rpc", name}});
-    for (std::string_view result : kAdmissionResults) {
-      admissions_->Add({{"rpc", name}, {"result", std::string(result)}});
-    }
-    for (const std::string& reason : reasons) terminations_->Add({{"rpc", name}, {"reason", reason}});
-    terminations_->Add({{"rpc", name}, {"reason", "client_cancel"}});
-    terminations_->Add({{"rpc", name}, {"reason", "clean_end"}});
+  auto endings = reason_labels();
+  endings.insert(endings.end(), {"client_cancel", "clean_end"});
+  for (std::string_view rpc : LabelSet<Rpc>::names) {
+    for (std::string_view result : kAdmissionResults) admissions_->Add(rpc_labels(rpc, "result", std::string(result)));
+    for (const std::string& reason : endings) terminations_->Add(rpc_labels(rpc, "reason", reason));
   }
 
-  auto frames = prometheus::BuildCounter().Name("kv_relay_frames_sent_total").Help("Frames handed to WAN streams");
-  frames_sent_ = series<Counter>(frames, registry, "kind", kFrameKindNames);
-  auto bytes = prometheus::BuildCounter()
-                   .Name("kv_relay_bytes_sent_total")
-                   .Help("Serialized protobuf bytes of the frames handed to WAN streams");
-  bytes_sent_ = series<Counter>(bytes, registry, "kind", kFrameKindNames);
-
-  snapshot_encode_ = &prometheus::BuildHistogram()
-                          .Name("kv_relay_snapshot_encode_seconds")
-                          .Help("CPU time to encode one snapshot image into CBI1 chunks for one stream")
-                          .Register(registry)
-                          .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                                           0.05, 0.1, 0.25, 0.5, 1, 2.5, 5});
-  event_to_wire_ = &prometheus::BuildHistogram()
-                        .Name("kv_relay_event_to_wire_seconds")
-                        .Help("From the ingest receipt of a delta's oldest event to the delta handed to the streams")
-                        .Register(registry)
-                        .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005,
-                                                                         0.01, 0.025, 0.05, 0.1, 0.25, 1});
-  snapshot_image_bytes_ = &prometheus::BuildGauge()
-                               .Name("kv_relay_snapshot_image_bytes")
-                               .Help("Bytes of bucket-lane copies held for snapshots being sent")
-                               .Register(registry)
-                               .Add({});
-  pools_materialized_ = &prometheus::BuildGauge()
-                             .Name("kv_relay_pools_materialized")
-                             .Help("Pools the relay currently publishes")
-                             .Register(registry)
-                             .Add({});
-  generations_created_ = &prometheus::BuildCounter()
-                              .Name("kv_relay_generations_created_total")
-                              .Help("Pool producer generations materialized")
-                              .Register(registry)
-                              .Add({});
-  generations_retired_ = &prometheus::BuildCounter()
-                              .Name("kv_relay_generations_retired_total")
-                              .Help("Pool producer generations retired, withdrawn or fenced")
-                              .Register(registry)
-                              .Add({});
-
-  auto& batches = prometheus::BuildCounter()
-                      .Name("kv_relay_ingest_batches_total")
-                      .Help("KV event batches received, by ingest RPC and result")
-                      .Register(registry);
-  for (std::size_t i = 0; i < kBatchResultCount; ++i) {
-    batches_[i] = &batches.Add({{"kind", "PublishKvEvents"}, {"result", std::string(kBatchResultNames[i])}});
-  }
-  auto& events = prometheus::BuildCounter()
-                     .Name("kv_relay_ingest_events_total")
-                     .Help("KV events of accepted batches, by event kind and result")
-                     .Register(registry);
-  for (std::size_t k = 0; k < kEventKindCount; ++k) {
-    for (std::size_t r = 0; r < kEventResultCount; ++r) {
-      events_[k][r] =
-          &events.Add({{"kind", std::string(kEventKindNames[k])}, {"result", std::string(kEventResultNames[r])}});
-    }
-  }
-  auto resets = prometheus::BuildCounter()
-                    .Name("kv_relay_source_resets_total")
-                    .Help("KV sources whose blocks the relay dropped, by reason");
-  source_resets_ = series<Counter>(resets, registry, "reason", kResetReasonNames);
-  auto loads = prometheus::BuildCounter().Name("kv_relay_load_reports_total").Help("Load reports received, by result");
-  load_reports_ = series<Counter>(loads, registry, "result", kLoadReportResultNames);
-
-  auto readiness = prometheus::BuildGauge()
-                       .Name("kv_relay_readiness_entries")
-                       .Help("Serving readiness entries of the current revision, by state");
-  readiness_entries_ = series<Gauge>(readiness, registry, "state",
-                                     std::array<std::string_view, 3>{"READY", "UNAVAILABLE", "UNKNOWN"});
-  auto mailbox = prometheus::BuildGauge()
-                     .Name("kv_relay_mailbox_depth")
-                     .Help("Messages waiting in actor mailboxes, summed over the actors of a kind (sampled)");
-  mailbox_depth_ = series<Gauge>(mailbox, registry, "actor_kind", kActorKindNames);
+#define KVRELAY_REGISTER_FAMILY(member, type, name, help, ...) \
+  create_series(prometheus::Build##type().Name(name).Help(help).Register(registry), {}, member);
+  KVRELAY_FAMILIES(KVRELAY_REGISTER_FAMILY)
+#undef KVRELAY_REGISTER_FAMILY
+#define KVRELAY_REGISTER_HISTOGRAM(member, name, help, ...)                            \
+  member = &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add( \
+      {}, prometheus::Histogram::BucketBoundaries{__VA_ARGS__});
+  KVRELAY_HISTOGRAMS(KVRELAY_REGISTER_HISTOGRAM)
+#undef KVRELAY_REGISTER_HISTOGRAM
 }
 
 std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const {
@@ -336,31 +256,32 @@ void RelayMetrics::set_identity(std::uint64_t dc_id, std::uint64_t incarnation, 
 
 void RelayMetrics::stream_admitted(Rpc rpc) {
   // Family::Add returns the existing series; admissions are rare enough for its lock.
-  admissions_->Add({{"rpc", std::string(kRpcNames[index(rpc)])}, {"result", "admitted"}}).Increment();
-  open_streams_[index(rpc)]->Increment();
+  admissions_->Add(rpc_labels(label(rpc), "result", "admitted")).Increment();
+  open_streams_[rpc]->Increment();
 }
 
 void RelayMetrics::stream_refused(Rpc rpc, const std::string& result) {
-  admissions_->Add({{"rpc", std::string(kRpcNames[index(rpc)])}, {"result", result}}).Increment();
+  admissions_->Add(rpc_labels(label(rpc), "result", result)).Increment();
 }
 
 void RelayMetrics::stream_ended(Rpc rpc, const std::string& reason) {
-  terminations_->Add({{"rpc", std::string(kRpcNames[index(rpc)])}, {"reason", reason}}).Increment();
-  open_streams_[index(rpc)]->Decrement();
+  terminations_->Add(rpc_labels(label(rpc), "reason", reason)).Increment();
+  open_streams_[rpc]->Decrement();
 }
 
 void RelayMetrics::events(const EventTally& tally) {
-  for (std::size_t k = 0; k < kEventKindCount; ++k) {
-    for (std::size_t r = 0; r < kEventResultCount; ++r) {
-      if (tally.counts_[k][r] > 0) events_[k][r]->Increment(tally.counts_[k][r]);
+  for (std::size_t kind = 0; kind < kLabelCount<EventKindLabel>; ++kind) {
+    for (std::size_t result = 0; result < kLabelCount<EventResultLabel>; ++result) {
+      const std::uint32_t count = tally.counts_.elements[kind].elements[result];
+      if (count > 0) events_.elements[kind].elements[result]->Increment(count);
     }
   }
 }
 
 void RelayMetrics::set_readiness_entries(std::size_t ready, std::size_t unavailable, std::size_t unknown) {
-  readiness_entries_[0]->Set(static_cast<double>(ready));
-  readiness_entries_[1]->Set(static_cast<double>(unavailable));
-  readiness_entries_[2]->Set(static_cast<double>(unknown));
+  readiness_entries_[ReadinessLabel::kReady]->Set(static_cast<double>(ready));
+  readiness_entries_[ReadinessLabel::kUnavailable]->Set(static_cast<double>(unavailable));
+  readiness_entries_[ReadinessLabel::kUnknown]->Set(static_cast<double>(unknown));
 }
 
 }  // namespace kvrelay::metrics

@@ -6,8 +6,11 @@
 // Per-pool values are read at scrape time from atomics the pool's actors publish
 // (PoolStats); mailbox depths are sampled by the actors themselves (MailboxSampler).
 //
-// Label values come from small fixed sets (RPC, reason, frame kind, actor kind, result) or
-// are a serving endpoint "namespace/component/endpoint": never a subscriber id or a hash.
+// The families of a fixed label set are declared once, in tables (KVRELAY_FAMILIES,
+// KVRELAY_HISTOGRAMS) from which both the members and their registration are generated.
+// Label values come from small fixed sets (label_sets.hpp: RPC, reason, frame kind, actor
+// kind, result) or are a serving endpoint "namespace/component/endpoint": never a
+// subscriber id or a hash.
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -15,7 +18,6 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,73 +30,12 @@
 
 #include "core/kv_events.hpp"
 #include "core/rpc_status.hpp"
+#include "metrics/label_sets.hpp"
 
 namespace kvrelay::metrics {
 
-// The WAN server-streaming RPCs (label rpc).
-enum class Rpc : std::uint8_t {
-  kWatchKvPoolCatalog,
-  kSubscribeKvPool,
-  kSubscribeServingReadiness,
-  kSubscribeKvPoolLoad,
-  kSubscribeServingLoad,
-};
-inline constexpr std::size_t kRpcCount = 5;
-std::string_view rpc_name(Rpc rpc);
-
-// What a frame handed to a stream's transport carries (label kind).
-enum class FrameKind : std::uint8_t {
-  kSnapshotChunk,
-  kDelta,
-  kHeartbeat,
-  kCatalog,
-  kReadiness,
-  kLoad,
-  kServingLoad,
-};
-inline constexpr std::size_t kFrameKindCount = 7;
-
-// Actors whose mailbox depth is sampled (label actor_kind).
-enum class ActorKind : std::uint8_t {
-  kMembership,
-  kCatalog,
-  kTopologyProjector,
-  kLoadWindow,
-  kSnapshotEncoders,
-  kPoolPublisher,
-  kPoolStream,
-  kCatalogStream,
-  kReadinessStream,
-  kLoadStream,
-};
-inline constexpr std::size_t kActorKindCount = 10;
-
-// How one KV event batch fared (label result of kv_relay_ingest_batches_total).
-enum class BatchResult : std::uint8_t {
-  kAccepted,
-  kMalformed,      // failed the whole-batch structural check
-  kUnknownSource,  // no pool, worker or push source for it
-  kStaleSequence,  // a sequence its source already sent in this epoch
-};
-inline constexpr std::size_t kBatchResultCount = 4;
-
-// Why the relay dropped a KV source's blocks (label reason of kv_relay_source_resets_total).
-enum class ResetReason : std::uint8_t {
-  kEpochChanged,   // the source restarted
-  kSequenceGap,    // batches were lost
-  kSourceDropped,  // PutWorker no longer declares the rank
-  kWorkerRemoved,
-  kNewGeneration,  // the pool was rebuilt (fenced, or its domain changed): its lineage is gone
-};
-inline constexpr std::size_t kResetReasonCount = 5;
-
-enum class LoadReportResult : std::uint8_t { kAccepted, kMalformed, kUnknownRank };
-inline constexpr std::size_t kLoadReportResultCount = 3;
-
-// Event labels: kind stored | removed | cleared; result accepted | ignored (not the device
-// tier) | invalid_content | the lineage error (parent_block_not_found, ...).
-inline constexpr std::size_t kEventKindCount = 3;
-inline constexpr std::size_t kEventResultCount = 7;
+// The WAN RPC's name: its label value.
+inline std::string_view rpc_name(Rpc rpc) { return label(rpc); }
 
 // One batch's events counted locally, so that a batch costs one atomic add per (kind,
 // result) it holds instead of one per event.
@@ -104,7 +45,7 @@ class EventTally {
 
  private:
   friend class RelayMetrics;
-  std::array<std::array<std::uint32_t, kEventResultCount>, kEventKindCount> counts_{};
+  PerLabel<PerLabel<std::uint32_t, EventResultLabel>, EventKindLabel> counts_{};
 };
 
 // The label of a stream's ending: the reason name without RELAY_ERROR_REASON_, or
@@ -144,6 +85,54 @@ class PoolCollector final : public prometheus::Collectable {
   std::map<std::string, std::shared_ptr<const PoolStats>> pools_;
 };
 
+// Every counter and gauge family of a fixed label set: X(member, type, name, help, label
+// sets...). Each gets one series per combination of its label sets' values (one unlabelled
+// series without), created at 0 with RelayMetrics and held in `member` (Series).
+#define KVRELAY_FAMILIES(X)                                                                                          \
+  X(open_streams_, Gauge, "kv_relay_open_streams", "WAN streams currently open", Rpc)                                \
+  X(frames_sent_, Counter, "kv_relay_frames_sent_total", "Frames handed to WAN streams", FrameKind)                  \
+  X(bytes_sent_, Counter, "kv_relay_bytes_sent_total",                                                               \
+    "Serialized protobuf bytes of the frames handed to WAN streams", FrameKind)                                      \
+  X(snapshot_image_bytes_, Gauge, "kv_relay_snapshot_image_bytes",                                                   \
+    "Bytes of bucket-lane copies held for snapshots being sent")                                                     \
+  X(pools_materialized_, Gauge, "kv_relay_pools_materialized", "Pools the relay currently publishes")                \
+  X(generations_created_, Counter, "kv_relay_generations_created_total", "Pool producer generations materialized")   \
+  X(generations_retired_, Counter, "kv_relay_generations_retired_total",                                             \
+    "Pool producer generations retired, withdrawn or fenced")                                                        \
+  X(batches_, Counter, "kv_relay_ingest_batches_total", "KV event batches received, by ingest RPC and result",       \
+    IngestRpc, BatchResult)                                                                                          \
+  X(events_, Counter, "kv_relay_ingest_events_total", "KV events of accepted batches, by event kind and result",     \
+    EventKindLabel, EventResultLabel)                                                                                \
+  X(source_resets_, Counter, "kv_relay_source_resets_total", "KV sources whose blocks the relay dropped, by reason", \
+    ResetReason)                                                                                                     \
+  X(load_reports_, Counter, "kv_relay_load_reports_total", "Load reports received, by result", LoadReportResult)     \
+  X(readiness_entries_, Gauge, "kv_relay_readiness_entries",                                                         \
+    "Serving readiness entries of the current revision, by state", ReadinessLabel)                                   \
+  X(mailbox_depth_, Gauge, "kv_relay_mailbox_depth",                                                                 \
+    "Messages waiting in actor mailboxes, summed over the actors of a kind (sampled)", ActorKind)
+
+// The unlabelled histograms: X(member, name, help, bucket bounds...).
+#define KVRELAY_HISTOGRAMS(X)                                                                                        \
+  X(snapshot_encode_, "kv_relay_snapshot_encode_seconds",                                                            \
+    "CPU time to encode one snapshot image into CBI1 chunks for one stream", 0.0005, 0.001, 0.0025, 0.005, 0.01,     \
+    0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)                                                                          \
+  X(event_to_wire_, "kv_relay_event_to_wire_seconds",                                                                \
+    "From the ingest receipt of a delta's oldest event to the delta handed to the streams", 0.0001, 0.00025, 0.0005, \
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+// The handles of a family's series: T* without label sets, else indexed by the enumerators
+// of each label set in turn (Series<Counter, A, B>: family[a][b]).
+template <class T, class... LabelSets>
+struct SeriesOf {
+  using type = T*;
+};
+template <class T, class E, class... LabelSets>
+struct SeriesOf<T, E, LabelSets...> {
+  using type = PerLabel<typename SeriesOf<T, LabelSets...>::type, E>;
+};
+template <class T, class... LabelSets>
+using Series = typename SeriesOf<T, LabelSets...>::type;
+
 class RelayMetrics {
  public:
   RelayMetrics();
@@ -161,8 +150,8 @@ class RelayMetrics {
   void stream_refused(Rpc rpc, const std::string& result);
   void stream_ended(Rpc rpc, const std::string& reason);
   void frame_sent(FrameKind kind, std::size_t bytes) {
-    frames_sent_[index(kind)]->Increment();
-    bytes_sent_[index(kind)]->Increment(static_cast<double>(bytes));
+    frames_sent_[kind]->Increment();
+    bytes_sent_[kind]->Increment(static_cast<double>(bytes));
   }
 
   // ---- publication ----
@@ -177,46 +166,35 @@ class RelayMetrics {
   PoolCollector& pools() { return *pools_; }
 
   // ---- ingest ----
-  void batch(BatchResult result) { batches_[index(result)]->Increment(); }
+  void batch(BatchResult result) { batches_[IngestRpc::kPublishKvEvents][result]->Increment(); }
   void events(const EventTally& tally);
-  void source_reset(ResetReason reason) { source_resets_[index(reason)]->Increment(); }
+  void source_reset(ResetReason reason) { source_resets_[reason]->Increment(); }
   void load_reports(LoadReportResult result, std::uint64_t count) {
-    if (count > 0) load_reports_[index(result)]->Increment(static_cast<double>(count));
+    if (count > 0) load_reports_[result]->Increment(static_cast<double>(count));
   }
 
   // ---- readiness ----
   void set_readiness_entries(std::size_t ready, std::size_t unavailable, std::size_t unknown);
 
   // The sum over every live actor of `kind`: each actor adds its own change (MailboxSampler).
-  prometheus::Gauge& mailbox_depth(ActorKind kind) { return *mailbox_depth_[index(kind)]; }
+  prometheus::Gauge& mailbox_depth(ActorKind kind) { return *mailbox_depth_[kind]; }
 
  private:
-  template <class E>
-  static std::size_t index(E e) {
-    return static_cast<std::size_t>(e);
-  }
   static double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   std::shared_ptr<PoolCollector> pools_ = std::make_shared<PoolCollector>();
+  // Families whose label values are not all known up front (relay_metrics.cpp).
   prometheus::Family<prometheus::Gauge>* identity_ = nullptr;
   prometheus::Family<prometheus::Counter>* admissions_ = nullptr;
   prometheus::Family<prometheus::Counter>* terminations_ = nullptr;
-  std::array<prometheus::Gauge*, kRpcCount> open_streams_{};
-  std::array<prometheus::Counter*, kFrameKindCount> frames_sent_{};
-  std::array<prometheus::Counter*, kFrameKindCount> bytes_sent_{};
-  prometheus::Histogram* snapshot_encode_ = nullptr;
-  prometheus::Histogram* event_to_wire_ = nullptr;
-  prometheus::Gauge* snapshot_image_bytes_ = nullptr;
-  prometheus::Gauge* pools_materialized_ = nullptr;
-  prometheus::Counter* generations_created_ = nullptr;
-  prometheus::Counter* generations_retired_ = nullptr;
-  std::array<prometheus::Counter*, kBatchResultCount> batches_{};
-  std::array<std::array<prometheus::Counter*, kEventResultCount>, kEventKindCount> events_{};
-  std::array<prometheus::Counter*, kResetReasonCount> source_resets_{};
-  std::array<prometheus::Counter*, kLoadReportResultCount> load_reports_{};
-  std::array<prometheus::Gauge*, 3> readiness_entries_{};  // READY, UNAVAILABLE, UNKNOWN
-  std::array<prometheus::Gauge*, kActorKindCount> mailbox_depth_{};
+#define KVRELAY_FAMILY_MEMBER(member, type, name, help, ...) \
+  Series<prometheus::type __VA_OPT__(, ) __VA_ARGS__> member{};
+  KVRELAY_FAMILIES(KVRELAY_FAMILY_MEMBER)
+#undef KVRELAY_FAMILY_MEMBER
+#define KVRELAY_HISTOGRAM_MEMBER(member, name, help, ...) prometheus::Histogram* member = nullptr;
+  KVRELAY_HISTOGRAMS(KVRELAY_HISTOGRAM_MEMBER)
+#undef KVRELAY_HISTOGRAM_MEMBER
 };
 
 // The mailbox gauge of `kind`, or nullptr without metrics (an actor run on its own).
