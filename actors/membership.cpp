@@ -304,8 +304,8 @@ void reject(Self self, const BatchReplyPtr& reply, metrics::BatchResult why) {
 
 enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap, kNewGeneration };
 
-// decisions.md row 16: whether to apply the batch, and whether (why) the source is reset first.
-// A source whose pool was rebuilt since its last batch starts over too: the new generation
+// docs/protocol/decisions.md#d16: whether to apply the batch, and whether (why) the source is reset
+// first. A source whose pool was rebuilt since its last batch starts over too: the new generation
 // holds none of its lineage, so the feeder must replay what its engine holds.
 Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch,
                           std::uint64_t layout_generation) {

@@ -54,7 +54,7 @@ using MembershipActor = FenceListenerActor::extend<
     caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
     caf::reacts_to<atoms::crash_atom>>;               // test hook: throw, as an invariant break would
 
-// A push source's place in its stream of batches (decisions.md row 16), and the pool
+// A push source's place in its stream of batches (docs/protocol/decisions.md#d16), and the pool
 // generation its last batch went to.
 struct SourceCursor {
   std::uint64_t epoch = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// Admission limits (relay-behaviour.md §3): a fixed number of permits, taken without
-// waiting and returned the moment their holder lets go (a stream ends, however it ends; a
+// Admission limits (docs/protocol/limits.md#admission-limits): a fixed number of permits, taken
+// without waiting and returned the moment their holder lets go (a stream ends, however it ends; a
 // pool's last subscriber leaves). Shared by gRPC threads and actors, hence thread-safe.
 #include <chrono>
 #include <condition_variable>

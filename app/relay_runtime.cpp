@@ -33,7 +33,7 @@ namespace {
 constexpr std::uint64_t k63Bits = 0x7FFF'FFFF'FFFF'FFFF;
 constexpr std::size_t kMinMessageBytes = 4'259'904;  // the largest CBI1 frame + 64 KiB of envelope
 
-// decisions.md row 4: stable across restarts of one pod, fresh incarnation every start.
+// docs/protocol/decisions.md#d4: stable across restarts of one pod, fresh incarnation every start.
 std::uint64_t default_instance_id() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -92,8 +92,8 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
-  // decisions.md row 24: server keepalive 20 s / 10 s; client pings of any rate are tolerated
-  // (no ping strikes).
+  // docs/protocol/decisions.md#d7 and docs/protocol/decisions.md#d24: server keepalive 20 s / 10 s;
+  // client pings of any rate are tolerated (no ping strikes).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

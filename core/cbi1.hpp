@@ -1,7 +1,7 @@
 #pragma once
-// CBI1 ("Cuckoo Bucket Images v1"), the payload of every FilterUpdate (spec ckf-and-cbi1.md
-// §5): a 48-byte little-endian header, then a snapshot chunk of bucket words or a delta of
-// absolute bucket images, covered by an XXH3 body checksum.
+// CBI1 ("Cuckoo Bucket Images v1"), the payload of every FilterUpdate
+// (docs/protocol/cbi1-ckf.md#cbi1): a 48-byte little-endian header, then a snapshot chunk of bucket
+// words or a delta of absolute bucket images, covered by an XXH3 body checksum.
 #include <cstdint>
 #include <expected>
 #include <optional>

@@ -1,5 +1,5 @@
 #pragma once
-// The cuckoo filter (CKF) of one KV pool (spec ckf-and-cbi1.md §3): packed buckets of four
+// The cuckoo filter (CKF) of one KV pool (docs/protocol/cbi1-ckf.md#ckf): packed buckets of four
 // 16-bit fingerprints, two candidate buckets per hash, bounded relocation with a SplitMix64
 // stream, and every write of a failed insertion undone.
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
-// PoolId identity derivation (spec relay-behaviour.md §4): the two digests of the indexer
-// domain (cache semantics and routing scope) and the stable dc_id, all derived with BLAKE3
+// PoolId identity derivation (docs/protocol/pools.md#identity-derivation): the two digests of the
+// indexer domain (cache semantics and routing scope) and the stable dc_id, all derived with BLAKE3
 // (default hash mode) over length-framed, little-endian material.
 #include <array>
 #include <cstddef>

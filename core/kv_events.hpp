@@ -34,7 +34,7 @@ EventResult apply_kv_event(PoolIndex& index, SourceKey source,
                            const QuerySemantics& semantics);
 
 // Structural problems that reject a whole batch before anything in it applies
-// (decisions.md row 17). Returns the reason, or nullopt for a well-formed batch.
+// (docs/protocol/decisions.md#d17). Returns the reason, or nullopt for a well-formed batch.
 std::optional<std::string> malformed_batch_reason(const ::kvrelay::ingest::v1::KvEventBatch& batch);
 
 }  // namespace kvrelay

@@ -47,7 +47,8 @@ hashing::HashFormat hash_format_of(const ingest_v1::RuntimeConfig& config) {
   return config.enable_eagle() ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard;
 }
 
-// §3.1: default cache-semantics input is source_path (display_name when empty); default
+// docs/protocol/pools.md#cache-semantics-digest, docs/protocol/pools.md#routing-scope-digest:
+// default cache-semantics input is source_path (display_name when empty); default
 // routing-scope input is the serving endpoint. The error text becomes a conflict message.
 std::expected<IndexerDomain, std::string> resolve_domain(const ingest_v1::ModelCard& card,
                                                          const EndpointKey& endpoint) {
@@ -122,7 +123,8 @@ std::vector<BaseCard> project_base_cards(const EndpointKey& endpoint, const Work
   return cards;
 }
 
-// §4.4 step 3: the endpoint's domain exists only when every base card resolved one and they agree.
+// Domains (docs/protocol/pools.md#membership-projection): the endpoint's domain exists only when
+// every base card resolved one and they agree.
 std::optional<IndexerDomain> endpoint_domain(const std::vector<BaseCard>& cards, std::vector<Conflict>& conflicts) {
   std::vector<IndexerDomain> distinct;
   bool all_resolved = true;
@@ -141,7 +143,8 @@ std::optional<IndexerDomain> endpoint_domain(const std::vector<BaseCard>& cards,
   return distinct.front();
 }
 
-// §4.4 steps 4 and 6: workers with a valid base card join the topology and claim the base binding.
+// Workers (docs/protocol/pools.md#membership-projection): workers with a valid base card join the
+// topology and claim the base binding.
 void add_base_workers(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
   auto& membership = draft.membership;
   std::set<std::string> models;
@@ -165,8 +168,9 @@ struct AdapterClaims {
   std::map<std::uint64_t, std::set<std::uint32_t>> capacities;  // worker -> max_gpu_lora_count values
 };
 
-// §4.4 step 7. A served name bound to two targets gets no adapter entry here; its claims stay, so
-// the global name check also removes it from every endpoint (as upstream does).
+// Adapters (docs/protocol/pools.md#membership-projection). A served name bound to two targets gets
+// no adapter entry here; its claims stay, so the global name check also removes it from every
+// endpoint (as upstream does).
 void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
   auto& conflicts = draft.membership.conflicts;
   std::map<std::string, AdapterClaims> by_served_name;
@@ -228,8 +232,9 @@ EndpointDraft draft_endpoint(const EndpointKey& endpoint, const WorkerCards& wor
 
 using Binding = std::pair<std::string, ModelTarget>;  // (request-facing model, target)
 
-// §4.4 step 8: a relay federates independently owned endpoints and has no safe owner to pick, so
-// a name (model id or alias) that resolves to two bindings anywhere is ambiguous everywhere.
+// docs/protocol/pools.md#name-uniqueness: a relay federates independently owned endpoints and has
+// no safe owner to pick, so a name (model id or alias) that resolves to two bindings anywhere is
+// ambiguous everywhere.
 std::set<std::string> ambiguous_names(const std::vector<EndpointDraft>& drafts) {
   std::map<std::string, std::set<Binding>> owners;
   for (const auto& draft : drafts) {
@@ -313,7 +318,8 @@ void fill(wan_v1::ModelRegistration* out, const Registration& registration) {
   } else {
     target->mutable_base()->set_base_model(registration.target.base_model);
   }
-  // Already normalised by the projection; re-applied because §2.2 makes it the producer's duty.
+  // Already normalised by the projection; re-applied because docs/protocol/pools.md#descriptor
+  // makes it the producer's duty.
   std::set<std::string> aliases(registration.aliases.begin(), registration.aliases.end());
   aliases.erase(registration.canonical_model_id);
   for (const auto& alias : aliases) out->add_aliases(alias);

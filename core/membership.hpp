@@ -1,6 +1,7 @@
 #pragma once
-// Card -> endpoint membership projection (spec inputs-topology-load.md §4.4, §3.1, §3.2;
-// relay-behaviour.md §2.2, §4, §5.7).
+// Card -> endpoint membership projection (docs/protocol/pools.md#membership-projection,
+// docs/protocol/pools.md#name-uniqueness, docs/protocol/pools.md#identity-derivation,
+// docs/protocol/pools.md#materialization, docs/protocol/pools.md#descriptor).
 //
 // Input: the ingest cards (kvrelay.ingest.v1.WorkerSpec: one base card plus its adapter cards)
 // that workers registered per serving endpoint. Output: per endpoint, the membership view the
@@ -27,8 +28,8 @@ namespace wan_v1 = ::dynamo::kvrelay::v1;
 
 inline constexpr std::uint32_t kPoolIdentityVersion = 1;
 
-// What identifies a pool apart from its dc_id (§3.1): the IndexerDomainId plus the query
-// semantics it was derived with.
+// What identifies a pool apart from its dc_id (docs/protocol/pools.md#pool-id): the IndexerDomainId
+// plus the query semantics it was derived with.
 struct IndexerDomain {
   identity::Digest cache_semantics;
   identity::Digest routing_scope;
@@ -50,11 +51,12 @@ struct EndpointMembership {
   std::optional<IndexerDomain> domain;  // every base card resolved one and all agree
 
   bool has_conflict(ConflictScope scope) const;
-  // §3.2 condition 1: a domain, at least one registration, and no PoolMaterialization or
-  // ServingTopology conflict.
+  // docs/protocol/pools.md#materialization, condition 1: a domain, at least one registration, and
+  // no PoolMaterialization or ServingTopology conflict.
   bool materializable() const;
-  // §3.2 condition 2: the one effective kv_state_endpoint of all workers (unset = this serving
-  // endpoint); nullopt when the workers disagree or there is no worker.
+  // docs/protocol/pools.md#materialization, condition 2: the one effective kv_state_endpoint of all
+  // workers (unset = this serving endpoint); nullopt when the workers disagree or there is no
+  // worker.
   std::optional<EndpointKey> kv_state_endpoint() const;
 
   friend bool operator==(const EndpointMembership&, const EndpointMembership&) = default;
@@ -64,7 +66,8 @@ using WorkerCards = std::map<std::uint64_t, ingest_v1::WorkerSpec>;  // by worke
 using EndpointCards = std::map<EndpointKey, WorkerCards>;
 using MembershipView = std::map<EndpointKey, EndpointMembership>;
 
-// The projection of §4.4 over every endpoint in the relay's scope (name uniqueness is global).
+// The projection of docs/protocol/pools.md#membership-projection over every endpoint in the
+// relay's scope (name uniqueness is global).
 // An endpoint without workers has no membership and is absent from the result. The caller refuses
 // malformed cards at ingest (core/ingest_validation.hpp); a worker spec that would fail that check
 // but still gets here is left out of its endpoint with a ServingBinding conflict, never guessed at.

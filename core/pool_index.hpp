@@ -1,5 +1,5 @@
 #pragma once
-// The producer state of one pool (spec ckf-and-cbi1.md §4): per-source lineage (engine block
+// The producer state of one pool (docs/protocol/pools.md#lineage): per-source lineage (engine block
 // id -> canonical sequence hash), owner counts so that a canonical hash holds exactly one
 // fingerprint while it has owners, and the publication window of touched buckets.
 #include <cstdint>

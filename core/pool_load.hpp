@@ -1,5 +1,5 @@
 #pragma once
-// KV occupancy of one pool generation (spec inputs-topology-load.md §2.2–§2.4): the ranks
+// KV occupancy of one pool generation (docs/protocol/load.md#pool-load): the ranks
 // its workers declare, each rank's capacity, the latest kv_used_blocks per rank, and the
 // aggregate a load window publishes. Sums saturate; partial coverage is never zero load.
 #include <cstdint>

@@ -42,8 +42,9 @@ bool needs_satisfied(const Needs& needs, const std::set<Role>& present) {
   return false;
 }
 
-// An unsatisfied DNF reports every absent role of every alternative (§1.5), so an encoder
-// needing [[P, D], [AGG]] with P dead names both PREFILL and AGGREGATED.
+// An unsatisfied DNF reports every absent role of every alternative
+// (docs/protocol/readiness.md#evaluator), so an encoder needing [[P, D], [AGG]] with P dead names
+// both PREFILL and AGGREGATED.
 void add_absent_roles(const Needs& needs, const std::set<Role>& present, std::set<Role>& missing) {
   for (const auto& alternative : needs) {
     for (const WorkerType needed : alternative) {
@@ -131,9 +132,10 @@ std::vector<ReadinessUnit> units_of_group(const Members& members) {
 
 std::set<Role> declared_roles(const EndpointFacts& facts) { return {facts.roles.begin(), facts.roles.end()}; }
 
-// Decisions row 8 (the contract's definition): PREFILL / DECODE declared by two or more member
-// endpoints, liveness-independent. ENCODE, AGGREGATED (legal scale-out) and LEGACY never appear.
-// Reported in legacy mode and while UNKNOWN too: it is a fact about membership, not a verdict.
+// docs/protocol/decisions.md#d8 (the contract's definition): PREFILL / DECODE declared by two or
+// more member endpoints, liveness-independent. ENCODE, AGGREGATED (legal scale-out) and LEGACY
+// never appear. Reported in legacy mode and while UNKNOWN too: it is a fact about membership, not a
+// verdict.
 std::set<Role> duplicate_roles(const Members& members) {
   std::map<Role, std::size_t> endpoints_declaring;
   for (const auto* facts : members) {
@@ -158,7 +160,7 @@ v1::TopologyMember member_of(const EndpointFacts& facts, const std::string& base
   return member;
 }
 
-// ---- adapters (decisions row 9, revised) -----------------------------------------------------
+// ---- adapters (docs/protocol/decisions.md#d9) --------------------------------------------------
 
 // The units of one adapter across the group: only endpoints carrying it take part, and on them
 // only the live carrying workers that also hold a valid base card (they are in facts.workers).
@@ -200,8 +202,8 @@ std::set<Role> adapter_missing_roles(const Evaluation& adapter, const Evaluation
   return missing;
 }
 
-// The base's own DNF over the adapter's units, gated by the base: UNKNOWN with it (missing
-// roles cleared, decisions row 10), READY only when both are ready (so an adapter on a live
+// The base's own DNF over the adapter's units, gated by the base: UNKNOWN with it (missing roles
+// cleared, docs/protocol/decisions.md#d10), READY only when both are ready (so an adapter on a live
 // aggregated worker is READY even where a P/D route also exists), otherwise UNAVAILABLE.
 v1::AdapterReadiness adapter_readiness(const std::string& served_name, std::span<const ReadinessUnit> units,
                                        v1::ServingReadinessState base_state, const Evaluation& base) {
@@ -236,7 +238,7 @@ v1::TopologyEntry entry_of(const GroupKey& key, const Members& members) {
   entry.set_namespace_(ns);
   entry.set_canonical_model_id(base_model);
   entry.set_state(state);
-  // Decisions row 10: UNKNOWN clears only present/missing (and adapters' missing).
+  // docs/protocol/decisions.md#d10: UNKNOWN clears only present/missing (and adapters' missing).
   if (state != v1::SERVING_READINESS_STATE_UNKNOWN) {
     append_roles(evaluation.present, entry.mutable_present_roles());
     append_roles(evaluation.missing, entry.mutable_missing_roles());
@@ -261,7 +263,8 @@ Evaluation evaluate(std::span<const ReadinessUnit> units) {
     return evaluation;
   }
   collect_missing(units, evaluation);
-  // Decisions row 8: duplicate roles do not gate readiness, so there is no ambiguity term.
+  // docs/protocol/decisions.md#d8: duplicate roles do not gate readiness, so there is no ambiguity
+  // term.
   evaluation.ready = evaluation.has_live && evaluation.missing.empty();
   return evaluation;
 }
@@ -269,7 +272,8 @@ Evaluation evaluate(std::span<const ReadinessUnit> units) {
 std::vector<ReadinessUnit> units_of(const std::map<std::uint64_t, WorkerTopology>& workers,
                                     const std::optional<std::set<std::uint64_t>>& live_workers,
                                     const std::set<std::uint64_t>* only_workers) {
-  // model_type is in the key so that two surfaces of one role stay two units (§1.4).
+  // model_type is in the key so that two surfaces of one role stay two units
+  // (docs/protocol/readiness.md#units).
   using UnitKey = std::tuple<std::optional<WorkerType>, std::uint32_t, Needs>;
   std::map<UnitKey, std::size_t> live_by_unit;
   for (const auto& [worker, topology] : workers) {

@@ -1,7 +1,8 @@
 #pragma once
 // Serving-readiness projection: per-endpoint membership facts + availability + pool links
-// -> the TopologyEntry list of SubscribeServingReadiness (spec inputs-topology-load.md §1.4-§1.8,
-// as amended by decisions.md rows 8, 9 and 10, which win where they disagree with §1).
+// -> the TopologyEntry list of SubscribeServingReadiness (docs/protocol/readiness.md#projection,
+// with the choices of docs/protocol/decisions.md#d8, docs/protocol/decisions.md#d9 and
+// docs/protocol/decisions.md#d10).
 //
 // Pure functions, no state: the caller owns revisions and compares the serialized output to
 // detect "entries changed", so everything produced here is deterministic and fully sorted.
@@ -19,8 +20,9 @@
 
 namespace kvrelay::readiness {
 
-// Workers of one endpoint sharing (worker_type, model_type, needs) (§1.4). model_type only
-// keeps distinct surfaces (Chat vs Completions) apart, so it is not carried here.
+// Workers of one endpoint sharing (worker_type, model_type, needs)
+// (docs/protocol/readiness.md#units). model_type only keeps distinct surfaces (Chat vs Completions)
+// apart, so it is not carried here.
 struct ReadinessUnit {
   std::optional<WorkerType> worker_type;  // nullopt = legacy card
   std::size_t live_count = 0;
@@ -35,7 +37,8 @@ struct Evaluation {
   bool has_live = false;
 };
 
-// The shared evaluator of §1.5 without the ambiguity gate (decisions row 8):
+// The shared evaluator of docs/protocol/readiness.md#evaluator without the ambiguity gate
+// (docs/protocol/decisions.md#d8):
 // strict mode: ready = has_live and missing is empty; legacy mode (any untyped unit, live or
 // not): ready = has_live, missing empty.
 Evaluation evaluate(std::span<const ReadinessUnit> units);
@@ -60,9 +63,9 @@ struct EndpointFacts {
   std::map<std::string, dynamo::kvrelay::v1::KvPoolId> pool_links;  // base model -> pool id, when linked
 };
 
-// One entry per (namespace, base model), sorted per §1.8: entries by (namespace,
-// canonical_model_id), members by "ns/component/endpoint", roles in enum order, adapters by
-// served name - all byte-wise.
+// One entry per (namespace, base model), sorted per docs/protocol/readiness.md#ordering: entries by
+// (namespace, canonical_model_id), members by "ns/component/endpoint", roles in enum order,
+// adapters by served name - all byte-wise.
 std::vector<dynamo::kvrelay::v1::TopologyEntry> project(std::span<const EndpointFacts> endpoints);
 
 }  // namespace kvrelay::readiness

@@ -39,7 +39,7 @@ struct RpcStatus {
   }
 };
 
-// The contract's status code for each RelayErrorReason (relay-behaviour.md §1.2).
+// The contract's status code for each RelayErrorReason (docs/protocol/errors.md#reason-table).
 StatusCode status_code_for(RelayErrorReason reason);
 
 // The exact enum name sent in the trailer, e.g. "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED".

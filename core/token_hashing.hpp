@@ -1,5 +1,5 @@
 #pragma once
-// Token-block hashing and the rolling sequence hash (spec ckf-and-cbi1.md §2): the query
+// Token-block hashing and the rolling sequence hash (docs/protocol/cbi1-ckf.md#hashing): the query
 // side of the filter. A consumer hashes a prompt with a pool's KvQuerySemantics and the
 // request's LoRA / cache-namespace salt, then probes each sequence hash.
 #include <cstdint>

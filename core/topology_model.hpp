@@ -1,6 +1,6 @@
 #pragma once
 // The DC-local facts the relay projects, after the card -> endpoint projection
-// (spec inputs-topology-load.md §1.3, §4.4): who serves which model on which endpoint, in
+// (docs/protocol/pools.md#membership-projection): who serves which model on which endpoint, in
 // which roles, with which pool identity inputs. Pure data shared by membership,
 // readiness, load and catalog code.
 #include <compare>

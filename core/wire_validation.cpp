@@ -231,7 +231,8 @@ std::expected<bool, Error> check_data_status(int status, std::string_view field)
   return status == v1::DATA_STATUS_COMPLETE;
 }
 
-// A gauge that must be set exactly when `required` (§5.6 presence rules).
+// A gauge that must be set exactly when `required` (docs/protocol/rpcs.md#validate-load presence
+// rules).
 Status check_presence(bool present, bool required, std::string_view parent,
                       std::string_view name) {
   if (present == required) return std::nullopt;
@@ -766,8 +767,9 @@ Status check_response(const v1::FilterUpdate& update) {
   if (!update.has_producer()) return missing("producer");
   if (auto error = check_producer_identity(update.producer(), "producer")) return error;
 
-  // §5.5 does not list frame kinds as unsupported: an unknown kind cannot be skipped (the
-  // replica would silently diverge), so it invalidates the stream like any malformed frame.
+  // docs/protocol/rpcs.md#unsupported-values does not list frame kinds as unsupported: an unknown
+  // kind cannot be skipped (the replica would silently diverge), so it invalidates the stream like
+  // any malformed frame.
   const int kind = update.kind();
   if (kind == v1::FILTER_UPDATE_KIND_UNSPECIFIED || !v1::FilterUpdateKind_IsValid(kind)) {
     return malformed(ErrorCode::kFilterUpdateKind, "kind",

@@ -1,13 +1,15 @@
 #pragma once
-// Pure validation of every dynamo.kvrelay.v1 wire message (relay-behaviour.md §1.4, §2, §4.8, §5;
-// grpc-contract.md "Unknown Types and Validation").
+// Pure validation of every dynamo.kvrelay.v1 wire message (docs/protocol/rpcs.md#subscriber-id,
+// docs/protocol/rpcs.md#filter-frames, docs/protocol/rpcs.md#message-validation and the validator
+// sections after it, docs/protocol/pools.md#producer-key).
 //
-// Every check returns the FIRST fault it finds, in the order the spec lists the checks, as a typed
+// Every check returns the FIRST fault it finds, in the order the docs list the checks, as a typed
 // Error. Its class tells the two reactions apart:
 //   * unsupported — a value this reader does not understand (a future identity version, enum
 //     value, oneof alternative or CKF shape). Quarantine the containing entry; never fall back to
 //     a default meaning. On a request the server answers UNSUPPORTED_FEATURE.
-//   * malformed — everything else (§5.5 is the complete list of unsupported faults).
+//   * malformed — everything else (docs/protocol/rpcs.md#unsupported-values is the complete
+//     list of unsupported faults).
 // `Error::field` is the dotted path of the offending field ("expected_producer.ckf_format.seed",
 // "pool_roles[1]"), so the gateway can answer INVALID_ARGUMENT naming the field.
 //
@@ -30,7 +32,7 @@ namespace kvrelay::wire {
 
 namespace v1 = ::dynamo::kvrelay::v1;
 
-// ---- contract constants (§1.1) ----
+// ---- contract constants (docs/protocol/rpcs.md#constants) ----
 
 inline constexpr std::uint32_t kContractMarker = 0x4B565231;  // "KVR1"
 inline constexpr std::uint32_t kProtocolVersion = 1;
@@ -48,18 +50,18 @@ inline constexpr std::uint64_t kMaxBucketCount = ckf::kMaxBucketCount;  // 2^24
 enum class ErrorClass { kMalformed, kUnsupported };
 
 enum class ErrorCode {
-  // envelope (§5.1)
+  // envelope (docs/protocol/rpcs.md#envelope)
   kContractMarker,
   kProtocolVersion,
   // shared
   kMissingField,  // a required sub-message is absent
   kInvalidText,   // empty, surrounded by Unicode whitespace, or not UTF-8
-  // subscriber_id (§1.4)
+  // subscriber_id (docs/protocol/rpcs.md#subscriber-id)
   kSubscriberIdEmpty,
   kSubscriberIdTooLong,
   kSubscriberIdControlCharacter,
   kSubscriberIdInvalidUtf8,
-  // pool id, CKF format, producer identity (§5.2)
+  // pool id, CKF format, producer identity (docs/protocol/rpcs.md#validate-identity)
   kIdentityVersion,  // 0 malformed, other values unsupported
   kDigestLength,
   kIdentitySource,  // UNSPECIFIED malformed, unknown values unsupported
@@ -69,7 +71,7 @@ enum class ErrorCode {
   kBucketCountOverflow,  // does not fit size_t: unsupported (unreachable on 64-bit targets)
   kBucketCountTooLarge,  // > 2^24: unsupported
   kBucketCountNotPowerOfTwo,  // or < 2
-  // descriptor pieces (§5.3)
+  // descriptor pieces (docs/protocol/rpcs.md#validate-descriptor)
   kMissingModelTarget,  // target message present, no known oneof alternative: unsupported
   kDuplicateAlias,
   kBlockSize,
@@ -77,7 +79,7 @@ enum class ErrorCode {
   kWorkerRole,  // UNSPECIFIED malformed, unknown values unsupported
   kEmptyRoles,
   kDuplicateRole,
-  // topology entry (§5.4)
+  // topology entry (docs/protocol/rpcs.md#validate-topology-entry)
   kReadinessState,  // unknown value: unsupported (0 = UNKNOWN is valid)
   kDuplicateEndpointRole,  // a duplicate_role_endpoints role other than PREFILL/DECODE
   kNoMembers,
@@ -90,11 +92,11 @@ enum class ErrorCode {
   kDuplicateProducer,  // load windows: two entries with one producer key
   kDuplicateModel,     // serving load: two models with one (namespace, canonical_model_id)
   kDuplicateServingPool,
-  // filter frames (§2.3.1)
+  // filter frames (docs/protocol/rpcs.md#filter-frames)
   kFilterUpdateKind,
   kFilterPayload,
   kFilterSequence,
-  // serving load (§5.6, V-B)
+  // serving load (docs/protocol/rpcs.md#validate-load)
   kDataStatus,  // UNSPECIFIED malformed, unknown values unsupported
   kLoadViewField,  // an optional gauge set/unset against the presence rules
 };
@@ -114,8 +116,9 @@ struct Error {
 // nullopt = valid. Reads as `if (auto error = check_x(...)) return reject(*error);`.
 using Status = std::optional<Error>;
 
-// The RelayErrorReason the server sends for a rejected request (§1.2, §1.5): a wrong marker is a
-// contract mismatch, an unsupported value UNSUPPORTED_FEATURE, anything else INVALID_REQUEST.
+// The RelayErrorReason the server sends for a rejected request
+// (docs/protocol/errors.md#reason-table, docs/protocol/rpcs.md#request-validation): a wrong marker
+// is a contract mismatch, an unsupported value UNSUPPORTED_FEATURE, anything else INVALID_REQUEST.
 v1::RelayErrorReason request_error_reason(const Error& error);
 
 // ---- text ----
@@ -123,15 +126,17 @@ v1::RelayErrorReason request_error_reason(const Error& error);
 // Non-empty, valid UTF-8, and equal to its own Unicode-whitespace-trimmed form (White_Space).
 bool is_valid_text(std::string_view text);
 
-// ---- envelope (§5.1) and requests (§1.4, §1.5) ----
+// ---- envelope (docs/protocol/rpcs.md#envelope) and requests ----
 
 Status check_request_marker(std::uint32_t contract_marker);
 // Marker first, then version.
 Status check_envelope(std::uint32_t contract_marker, std::uint32_t protocol_version);
-// §1.4 in order: empty; > 128 UTF-8 bytes; invalid UTF-8; any Cc control character.
+// docs/protocol/rpcs.md#subscriber-id, in order: empty; > 128 UTF-8 bytes; invalid UTF-8; any Cc
+// control character.
 Status check_subscriber_id(std::string_view id);
 
-// §1.5: marker, then subscriber_id, then (SubscribeKvPool) expected_producer present and valid.
+// docs/protocol/rpcs.md#request-validation: marker, then subscriber_id, then (SubscribeKvPool)
+// expected_producer present and valid.
 Status check_request(const v1::RelayInfoRequest& request);
 Status check_request(const v1::WatchKvPoolCatalogRequest& request);
 Status check_request(const v1::SubscribeKvPoolRequest& request);
@@ -139,7 +144,7 @@ Status check_request(const v1::SubscribeServingReadinessRequest& request);
 Status check_request(const v1::SubscribeKvPoolLoadRequest& request);
 Status check_request(const v1::SubscribeServingLoadRequest& request);
 
-// ---- identities (§5.2) ----
+// ---- identities (docs/protocol/rpcs.md#validate-identity) ----
 // `field` is always the path of the checked message itself ("expected_producer",
 // "snapshot.pools[3]"); error paths extend it. Entry checks default to "" (the entry is the root).
 
@@ -149,7 +154,7 @@ Status check_ckf_format(const v1::CkfFormat& format, std::string_view field);
 // pool_id present + valid, layout_generation != 0, ckf_format present + valid.
 Status check_producer_identity(const v1::ProducerIdentity& identity, std::string_view field);
 
-// ---- descriptor pieces (§5.3) ----
+// ---- descriptor pieces (docs/protocol/rpcs.md#validate-descriptor) ----
 
 Status check_endpoint_id(const v1::DynamoEndpointId& endpoint, std::string_view field);
 Status check_model_registration(const v1::ModelRegistration& registration,
@@ -158,13 +163,15 @@ Status check_query_semantics(const v1::KvQuerySemantics& semantics, std::string_
 // Pool and member roles: non-empty, known, non-UNSPECIFIED, no repeats.
 Status check_worker_roles(const google::protobuf::RepeatedField<int>& roles,
                           std::string_view field);
-// One catalog entry. An empty `registrations` list is accepted here (§5.3).
+// One catalog entry. An empty `registrations` list is accepted here
+// (docs/protocol/rpcs.md#validate-descriptor).
 Status check_pool_descriptor(const v1::KvPoolDescriptor& descriptor, std::string_view field = "");
 
-// ---- readiness (§5.4) and load (§5.6) entries ----
+// ---- readiness (docs/protocol/rpcs.md#validate-topology-entry) and load entries ----
 
 Status check_topology_entry(const v1::TopologyEntry& entry, std::string_view field = "");
-// Upstream has no load-entry validator (§5.6); the producer key is what a consumer needs.
+// Upstream has no load-entry validator (docs/protocol/rpcs.md#validate-load); the producer key is
+// what a consumer needs.
 Status check_load_entry(const v1::KvPoolLoadEntry& entry, std::string_view field = "");
 Status check_pool_serving_load(const v1::PoolServingLoad& pool, std::string_view field = "");
 Status check_model_serving_load(const v1::ModelServingLoad& model, std::string_view field = "");
@@ -175,7 +182,8 @@ Status check_response(const v1::RelayInfo& info);
 // Snapshot present; every pool identifiable by a valid PoolId, none twice. A pool whose PoolId is
 // unsupported is skipped here: its entry check quarantines it.
 Status check_response(const v1::KvPoolCatalogUpdate& update);
-// The whole frame: producer valid, kind known, payload and sequences as §2.3.1 shapes them.
+// The whole frame: producer valid, kind known, payload and sequences as
+// docs/protocol/rpcs.md#filter-frames shapes them.
 Status check_response(const v1::FilterUpdate& update);
 // Entry keys valid text and unique.
 Status check_response(const v1::ServingReadinessUpdate& update);
@@ -183,7 +191,7 @@ Status check_response(const v1::ServingReadinessUpdate& update);
 Status check_response(const v1::KvPoolLoadUpdate& update);
 Status check_response(const v1::ServingLoadUpdate& update);
 
-// ---- frozen producer key (§4.8) ----
+// ---- frozen producer key (docs/protocol/pools.md#producer-key) ----
 
 struct DigestKey {
   std::string digest;

@@ -203,7 +203,7 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
 
 grpc::ServerWriteReactor<v1::ServingLoadUpdate>* RelayService::SubscribeServingLoad(
     grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest*) {
-  // decisions.md row 2: in the schema, not served yet; never a fake window.
+  // docs/protocol/decisions.md#d2: in the schema, not served yet; never a fake window.
   return refuse<v1::ServingLoadUpdate>(
       context, metrics::Rpc::kSubscribeServingLoad,
       RpcStatus{StatusCode::kUnimplemented, "SubscribeServingLoad is not implemented by this relay", {}});

@@ -3,63 +3,124 @@
 // `window` requests ahead of their acknowledgements, so a fast producer cannot flood an
 // actor's mailbox. Acknowledgements arrive on actor threads through a Gate that outlives
 // the reactor (gRPC deletes the reactor in OnDone, possibly before late acks).
+#include <absl/base/thread_annotations.h>
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstddef>
 #include <memory>
-#include <mutex>
+#include <utility>
 
 namespace kvrelay::gateway {
 
+// Threads. start() comes from the RPC method handler, once, before it returns the reactor.
+// OnReadDone, OnCancel and OnDone come from gRPC threads: OnReadDone and OnCancel may run
+// concurrently with each other and with acknowledgements; OnDone runs after every other
+// reaction has returned. forward() runs on the thread of the OnReadDone that read the request
+// (one at a time: the next read starts only after it returns) and may acknowledge on that
+// same thread. Gate::acknowledge -- and so acknowledged() and tally() -- runs on any thread.
+//
+// Locking. Two plain absl::Mutexes, never held together and never held across a call out
+// (so there is no lock order):
+//  * Gate::mutex_ guards the gate's reader pointer and how many acknowledgements are inside
+//    the reader. acknowledge() counts itself in and calls the reader with the lock released;
+//    detach() (OnDone, just before `delete this`) clears the pointer and waits until none is
+//    inside. So no acknowledgement reaches a deleted reader, and a late one is dropped.
+//  * mutex_ guards the window state (annotated below). tally() and final_status() run under
+//    it: they only bookkeep in the response, and an override must keep it that way (no
+//    blocking, no call back into the reader, no gRPC call). forward() runs without it.
+//  `incoming_` is not under mutex_: it belongs to the outstanding read (see below).
+//
+// Calls into gRPC (StartRead, Finish) are decided under mutex_ and made after unlocking, by
+// one thread at a time: issue() claims `issuing_` and re-decides under the lock after each
+// call; a thread that finds it taken only records its change, which the issuing thread then
+// sees. Finish is the last call: `issuing_` stays set after it and the reader calls nothing
+// more. This is safe against OnDone (gRPC 1.51 callback API): OnDone runs only when the method
+// handler has returned, Finish was called and completed, the call is over, and every StartRead
+// has seen its OnReadDone; so until the reader issues Finish, StartRead is valid. StartRead
+// and Finish are never concurrent: gRPC forbids StartRead after Finish, and a Finish racing a
+// StartRead on its way could let OnDone delete the reader under it. A thread that made a call
+// may touch the reader when the call returns: it is the method handler or a reaction (OnDone
+// comes only after they return), or an acknowledgement (OnDone waits for it in Gate::detach;
+// gRPC never runs OnDone inline from StartRead or Finish, so that wait is never on the
+// acknowledging thread itself). The wait is short: OnDone comes after Finish, when an
+// acknowledgement inside the reader has only its tally or the return from Finish left to do.
+//
+// Order: `reading_` stays set until forward() returns, so the next read starts only after the
+// previous request was forwarded, and requests reach the actor in the order they were read.
 template <class Request, class Outcome>
 class WindowedReader : public grpc::ServerReadReactor<Request> {
  public:
   class Gate {
    public:
     explicit Gate(WindowedReader* reader) : reader_(reader) {}
-    void acknowledge(const Outcome& outcome) {
-      std::lock_guard lock(mutex_);
-      if (reader_ != nullptr) reader_->acknowledged(outcome);
+
+    // Any thread: hands `outcome` to the reader, or drops it if the reader is gone.
+    void acknowledge(const Outcome& outcome) ABSL_LOCKS_EXCLUDED(mutex_) {
+      WindowedReader* reader = nullptr;
+      {
+        absl::MutexLock lock(&mutex_);
+        if (reader_ == nullptr) return;
+        reader = reader_;
+        ++inside_;
+      }
+      reader->acknowledged(outcome);
+      absl::MutexLock lock(&mutex_);
+      --inside_;
     }
-    void detach() {
-      std::lock_guard lock(mutex_);
+
+    // The reader's OnDone, before it deletes the reader: afterwards no acknowledgement is
+    // inside the reader, and none can reach it.
+    void detach() ABSL_LOCKS_EXCLUDED(mutex_) {
+      absl::MutexLock lock(&mutex_);
       reader_ = nullptr;
+      mutex_.Await(absl::Condition(this, &Gate::idle));
     }
 
    private:
-    std::mutex mutex_;
-    WindowedReader* reader_;
+    bool idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return inside_ == 0; }
+
+    absl::Mutex mutex_;
+    WindowedReader* reader_ ABSL_GUARDED_BY(mutex_);  // null once detached
+    std::size_t inside_ ABSL_GUARDED_BY(mutex_) = 0;  // acknowledgements inside the reader
   };
 
   explicit WindowedReader(std::size_t window) : window_(window), gate_(std::make_shared<Gate>(this)) {}
 
   // Begins reading; call once the derived object is fully constructed.
-  void start() {
-    std::lock_guard lock(mutex_);
-    read_next_locked();
-  }
+  void start() ABSL_LOCKS_EXCLUDED(mutex_) { issue(); }
 
-  void OnReadDone(bool ok) override {
-    std::unique_lock lock(mutex_);
+  void OnReadDone(bool ok) ABSL_LOCKS_EXCLUDED(mutex_) override {
     if (!ok) {
-      reading_ = false;
-      input_closed_ = true;
-      return finish_when_idle_locked();
+      {
+        absl::MutexLock lock(&mutex_);
+        reading_ = false;
+        input_closed_ = true;
+      }
+      return issue();
     }
-    ++in_flight_;
+    {
+      absl::MutexLock lock(&mutex_);
+      ++in_flight_;  // before forward(), which may acknowledge synchronously
+    }
     Request request = std::move(incoming_);
     incoming_ = Request{};
-    lock.unlock();
-    forward(std::move(request));  // may acknowledge synchronously
-    lock.lock();
-    // Only now may the next read start: requests are forwarded in the order they were read,
-    // even when an acknowledgement on another thread wants to resume reading meanwhile.
-    reading_ = false;
-    read_next_locked();
+    forward(std::move(request));
+    {
+      // Only now may the next read start: requests are forwarded in the order they were read,
+      // even when an acknowledgement on another thread wants to resume reading meanwhile.
+      absl::MutexLock lock(&mutex_);
+      reading_ = false;
+    }
+    issue();
   }
 
-  void OnCancel() override {
-    std::lock_guard lock(mutex_);
-    finish_locked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  void OnCancel() ABSL_LOCKS_EXCLUDED(mutex_) override {
+    {
+      absl::MutexLock lock(&mutex_);
+      cancelled_ = true;
+    }
+    issue();
   }
 
   void OnDone() override {
@@ -68,47 +129,90 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
   }
 
  protected:
-  // Hands `request` on; exactly one acknowledgement (through gate()) must follow.
+  // Hands `request` on; exactly one acknowledgement (through gate()) must follow. Runs
+  // without the reader's lock and may acknowledge before it returns.
   virtual void forward(Request request) = 0;
-  // Every request read and acknowledged: record the outcome in the response.
-  virtual void tally(const Outcome& outcome) = 0;
-  virtual grpc::Status final_status() { return grpc::Status::OK; }
+  // Every request read and acknowledged: record the outcome in the response. Runs under the
+  // reader's lock: bookkeeping only.
+  virtual void tally(const Outcome& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
+  // The status of a stream that ended with every request acknowledged. Runs under the
+  // reader's lock, after the last tally(): bookkeeping only.
+  virtual grpc::Status final_status() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return grpc::Status::OK; }
 
   const std::shared_ptr<Gate>& gate() const { return gate_; }
 
  private:
-  void acknowledged(const Outcome& outcome) {
-    std::lock_guard lock(mutex_);
-    tally(outcome);
-    --in_flight_;
-    read_next_locked();
-    finish_when_idle_locked();
+  enum class Step { kNone, kRead, kFinish };
+
+  void acknowledged(const Outcome& outcome) ABSL_LOCKS_EXCLUDED(mutex_) {
+    {
+      absl::MutexLock lock(&mutex_);
+      tally(outcome);
+      --in_flight_;
+    }
+    issue();
   }
 
-  void read_next_locked() {
-    if (reading_ || input_closed_ || finished_ || in_flight_ >= window_) return;
+  // Makes the calls into gRPC that the state wants, unless another thread is making them
+  // already (that thread re-decides after each call, so it sees what the caller recorded).
+  void issue() ABSL_LOCKS_EXCLUDED(mutex_) {
+    bool claimed = false;
+    for (;;) {
+      grpc::Status status;
+      Step step = Step::kNone;
+      {
+        absl::MutexLock lock(&mutex_);
+        if (!claimed) {
+          if (issuing_) return;
+          issuing_ = claimed = true;
+        }
+        step = next_step_locked(status);
+        if (step == Step::kNone) {
+          issuing_ = false;
+          return;
+        }
+      }
+      if (step == Step::kRead) {
+        this->StartRead(&incoming_);
+        continue;
+      }
+      // The last call: `issuing_` stays set, and the reader may be deleted from here on.
+      this->Finish(std::move(status));
+      return;
+    }
+  }
+
+  Step next_step_locked(grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (finished_) return Step::kNone;
+    if (cancelled_) {
+      finished_ = true;
+      status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      return Step::kFinish;
+    }
+    if (input_closed_ && in_flight_ == 0) {
+      finished_ = true;
+      status = final_status();
+      return Step::kFinish;
+    }
+    if (reading_ || input_closed_ || in_flight_ >= window_) return Step::kNone;
     reading_ = true;
-    this->StartRead(&incoming_);
+    return Step::kRead;
   }
 
-  void finish_when_idle_locked() {
-    if (input_closed_ && in_flight_ == 0) finish_locked(final_status());
-  }
-
-  void finish_locked(grpc::Status status) {
-    if (finished_) return;
-    finished_ = true;
-    this->Finish(std::move(status));
-  }
-
-  std::recursive_mutex mutex_;
   const std::size_t window_;
-  std::shared_ptr<Gate> gate_;
+  const std::shared_ptr<Gate> gate_;
+  // Belongs to the outstanding read, not to mutex_: gRPC fills it between StartRead and
+  // OnReadDone, which moves it out before clearing `reading_`, and only then may the next
+  // StartRead hand it to gRPC again.
   Request incoming_;
-  std::size_t in_flight_ = 0;
-  bool reading_ = false;
-  bool input_closed_ = false;
-  bool finished_ = false;
+
+  absl::Mutex mutex_;
+  std::size_t in_flight_ ABSL_GUARDED_BY(mutex_) = 0;  // forwarded (or being forwarded), not yet acknowledged
+  bool reading_ ABSL_GUARDED_BY(mutex_) = false;       // a read outstanding, or its request being forwarded
+  bool input_closed_ ABSL_GUARDED_BY(mutex_) = false;  // the client half-closed (or the read failed)
+  bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;     // OnCancel: finish CANCELLED
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;      // Finish decided (issued by the issuing thread)
+  bool issuing_ ABSL_GUARDED_BY(mutex_) = false;       // a thread is calling gRPC; set for good after Finish
 };
 
 }  // namespace kvrelay::gateway

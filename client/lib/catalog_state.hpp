@@ -1,7 +1,7 @@
 #pragma once
 // The consumer's catalog plane: the supported pools of the latest complete catalog snapshot,
-// the quarantined ones, and the request-facing name index (grpc-contract.md "WatchKvPoolCatalog",
-// "Unknown Types and Validation").
+// the quarantined ones, and the request-facing name index
+// (docs/protocol/rpcs.md#watch-kv-pool-catalog, docs/protocol/rpcs.md#message-validation).
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -83,7 +83,8 @@ Applied PoolReplica::absorb_chunk(const cbi1::Decoded& frame) {
   return std::nullopt;
 }
 
-// Upstream consumer acceptance (ckf-and-cbi1.md §4.6): contiguous, non-empty, no bucket twice.
+// Consumer acceptance of a delta (docs/protocol/cbi1-ckf.md#applying-deltas): contiguous,
+// non-empty, no bucket twice.
 Applied PoolReplica::apply_delta(const v1::FilterUpdate& update, const cbi1::DecodedDelta& delta) {
   if (!installed()) return fail({"DeltaBeforeSnapshot", "a delta arrived before the snapshot completed"});
   if (update.base_sequence() != sequence_ || delta.base_epoch != sequence_) {

@@ -2,7 +2,7 @@
 // One pool's CKF replica: assembles the initial CBI1 snapshot, then applies contiguous deltas.
 // It accepts a frame only when the relay identity, producer identity, filter format and base
 // sequence all match what it installed; any fault retires the replica for good — the owner
-// drops it and subscribes afresh (grpc-contract.md "Consumer lifecycle rules").
+// drops it and subscribes afresh (docs/protocol/rpcs.md#consumer-rules).
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
-// The query side of a pool (ckf-and-cbi1.md §2.6): hash a prompt with the pool's own query
-// semantics and LoRA salt, then count how many leading sequence hashes its filter holds.
+// The query side of a pool (docs/protocol/cbi1-ckf.md#query): hash a prompt with the pool's own
+// query semantics and LoRA salt, then count how many leading sequence hashes its filter holds.
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -1,7 +1,7 @@
 #pragma once
 // What a consumer does when a stream ends: the contract's table of kv-relay-error-reason
 // reactions, with the status code as the fallback when the reason is absent or unknown
-// (grpc-contract.md "Machine-Readable Errors"). Pure: the connection code executes it.
+// (docs/protocol/errors.md#consumer-reactions). Pure: the connection code executes it.
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/status.h>
 

@@ -2,7 +2,7 @@
 // The message-level check shared by the revisioned planes (catalog, readiness): a valid
 // envelope and keys, and, within one stream, a revision that never goes back (coalesced
 // notifications may skip some) and that changes whenever the content does: heartbeats repeat
-// the installed revision with the same content (decisions row 23).
+// the installed revision with the same content (docs/protocol/decisions.md#d23).
 #include <fmt/format.h>
 #include <google/protobuf/util/message_differencer.h>
 

@@ -264,8 +264,8 @@ TEST_CASE("fake relay: invalid catalogs and clean ends invalidate the plane, whi
 
 namespace {
 
-// The revision rules the catalog and readiness planes share (decisions row 23), scripted for
-// either: `content` 0 and 1 are two different snapshots of the plane.
+// The revision rules the catalog and readiness planes share (docs/protocol/decisions.md#d23),
+// scripted for either: `content` 0 and 1 are two different snapshots of the plane.
 struct RevisionedPlane {
   std::function<void(FakeRelay&, std::uint64_t revision, int content, int for_stream)> push;
   std::function<client::PlaneView(const RelayView&)> plane;

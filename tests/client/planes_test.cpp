@@ -1,7 +1,7 @@
-// The consumer's catalog, readiness and load planes against the contract's validation table
-// ("Unknown Types and Validation"): quarantine rows keep the rest of a snapshot; envelope and
-// key faults invalidate the whole plane, and so do a revision going back and other content
-// under the installed revision (decisions row 23).
+// The consumer's catalog, readiness and load planes against the validation rules
+// (docs/protocol/rpcs.md#message-validation): quarantine rows keep the rest of a snapshot;
+// envelope and key faults invalidate the whole plane, and so do a revision going back and other
+// content under the installed revision (docs/protocol/decisions.md#d23).
 #include <catch2/catch.hpp>
 
 #include "client/lib/catalog_state.hpp"
@@ -65,7 +65,7 @@ TEST_CASE("catalog: an invalid envelope or ambiguous keys invalidate the whole p
   CHECK_FALSE(state.resolve("llama").has_value());
 }
 
-TEST_CASE("catalog: the installed revision repeats only with the same content (decisions row 23)",
+TEST_CASE("catalog: the installed revision repeats only with the same content (docs/protocol/decisions.md#d23)",
           "[client][catalog]") {
   CatalogState state;
   REQUIRE_FALSE(state.apply(catalog(5, {descriptor(1), descriptor(2, "qwen")})));
@@ -169,7 +169,7 @@ TEST_CASE("readiness: duplicate keys or a bad envelope invalidate the plane", "[
   CHECK(state.entries().empty());
 }
 
-TEST_CASE("readiness: the installed revision repeats only with the same content (decisions row 23)",
+TEST_CASE("readiness: the installed revision repeats only with the same content (docs/protocol/decisions.md#d23)",
           "[client][readiness]") {
   client::ReadinessState state;
   const auto entries = [] {

@@ -1,4 +1,5 @@
-// relay-behaviour.md §1: every request error row, with its status code and trailer.
+// docs/protocol/rpcs.md#request-validation: every request error, with its status code and
+// trailer (docs/protocol/errors.md#reason-table).
 #include <catch2/catch.hpp>
 
 #include "tests/integration/harness.hpp"

@@ -1,5 +1,7 @@
-// Contract hardening (relay-behaviour.md §2–§3, decisions.md rows 1, 6): admission limits,
-// heartbeats, health, reflection and graceful drain.
+// Contract hardening: admission limits (docs/protocol/limits.md#admission-limits), heartbeats
+// (docs/protocol/rpcs.md#heartbeats, docs/protocol/decisions.md#d1), health and reflection
+// (docs/protocol/rpcs.md#transport) and graceful drain (docs/protocol/rpcs.md#drain,
+// docs/protocol/decisions.md#d6).
 #include <catch2/catch.hpp>
 
 #include <thread>

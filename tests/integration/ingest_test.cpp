@@ -1,5 +1,6 @@
 // The ingest plane's handling of bad input: clear errors, counted rejections, and a relay
-// that keeps serving (decisions.md rows 16–18).
+// that keeps serving (docs/protocol/decisions.md#d16, docs/protocol/decisions.md#d17,
+// docs/protocol/decisions.md#d18).
 #include <catch2/catch.hpp>
 
 #include "tests/integration/harness.hpp"
@@ -40,7 +41,7 @@ TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[in
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("card"));
   }
-  SECTION("a KV source outside the worker's ranks (decisions.md row 18)") {
+  SECTION("a KV source outside the worker's ranks (docs/protocol/decisions.md#d18)") {
     request.mutable_kv_sources(0)->set_dp_rank(3);
     const auto status = put_worker_status(relay, request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);

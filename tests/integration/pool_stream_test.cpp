@@ -1,4 +1,5 @@
-// relay-behaviour.md §2.2–2.3: catalog and pool stream lifecycles through the ingest plane.
+// Catalog and pool stream lifecycles through the ingest plane
+// (docs/protocol/rpcs.md#watch-kv-pool-catalog, docs/protocol/rpcs.md#subscribe-kv-pool).
 #include <catch2/catch.hpp>
 
 #include <random>

@@ -1,4 +1,5 @@
-// inputs-topology-load.md §1.10 (readiness) and §2.7 (load) driven through the ingest API.
+// The worked examples of docs/protocol/readiness.md#examples and docs/protocol/load.md#examples,
+// driven through the ingest API.
 #include <catch2/catch.hpp>
 
 #include "tests/integration/harness.hpp"
@@ -152,7 +153,7 @@ TEST_CASE("readiness K: a new revision only when the entries change", "[readines
   CHECK(down.revision() == ready.revision() + 1);
 }
 
-// ---- load (§2.7) ----
+// ---- load (docs/protocol/load.md#examples) ----
 
 namespace {
 
@@ -246,7 +247,7 @@ TEST_CASE("readiness B: two models in one namespace are two entries", "[readines
   for (const auto& entry : both->entries()) CHECK(entry.members_size() == 1);
 }
 
-TEST_CASE("readiness F and G: adapter readiness follows decisions.md row 9", "[readiness]") {
+TEST_CASE("readiness F and G: adapter readiness follows docs/protocol/decisions.md#d9", "[readiness]") {
   TestRelay relay;
   auto readiness = watch_readiness(relay);
   SECTION("F: an adapter only on the live aggregated worker of a mixed namespace is READY") {

@@ -18,8 +18,8 @@ using identity::Source;
 
 namespace {
 
-// An independent encoder of the spec's hashed material (relay-behaviour.md §4), so the
-// library's framing, sorting and integer widths are checked against the text of the spec.
+// An independent encoder of the hashed material of docs/protocol/pools.md#identity-derivation,
+// so the library's framing, sorting and integer widths are checked against the documented text.
 struct Encoder {
   std::string bytes;
   Encoder& u16(std::uint16_t v) {

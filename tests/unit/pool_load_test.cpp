@@ -1,4 +1,4 @@
-// The load examples of inputs-topology-load.md §2.7.
+// The load examples of docs/protocol/load.md#examples.
 #include <catch2/catch.hpp>
 
 #include <limits>

@@ -6,10 +6,11 @@
 #include <string>
 #include <vector>
 
-// Serving-readiness projection: spec inputs-topology-load.md §1.4-§1.10 as amended by
-// decisions.md rows 8 (duplicates reported, not gating), 9 revised (an adapter is the base's
-// DNF over its carrying workers, gated by the base, never UNAVAILABLE without a missing role)
-// and 10 (UNKNOWN clears only present/missing).
+// Serving-readiness projection (docs/protocol/readiness.md#projection), with the choices of
+// docs/protocol/decisions.md#d8 (duplicates reported, not gating), docs/protocol/decisions.md#d9
+// (an adapter is the base's DNF over its carrying workers, gated by the base, never UNAVAILABLE
+// without a missing role) and docs/protocol/decisions.md#d10 (UNKNOWN clears only
+// present/missing).
 
 using namespace kvrelay;
 using namespace kvrelay::readiness;
@@ -153,7 +154,7 @@ TEST_CASE("evaluate: a unit without worker_type switches to legacy mode, live or
   }
 }
 
-TEST_CASE("evaluate: duplicate live units of one role do not gate readiness (decisions row 8)",
+TEST_CASE("evaluate: duplicate live units of one role do not gate readiness (docs/protocol/decisions.md#d8)",
           "[readiness]") {
   const std::vector<ReadinessUnit> units{
       {kPrefill, 1, {{kDecode}}}, {kPrefill, 1, {{kDecode}}}, {kDecode, 1, {{kPrefill}}}};
@@ -243,7 +244,7 @@ TEST_CASE("only Base registrations create entries, a LoRA-only endpoint creates 
   CHECK(project(std::vector{facts}).empty());
 }
 
-// ---- worked examples (§1.10) -----------------------------------------------------------------
+// ---- worked examples (docs/protocol/readiness.md#examples) ------------------------------------
 
 TEST_CASE("example A: one aggregated endpoint, all three availabilities", "[readiness]") {
   auto facts = endpoint("prod", "backend", "generate", "llama", {{1, worker(kAggregated)}}, kNotReported);
@@ -407,7 +408,7 @@ TEST_CASE("example E: LoRA on a P/D pair", "[readiness]") {
 
 TEST_CASE("example F: an adapter only on the live aggregated worker of a mixed P/D + AGG namespace is READY",
           "[readiness]") {
-  // Decisions row 9 (revised): the adapter's own units are just the aggregated one, which needs
+  // docs/protocol/decisions.md#d9: the adapter's own units are just the aggregated one, which needs
   // nothing; the P/D route without the adapter does not gate it (the earlier rule said
   // UNAVAILABLE missing [PREFILL, DECODE]).
   auto aggregated =
@@ -449,10 +450,11 @@ TEST_CASE("example F without the P/D pair: the aggregated carrier alone makes th
 }
 
 TEST_CASE(
-    "example G per decisions row 9: EPD + LoRA with the encoder down caps the adapter at UNAVAILABLE, naming "
-    "the base's missing ENCODE",
+    "example G per docs/protocol/decisions.md#d9: EPD + LoRA with the encoder down caps the adapter at "
+    "UNAVAILABLE, naming the base's missing ENCODE",
     "[readiness]") {
-  // §1.10 G (normative, independent of the base) said READY; row 9 gates the adapter by its base.
+  // Judged independent of the base, the adapter would be READY; docs/protocol/decisions.md#d9
+  // gates the adapter by its base.
   auto prefill = prefill_endpoint(std::set<std::uint64_t>{1});
   auto decode = decode_endpoint(std::set<std::uint64_t>{2});
   add_adapter(prefill, "tenant-a", {1});
@@ -496,7 +498,8 @@ TEST_CASE("adapter under an UNAVAILABLE base: its dead decode carrier and the ba
 TEST_CASE("adapter authority: UNKNOWN exactly when the base is UNKNOWN, missing roles cleared",
           "[readiness]") {
   // The adapter's own endpoint is authoritative and its evaluation ready, but a base member is
-  // not: row 9 makes the adapter follow the base (the normative revision judged it on its own).
+  // not: docs/protocol/decisions.md#d9 makes the adapter follow the base (an earlier rule judged
+  // it on its own).
   auto aggregated =
       endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10});
   add_adapter(aggregated, "tenant-a", {10});
@@ -619,8 +622,9 @@ TEST_CASE("example H: legacy fallback", "[readiness]") {
     CHECK(roles(entry.present_roles()) == std::vector{AGG});
   }
   SECTION("(None,1,[]) + two live prefill endpoints: READY; the declared duplicate is still reported") {
-    // Judgement call: §1.10 H says dup [] (normative ambiguity is never computed in legacy
-    // mode); the declared-by-two-endpoints fact of row 8 does not depend on the mode.
+    // Judgement call: legacy mode never computes ambiguity, so dup [] could be expected; but the
+    // declared-by-two-endpoints fact of docs/protocol/decisions.md#d8 does not depend on the mode
+    // (docs/protocol/readiness.md#duplicate-roles).
     const auto entry =
         only_entry({endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, live1),
                     prefill_endpoint(std::set<std::uint64_t>{2}, "prefill-a", 2),
@@ -641,7 +645,8 @@ TEST_CASE("example H: legacy fallback", "[readiness]") {
   }
 }
 
-TEST_CASE("example I adjusted per decisions row 8: duplicates are reported, never gating", "[readiness]") {
+TEST_CASE("example I adjusted per docs/protocol/decisions.md#d8: duplicates are reported, never gating",
+          "[readiness]") {
   const std::set<std::uint64_t> none{};
   SECTION("prefill-a live, prefill-b live, decode live: READY, dup [PREFILL]") {
     const auto entry = only_entry({prefill_endpoint(std::set<std::uint64_t>{1}, "prefill-a", 1),
@@ -751,7 +756,8 @@ TEST_CASE("example J: conflicts", "[readiness]") {
 
 // ---- UNKNOWN, ordering, determinism ----------------------------------------------------------
 
-TEST_CASE("UNKNOWN clears only present/missing and adapters' missing (decisions row 10)", "[readiness]") {
+TEST_CASE("UNKNOWN clears only present/missing and adapters' missing (docs/protocol/decisions.md#d10)",
+          "[readiness]") {
   auto legacy = endpoint("prod", "legacy", "generate", "llama", {{9, worker(std::nullopt)}}, kNotReported);
   auto prefill_a = prefill_endpoint(std::set<std::uint64_t>{1}, "prefill-a", 1);
   auto prefill_b = prefill_endpoint(std::set<std::uint64_t>{}, "prefill-b", 3);

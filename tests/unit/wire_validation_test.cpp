@@ -46,7 +46,7 @@ const std::vector<char32_t> kWhiteSpace = {
     0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200A,
     0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
 
-// ---- valid fixtures (values as the relay publishes them, §4.7) ----
+// ---- valid fixtures, as the relay publishes them (docs/protocol/pools.md#producer-identity)
 
 v1::KvPoolId valid_pool_id() {
   v1::KvPoolId pool;
@@ -253,7 +253,7 @@ TEST_CASE("envelope: marker then version, both malformed", "[wire]") {
   CHECK(describe(check_request_marker(0)) == "ContractMarker malformed @ contract_marker");
 }
 
-// ===================================================================== subscriber_id (§1.4)
+// ============================================= subscriber_id (docs/protocol/rpcs.md#subscriber-id)
 
 TEST_CASE("subscriber_id: empty, too long, control characters", "[wire]") {
   CHECK(describe(check_subscriber_id("router-1")) == "ok");
@@ -331,7 +331,7 @@ TEST_CASE("valid text is non-empty and Unicode-whitespace trimmed", "[wire]") {
   CHECK(is_valid_text("a\xF4\x8F\xBF\xBF"));  // U+10FFFF itself is fine
 }
 
-// ===================================================================== pool id (§5.2)
+// =============================================== pool id (docs/protocol/rpcs.md#validate-identity)
 
 TEST_CASE("pool id: identity version, domain, digests, sources", "[wire]") {
   CHECK(describe(check_pool_id(valid_pool_id(), "pool_id")) == "ok");
@@ -410,7 +410,7 @@ TEST_CASE("pool id: identity version, domain, digests, sources", "[wire]") {
   }
 }
 
-// ===================================================================== CKF format (§5.2)
+// ============================================ CKF format (docs/protocol/rpcs.md#validate-identity)
 
 TEST_CASE("CKF format: zero fields, triple, range, power of two", "[wire]") {
   CHECK(describe(check_ckf_format(valid_format(), "f")) == "ok");
@@ -497,7 +497,7 @@ TEST_CASE("CKF format: zero fields, triple, range, power of two", "[wire]") {
   }
 }
 
-// ===================================================================== producer identity (§5.2)
+// ===================================== producer identity (docs/protocol/rpcs.md#validate-identity)
 
 TEST_CASE("producer identity: parts present, generation non-zero, nested checks", "[wire]") {
   CHECK(describe(check_producer_identity(valid_producer(), "p")) == "ok");
@@ -539,7 +539,7 @@ TEST_CASE("producer identity: parts present, generation non-zero, nested checks"
   }
 }
 
-// ===================================================================== requests (§1.5)
+// ============================================= requests (docs/protocol/rpcs.md#request-validation)
 
 TEST_CASE("SubscribeKvPool conformance: identity_version+1 unsupported, layout_generation=0 malformed",
           "[wire]") {
@@ -611,7 +611,7 @@ TEST_CASE("stream and info requests: marker first, then subscriber_id", "[wire]"
   exercise(v1::SubscribeServingLoadRequest{});
 }
 
-// ===================================================================== descriptor pieces (§5.3)
+// =================================== descriptor pieces (docs/protocol/rpcs.md#validate-descriptor)
 
 TEST_CASE("endpoint id: namespace, component and endpoint are valid text", "[wire]") {
   CHECK(describe(check_endpoint_id(valid_endpoint(), "e")) == "ok");
@@ -812,7 +812,7 @@ TEST_CASE("pool descriptor: producer, endpoint, semantics, registrations, roles 
   }
 }
 
-// ===================================================================== topology entry (§5.4)
+// ================================== topology entry (docs/protocol/rpcs.md#validate-topology-entry)
 
 TEST_CASE("topology entry: keys, state and role sets", "[wire]") {
   CHECK(describe(check_topology_entry(valid_entry(), "")) == "ok");
@@ -1021,7 +1021,7 @@ TEST_CASE("topology entry check order", "[wire]") {
         "IdentityVersion malformed @ members[2].pool_id.identity_version");
 }
 
-// ===================================================================== unsupported list (§5.5)
+// ===================================== unsupported list (docs/protocol/rpcs.md#unsupported-values)
 
 TEST_CASE("request errors map to the RelayErrorReason the server sends", "[wire]") {
   const auto error_with = [](ErrorCode code, ErrorClass error_class) {
@@ -1037,7 +1037,7 @@ TEST_CASE("request errors map to the RelayErrorReason the server sends", "[wire]
         v1::RELAY_ERROR_REASON_INVALID_REQUEST);
 }
 
-// ===================================================================== frozen key (§4.8)
+// ================================================ frozen key (docs/protocol/pools.md#producer-key)
 
 TEST_CASE("producer key: equal iff every frozen field is equal", "[wire]") {
   const auto base = valid_producer();

@@ -1,7 +1,7 @@
 #pragma once
-// kv-relay's consumer library: a router-side replica of every plane of one or more relays
-// (one per data center), kept as four independent state machines per relay — catalog, pool
-// filters, readiness, load — exactly as grpc-contract.md requires, with quarantine of
+// kv-relay's consumer library: a router-side replica of every plane of one or more relays (one per
+// data center), kept as four independent state machines per relay — catalog, pool filters,
+// readiness, load — exactly as docs/protocol/rpcs.md#consumer-rules requires, with quarantine of
 // unsupported entries, reconnection with jittered backoff, and a thread-safe query API.
 //
 //   Consumer consumer({.targets = {"dc-a:50051", "dc-b:50051"}});
