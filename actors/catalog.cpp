@@ -6,8 +6,7 @@ namespace {
 
 using Self = CatalogActor::stateful_pointer<CatalogState>;
 
-CatalogUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t revision,
-                             const CatalogView& view) {
+CatalogUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t revision, const CatalogView& view) {
   auto update = std::make_shared<v1::KvPoolCatalogUpdate>();
   update->set_protocol_version(wire::kProtocolVersion);
   *update->mutable_relay() = relay;

@@ -40,11 +40,12 @@ class CatalogRegistry {
 };
 
 // The catalog, as membership and catalog streams see it.
-using CatalogActor = caf::typed_actor<
-    caf::reacts_to<atoms::catalog_atom, std::vector<CatalogEntry>>,  // the complete set (revision + 1 if changed)
-    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::KvPoolCatalogUpdate>>,
-    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
-    caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
+using CatalogActor =
+    caf::typed_actor<caf::reacts_to<atoms::catalog_atom, std::vector<CatalogEntry>>,  // the complete set (revision + 1
+                                                                                      // if changed)
+                     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::KvPoolCatalogUpdate>>,
+                     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
+                     caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
 
 struct CatalogState {
   std::shared_ptr<CatalogRegistry> registry;

@@ -4,8 +4,8 @@
 // the change since its last sample to the gauge its whole kind shares: the gauge is the
 // sum over the live actors of that kind, and an actor that ends takes its share back out.
 // A scrape only reads the gauge.
-#include <caf/all.hpp>
 #include <prometheus/gauge.h>
+#include <caf/all.hpp>
 
 #include <chrono>
 

@@ -45,8 +45,8 @@ std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipS
   for (const auto& [pool, endpoints] : claims) {
     if (endpoints.size() < 2) continue;
     for (const EndpointKey& endpoint : endpoints) {
-      spdlog::warn("endpoint {}: its pool is claimed by {} serving endpoints; not materialized",
-                   endpoint.display(), endpoints.size());
+      spdlog::warn("endpoint {}: its pool is claimed by {} serving endpoints; not materialized", endpoint.display(),
+                   endpoints.size());
       desired.erase(endpoint);
     }
   }
@@ -113,7 +113,8 @@ MaterializedPool materialize(Self self, const EndpointKey& endpoint, const membe
 
 std::vector<CatalogEntry> catalog_entries(const MembershipState& state) {
   std::vector<CatalogEntry> entries;
-  for (const auto& [endpoint, pool] : state.pools) entries.push_back({pool.descriptor, pool.publisher, pool.subscribers});
+  for (const auto& [endpoint, pool] : state.pools)
+    entries.push_back({pool.descriptor, pool.publisher, pool.subscribers});
   return entries;
 }
 
@@ -322,9 +323,12 @@ Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvE
 
 metrics::ResetReason reset_reason(Sequencing sequencing) {
   switch (sequencing) {
-    case Sequencing::kEpochChanged: return metrics::ResetReason::kEpochChanged;
-    case Sequencing::kSequenceGap: return metrics::ResetReason::kSequenceGap;
-    default: return metrics::ResetReason::kNewGeneration;
+    case Sequencing::kEpochChanged:
+      return metrics::ResetReason::kEpochChanged;
+    case Sequencing::kSequenceGap:
+      return metrics::ResetReason::kSequenceGap;
+    default:
+      return metrics::ResetReason::kNewGeneration;
   }
 }
 
@@ -334,7 +338,8 @@ void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply,
   const auto cards = state.workers.find(endpoint);
   const auto pool = state.pools.find(endpoint);
   using metrics::BatchResult;
-  if (cards == state.workers.end() || pool == state.pools.end()) return reject(self, reply, BatchResult::kUnknownSource);
+  if (cards == state.workers.end() || pool == state.pools.end())
+    return reject(self, reply, BatchResult::kUnknownSource);
   const auto worker = cards->second.find(batch->worker_id());
   if (worker == cards->second.end() || !declares_push_source(worker->second, batch->dp_rank())) {
     return reject(self, reply, BatchResult::kUnknownSource);

@@ -42,17 +42,17 @@ struct MembershipPeers {
 using MembershipActor = FenceListenerActor::extend<
     caf::replies_to<atoms::put_worker_atom, ingest_v1::PutWorkerRequest>::with<ingest_v1::PutWorkerResponse>,
     caf::replies_to<atoms::remove_worker_atom, ingest_v1::RemoveWorkerRequest>::with<ingest_v1::RemoveWorkerResponse>,
-    caf::replies_to<atoms::availability_atom, ingest_v1::SetAvailabilityRequest>::with<
-        ingest_v1::SetAvailabilityResponse>,
+    caf::replies_to<atoms::availability_atom,
+                    ingest_v1::SetAvailabilityRequest>::with<ingest_v1::SetAvailabilityResponse>,
     caf::replies_to<atoms::get_state_atom>::with<ingest_v1::RelayState>,
     // A KV event batch to route to its pool; the outcome goes to the reply. receipt_ns: when
     // it reached the relay (steady clock).
     caf::reacts_to<atoms::batch_atom, EventBatchPtr, BatchReplyPtr, std::int64_t>,
-    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // retire every pool with this status
-    caf::reacts_to<atoms::sample_atom>,               // its mailbox sampling timer
-    caf::reacts_to<atoms::corrupt_atom>,              // test hook: every pool's next delta breaks
+    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,   // retire every pool with this status
+    caf::reacts_to<atoms::sample_atom>,                // its mailbox sampling timer
+    caf::reacts_to<atoms::corrupt_atom>,               // test hook: every pool's next delta breaks
     caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
-    caf::reacts_to<atoms::crash_atom>>;               // test hook: throw, as an invariant break would
+    caf::reacts_to<atoms::crash_atom>>;                // test hook: throw, as an invariant break would
 
 // A push source's place in its stream of batches (docs/protocol/decisions.md#d16), and the pool
 // generation its last batch went to.
@@ -92,6 +92,6 @@ struct MembershipState {
 };
 
 MembershipActor::behavior_type membership_actor(MembershipActor::stateful_pointer<MembershipState> self,
-                                               MembershipConfig config, MembershipPeers peers);
+                                                MembershipConfig config, MembershipPeers peers);
 
 }  // namespace kvrelay

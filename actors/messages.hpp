@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/permits.hpp"
@@ -158,46 +158,46 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RelayState)
 
 // One atom means one thing, whichever actor receives it.
 CAF_BEGIN_TYPE_ID_BLOCK(kvrelay, caf::first_custom_type_id)
-  // streams and their transport
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, write_done_atom, "writedone")   // a write completed (ok?)
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, cancelled_atom, "cancelled")    // the client went away
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, end_stream_atom, "endstream")   // end the stream with a status
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, update_atom, "update")          // the latest value for a stream
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, subscribe_atom, "subscribe")    // send updates to this stream
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, heartbeat_atom, "heartbeat")    // a stream's heartbeat is due
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, progress_atom, "progress")      // a snapshot chunk's deadline
-  // snapshot encoder permits
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, acquire_atom, "acquire")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, granted_atom, "granted")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, release_atom, "release")
-  // pool publication
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, attach_atom, "attach")          // a stream joins the fan-out
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, publish_atom, "publish")        // the publication delay ran out
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, apply_batch_atom, "applybatch")  // KV events for the pool
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, reset_atom, "reset")            // drop one source's blocks
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, retire_atom, "retire")          // the generation ends
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, pool_state_atom, "poolstate")   // GetState's view of a pool
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, broken_sequence_atom, "brokenseq")  // a stream saw a bad delta
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, generation_fenced_atom, "fenced")   // a publisher fenced itself
-  // ingest
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")            // a KV event batch to route
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")          // load reports
-  // what membership tells the projections
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, catalog_atom, "catalog")        // the complete set of pools
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")            // every endpoint's readiness facts
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, load_pools_atom, "loadpools")   // the pools load windows cover
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, tick_atom, "tick")              // a load window is due
-  // lifecycle
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, shutdown_atom, "shutdown")      // the relay drains
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, sample_atom, "sample")          // sample the mailbox depth
-  // test hooks
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, corrupt_atom, "corrupt")        // break the next delta's sequence
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, evict_atom, "evict")            // drop a fingerprint behind the index
-  CAF_ADD_ATOM(kvrelay, kvrelay::atoms, crash_atom, "crash")            // throw from a core actor
+// streams and their transport
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, write_done_atom, "writedone")  // a write completed (ok?)
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, cancelled_atom, "cancelled")   // the client went away
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, end_stream_atom, "endstream")  // end the stream with a status
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, update_atom, "update")         // the latest value for a stream
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, subscribe_atom, "subscribe")   // send updates to this stream
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, heartbeat_atom, "heartbeat")   // a stream's heartbeat is due
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, progress_atom, "progress")     // a snapshot chunk's deadline
+// snapshot encoder permits
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, acquire_atom, "acquire")
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, granted_atom, "granted")
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, release_atom, "release")
+// pool publication
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, attach_atom, "attach")              // a stream joins the fan-out
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, publish_atom, "publish")            // the publication delay ran out
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, apply_batch_atom, "applybatch")     // KV events for the pool
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, reset_atom, "reset")                // drop one source's blocks
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, retire_atom, "retire")              // the generation ends
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, pool_state_atom, "poolstate")       // GetState's view of a pool
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, broken_sequence_atom, "brokenseq")  // a stream saw a bad delta
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, generation_fenced_atom, "fenced")   // a publisher fenced itself
+// ingest
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")    // a KV event batch to route
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")  // load reports
+// what membership tells the projections
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, catalog_atom, "catalog")       // the complete set of pools
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")           // every endpoint's readiness facts
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, load_pools_atom, "loadpools")  // the pools load windows cover
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, tick_atom, "tick")             // a load window is due
+// lifecycle
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, shutdown_atom, "shutdown")  // the relay drains
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, sample_atom, "sample")      // sample the mailbox depth
+// test hooks
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, corrupt_atom, "corrupt")  // break the next delta's sequence
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, evict_atom, "evict")      // drop a fingerprint behind the index
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, crash_atom, "crash")      // throw from a core actor
 CAF_END_TYPE_ID_BLOCK(kvrelay)
 
 namespace kvrelay {
@@ -218,9 +218,8 @@ template <class Message>
 using UpdateSourceActor = caf::typed_actor<caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<Message>>>;
 
 // A pool stream as its publisher sees it.
-using PoolFrameSinkActor =
-    caf::typed_actor<caf::reacts_to<PoolSnapshotMsg>, caf::reacts_to<PoolDeltaMsg>,
-                     caf::reacts_to<atoms::end_stream_atom, RpcStatus>>;
+using PoolFrameSinkActor = caf::typed_actor<caf::reacts_to<PoolSnapshotMsg>, caf::reacts_to<PoolDeltaMsg>,
+                                            caf::reacts_to<atoms::end_stream_atom, RpcStatus>>;
 
 // A pool stream as the snapshot encoder permits see it.
 using PermitHolderActor = caf::typed_actor<caf::reacts_to<atoms::granted_atom>>;

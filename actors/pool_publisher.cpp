@@ -90,8 +90,8 @@ void publish(Self self) {
                  state.config.spec.producer.layout_generation(), images.size());
     return end_all_streams(self, publication_unavailable("publication too large for one delta; resubscribe"));
   }
-  auto payload = cbi1::encode_delta(format_of(state.config.spec), state.config.spec.dc_id, base,
-                                    state.sequence, images);
+  auto payload =
+      cbi1::encode_delta(format_of(state.config.spec), state.config.spec.dc_id, base, state.sequence, images);
   if (!payload) return end_all_streams(self, publication_unavailable(payload.error().detail));
   PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)), receipt_ns};
   for (const PoolFrameSinkActor& stream : state.streams) {
@@ -132,12 +132,9 @@ void publish_or_arm_delay(Self self) {
 
 // An index that contradicts itself cannot publish a trustworthy filter: the generation is
 // fenced and rebuilt rather than the one event rejected.
-bool breaks_index(const EventResult& result) {
-  return result.error == EventError::kIndexerInvariantViolation;
-}
+bool breaks_index(const EventResult& result) { return result.error == EventError::kIndexerInvariantViolation; }
 
-void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns,
-                 BatchOutcome& outcome) {
+void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns, BatchOutcome& outcome) {
   auto& state = self->state;
   const SourceKey source{batch.worker_id(), batch.dp_rank()};
   metrics::EventTally tally;
@@ -145,8 +142,8 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
     const EventResult result = apply_kv_event(*state.index, source, event, state.config.semantics);
     tally.add(event, result);
     if (breaks_index(result)) {
-      fence(self, fmt::format("index invariant violated by an event of worker {} rank {}", source.worker_id,
-                              source.dp_rank),
+      fence(self,
+            fmt::format("index invariant violated by an event of worker {} rank {}", source.worker_id, source.dp_rank),
             {});
       break;
     }
@@ -227,8 +224,7 @@ PoolStateReport state_report(Self self) {
 }  // namespace
 
 std::int64_t steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

@@ -17,16 +17,16 @@
 namespace kvrelay {
 
 struct PublisherConfig {
-  PoolStreamSpec spec;             // identity, dc id and CKF format of this generation
-  QuerySemantics semantics;        // how token blocks are hashed
+  PoolStreamSpec spec;       // identity, dc id and CKF format of this generation
+  QuerySemantics semantics;  // how token blocks are hashed
   std::uint32_t publication_threshold = 16;
   std::chrono::milliseconds publication_delay{1};
   // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
   // A pool holds a slot while it has at least one stream: an idle pool holds none.
   std::shared_ptr<StreamLimit> hub_slots;
-  FenceListenerActor owner;  // told when this generation fences itself (may be null)
-  metrics::RelayMetrics* metrics = nullptr;     // none: nothing is recorded
-  std::shared_ptr<metrics::PoolStats> stats;    // this generation's per-pool figures, or none
+  FenceListenerActor owner;                   // told when this generation fences itself (may be null)
+  metrics::RelayMetrics* metrics = nullptr;   // none: nothing is recorded
+  std::shared_ptr<metrics::PoolStats> stats;  // this generation's per-pool figures, or none
 };
 
 // A pool generation's publisher, as membership, its streams and GetState see it.
@@ -34,21 +34,21 @@ using PoolPublisherActor = caf::typed_actor<
     // KV events for this pool from one source, reset first when it started over; the outcome
     // goes to the reply. receipt_ns: when the batch reached the relay (steady clock).
     caf::reacts_to<atoms::apply_batch_atom, EventBatchPtr, bool, BatchReplyPtr, std::int64_t>,
-    caf::reacts_to<atoms::reset_atom, SourceKey>,               // drop one source's blocks
-    caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor>,     // a stream with its encoder permit
+    caf::reacts_to<atoms::reset_atom, SourceKey>,                                  // drop one source's blocks
+    caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor>,                        // a stream with its encoder permit
     caf::reacts_to<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>,  // fence, from a stream
     caf::replies_to<atoms::pool_state_atom>::with<PoolStateReport>,
-    caf::reacts_to<atoms::retire_atom, RpcStatus>,  // end every stream with this status and stop
-    caf::reacts_to<atoms::publish_atom>,            // its own publication timer
-    caf::reacts_to<atoms::sample_atom>,             // its own mailbox sampling timer
-    caf::reacts_to<atoms::corrupt_atom>,            // test hook: break the first stream's next delta
+    caf::reacts_to<atoms::retire_atom, RpcStatus>,      // end every stream with this status and stop
+    caf::reacts_to<atoms::publish_atom>,                // its own publication timer
+    caf::reacts_to<atoms::sample_atom>,                 // its own mailbox sampling timer
+    caf::reacts_to<atoms::corrupt_atom>,                // test hook: break the first stream's next delta
     caf::reacts_to<atoms::evict_atom, std::uint64_t>>;  // test hook: see evict_fingerprint_for_test
 
 struct PoolPublisherState {
   std::optional<PoolIndex> index;
   PublisherConfig config;
-  std::uint64_t sequence = 0;            // of the last publication
-  std::uint32_t pending_events = 0;      // applied since the last publication
+  std::uint64_t sequence = 0;        // of the last publication
+  std::uint32_t pending_events = 0;  // applied since the last publication
   bool delay_armed = false;
   caf::actor_clock::time_point last_publication{};
   std::int64_t oldest_pending_receipt_ns = 0;
@@ -57,8 +57,8 @@ struct PoolPublisherState {
   std::weak_ptr<const SnapshotImage> snapshot_at_sequence;
   std::vector<PoolFrameSinkActor> streams;
   std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
-  bool fenced = false;              // waiting for membership to retire this generation
-  bool corrupt_next_delta = false;  // test hook: the next delta breaks its first stream's sequence
+  bool fenced = false;                            // waiting for membership to retire this generation
+  bool corrupt_next_delta = false;                // test hook: the next delta breaks its first stream's sequence
   std::uint64_t events_rejected = 0;
   std::uint64_t source_resets = 0;
   MailboxSampler mailbox;

@@ -39,12 +39,12 @@ void chunk_encoded(PoolStreamState& state, std::chrono::steady_clock::time_point
 std::shared_ptr<const v1::FilterUpdate> encode_next_chunk(PoolStreamState& state) {
   const auto format = cbi1::FilterFormat{state.spec.seed, state.spec.bucket_count};
   const auto started = std::chrono::steady_clock::now();
-  auto payload = cbi1::encode_snapshot_chunk(format, state.spec.dc_id, state.snapshot->sequence,
-                                             state.next_chunk, state.snapshot->words);
+  auto payload = cbi1::encode_snapshot_chunk(format, state.spec.dc_id, state.snapshot->sequence, state.next_chunk,
+                                             state.snapshot->words);
   if (!payload) return nullptr;
   chunk_encoded(state, started);
-  auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, state.snapshot->sequence,
-                        state.snapshot->sequence);
+  auto frame =
+      frame_of(state.spec, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, state.snapshot->sequence, state.snapshot->sequence);
   frame->set_payload(std::move(*payload));
   if (++state.next_chunk == state.chunk_count) state.snapshot.reset();
   return frame;
@@ -201,7 +201,9 @@ PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<v1::FilterUp
       [=](const PoolSnapshotMsg& msg) { on_snapshot(self, msg); },
       [=](const PoolDeltaMsg& msg) { on_delta(self, msg); },
       [=](atoms::end_stream_atom, const RpcStatus& status) { end_stream(self, self->state.writer, status); },
-      [=](atoms::write_done_atom, bool ok) { on_write_done(self, self->state.writer, ok, [self] { write_next(self); }); },
+      [=](atoms::write_done_atom, bool ok) {
+        on_write_done(self, self->state.writer, ok, [self] { write_next(self); });
+      },
       [=](atoms::cancelled_atom) { self->quit(); },
       [=](atoms::granted_atom) {
         self->state.permit_held = true;

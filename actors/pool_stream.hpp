@@ -24,7 +24,7 @@ using PoolStreamActor = PoolFrameSinkActor::extend_with<StreamTransportActor>::e
 
 // How a pool stream takes part in snapshot admission.
 struct SnapshotPacing {
-  SnapshotEncodersActor encoders;                   // the shared encoder permits (none: unlimited)
+  SnapshotEncodersActor encoders;                     // the shared encoder permits (none: unlimited)
   std::chrono::milliseconds progress_timeout{60000};  // per snapshot frame
   std::chrono::milliseconds heartbeat{10000};         // 0 disables heartbeats
 };
@@ -40,8 +40,8 @@ struct PoolStreamState {
   SnapshotPacing pacing;
   PoolPublisherActor publisher;
   bool permit_held = false;
-  std::int64_t chunk_in_flight = -1;  // index of the chunk being written, -1 when none
-  caf::actor_clock::time_point last_frame_at{};     // the last data frame handed on
+  std::int64_t chunk_in_flight = -1;             // index of the chunk being written, -1 when none
+  caf::actor_clock::time_point last_frame_at{};  // the last data frame handed on
   bool heartbeat_armed = false;
   std::chrono::nanoseconds snapshot_encode_time{0};  // spent on this snapshot's chunks so far
   metrics::RelayMetrics* metrics = nullptr;
@@ -54,8 +54,9 @@ struct PoolStreamState {
 // The stream first waits for an encoder permit, holding nothing; once granted it attaches to
 // `publisher`, which answers with a snapshot image at its current sequence and then every
 // delta from there. Each snapshot frame but the last must be written within the progress
-// timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes on). After the complete snapshot, a heartbeat frame (no payload, sequence unchanged)
-// follows every `pacing.heartbeat` without a data frame. `metrics` may be null.
+// timeout, or the stream ends with SNAPSHOT_PROGRESS_TIMEOUT (the generation goes on). After the complete snapshot, a
+// heartbeat frame (no payload, sequence unchanged) follows every `pacing.heartbeat` without a data frame. `metrics` may
+// be null.
 PoolStreamActor::behavior_type pool_stream(PoolStreamActor::stateful_pointer<PoolStreamState> self,
                                            StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
                                            OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,

@@ -16,10 +16,9 @@ namespace kvrelay {
 // The permits, as pool streams see them. A stream asks with its own handle, is answered
 // (granted_atom) when its turn comes, and gives the permit back with release_atom; a stream
 // that ends while waiting or holding gives its place back all the same.
-using SnapshotEncodersActor =
-    caf::typed_actor<caf::reacts_to<atoms::acquire_atom, PermitHolderActor>,
-                     caf::reacts_to<atoms::release_atom, PermitHolderActor>,
-                     caf::reacts_to<atoms::sample_atom>>;  // its own mailbox sampling timer
+using SnapshotEncodersActor = caf::typed_actor<caf::reacts_to<atoms::acquire_atom, PermitHolderActor>,
+                                               caf::reacts_to<atoms::release_atom, PermitHolderActor>,
+                                               caf::reacts_to<atoms::sample_atom>>;  // its own mailbox sampling timer
 
 struct SnapshotEncodersState {
   std::size_t available = 0;

@@ -87,7 +87,8 @@ struct LatestValueStreamState {
 };
 
 template <class Message>
-void write_unsent(typename LatestValueStreamActor<Message>::template stateful_pointer<LatestValueStreamState<Message>> self) {
+void write_unsent(
+    typename LatestValueStreamActor<Message>::template stateful_pointer<LatestValueStreamState<Message>> self) {
   auto& state = self->state;
   if (state.unsent && state.writer.ready()) state.writer.write(std::move(state.unsent));
 }

@@ -13,8 +13,9 @@ SupervisorActor::behavior_type supervisor(SupervisorActor::stateful_pointer<Supe
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
     if (state.draining || !state.on_failure) return;
-    const auto gone = std::ranges::find_if(
-        state.watched, [&](const SupervisedActor& watched_actor) { return watched_actor.actor.address() == down.source; });
+    const auto gone = std::ranges::find_if(state.watched, [&](const SupervisedActor& watched_actor) {
+      return watched_actor.actor.address() == down.source;
+    });
     const std::string name = gone == state.watched.end() ? "an unknown actor" : gone->name;
     auto report = std::exchange(state.on_failure, nullptr);
     report(name + " exited: " + caf::to_string(down.reason));

@@ -19,8 +19,8 @@ struct SupervisedActor {
 };
 
 // The supervisor, as the runtime sees it.
-using SupervisorActor = caf::typed_actor<
-    caf::reacts_to<atoms::shutdown_atom, RpcStatus>>;  // the relay drains: exits are expected now
+using SupervisorActor =
+    caf::typed_actor<caf::reacts_to<atoms::shutdown_atom, RpcStatus>>;  // the relay drains: exits are expected now
 
 struct SupervisorState {
   std::vector<SupervisedActor> watched;

@@ -11,11 +11,12 @@
 namespace kvrelay {
 
 // The readiness projection, as membership and readiness streams see it.
-using TopologyProjectorActor = caf::typed_actor<
-    caf::reacts_to<atoms::facts_atom, std::vector<readiness::EndpointFacts>>,  // every endpoint's facts
-    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::ServingReadinessUpdate>>,
-    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
-    caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
+using TopologyProjectorActor =
+    caf::typed_actor<caf::reacts_to<atoms::facts_atom, std::vector<readiness::EndpointFacts>>,  // every endpoint's
+                                                                                                // facts
+                     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::ServingReadinessUpdate>>,
+                     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
+                     caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
 
 struct TopologyProjectorState {
   v1::RelayIdentity relay;

@@ -17,7 +17,7 @@ namespace {
 using Apply = std::function<std::optional<std::string>(AppOptions&, const std::string&)>;
 
 struct Flag {
-  std::string name;  // without the leading "--"
+  std::string name;        // without the leading "--"
   std::string value_name;  // empty for a switch
   std::string help;
   std::string default_text;
@@ -102,8 +102,8 @@ const std::vector<Flag>& flags() {
        uint_field<std::size_t>(1, 1 << 20, &RelayOptions::stream_queue_frames)},
       {"stream-queue-bytes", "BYTES", "bytes a pool stream may queue (payload + 256 per frame)", "16777216",
        uint_field<std::size_t>(4'194'624, szmax, &RelayOptions::stream_queue_bytes)},
-      {"max-message-bytes", "BYTES", "largest gRPC message either way (>= 4259904: one full chunk frame)",
-       "8388608", uint_field<std::size_t>(4'259'904, std::size_t{1} << 31, &RelayOptions::max_message_bytes)},
+      {"max-message-bytes", "BYTES", "largest gRPC message either way (>= 4259904: one full chunk frame)", "8388608",
+       uint_field<std::size_t>(4'259'904, std::size_t{1} << 31, &RelayOptions::max_message_bytes)},
       {"max-catalog-subscribers", "N", "open WatchKvPoolCatalog streams at most", "64",
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_catalog_subscribers)},
       {"max-readiness-subscribers", "N", "open SubscribeServingReadiness streams at most", "64",
@@ -129,8 +129,7 @@ const std::vector<Flag>& flags() {
       {"drain-timeout-ms", "MS", "on SIGTERM, cancel calls still open after this long", "5000",
        uint_field<std::uint32_t>(0, u32max, &RelayOptions::drain_timeout_ms)},
       {"ready-file", "FILE", "written atomically once every listener is bound: {\"wan\",\"ingest\",\"metrics\"}",
-       "none",
-       text([](AppOptions& o, const std::string& v) { o.ready_file = v; })},
+       "none", text([](AppOptions& o, const std::string& v) { o.ready_file = v; })},
       {"log-level", "LEVEL", "trace, debug, info, warn, error or off", "info",
        [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
          static const std::vector<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
@@ -232,7 +231,8 @@ std::expected<AppOptions, std::string> parse_options(const std::vector<std::stri
   if (!line) return std::unexpected(line.error());
   options.help = line->help;
   if (!line->config) {
-    if (const auto config = environment.find("KV_RELAY_CONFIG"); config != environment.end()) line->config = config->second;
+    if (const auto config = environment.find("KV_RELAY_CONFIG"); config != environment.end())
+      line->config = config->second;
   }
   if (line->config) {
     if (auto error = apply_config_file(*line->config, options)) return std::unexpected(*error);
@@ -259,8 +259,8 @@ std::string usage() {
                       "YAML map of flag names to values", "");
   for (const Flag& flag : flags()) {
     const std::string head = flag.value_name.empty() ? flag.name : flag.name + " " + flag.value_name;
-    text += fmt::format("  --{:<28} {}\n      {:<28} env {}, default: {}\n", head, flag.help, "",
-                        env_name(flag.name), flag.default_text);
+    text += fmt::format("  --{:<28} {}\n      {:<28} env {}, default: {}\n", head, flag.help, "", env_name(flag.name),
+                        flag.default_text);
   }
   return text;
 }

@@ -1,11 +1,11 @@
 #include "app/relay_runtime.hpp"
 
-#include <caf/all.hpp>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <caf/all.hpp>
 
 #include <condition_variable>
 #include <mutex>
@@ -212,16 +212,16 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                      options.max_subscribers_per_pool,
                                      impl->hub_slots,
                                      recorder};
-  impl->membership = system.spawn(membership_actor, membership_config,
-                                  MembershipPeers{impl->catalog, impl->topology, impl->load});
-  impl->supervisor = system.spawn(
-      supervisor,
-      std::vector<SupervisedActor>{{"membership", caf::actor_cast<caf::actor>(impl->membership)},
-                                   {"catalog", caf::actor_cast<caf::actor>(impl->catalog)},
-                                   {"topology projector", caf::actor_cast<caf::actor>(impl->topology)},
-                                   {"load window", caf::actor_cast<caf::actor>(impl->load)},
-                                   {"snapshot encoders", caf::actor_cast<caf::actor>(impl->encoders)}},
-      [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
+  impl->membership =
+      system.spawn(membership_actor, membership_config, MembershipPeers{impl->catalog, impl->topology, impl->load});
+  impl->supervisor =
+      system.spawn(supervisor,
+                   std::vector<SupervisedActor>{{"membership", caf::actor_cast<caf::actor>(impl->membership)},
+                                                {"catalog", caf::actor_cast<caf::actor>(impl->catalog)},
+                                                {"topology projector", caf::actor_cast<caf::actor>(impl->topology)},
+                                                {"load window", caf::actor_cast<caf::actor>(impl->load)},
+                                                {"snapshot encoders", caf::actor_cast<caf::actor>(impl->encoders)}},
+                   [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
   if (options.topology) {
     if (auto loaded = load_topology(system, *options.topology, impl->membership); !loaded) {
       return std::unexpected(loaded.error());
@@ -244,8 +244,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->relay_service = std::make_unique<gateway::RelayService>(
       system, relay_config,
       gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load});
-  impl->ingest_service = std::make_unique<gateway::IngestService>(
-      gateway::IngestPeers{&system, impl->membership, impl->load}, recorder);
+  impl->ingest_service =
+      std::make_unique<gateway::IngestService>(gateway::IngestPeers{&system, impl->membership, impl->load}, recorder);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -339,9 +339,10 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   impl_->ingest_server->Shutdown(deadline);
   impl_->wan_server->Wait();
   impl_->ingest_server->Wait();
-  for (const caf::actor& actor : {caf::actor_cast<caf::actor>(impl_->catalog), caf::actor_cast<caf::actor>(impl_->topology),
-                                  caf::actor_cast<caf::actor>(impl_->load), caf::actor_cast<caf::actor>(impl_->membership),
-                                  caf::actor_cast<caf::actor>(impl_->encoders)}) {
+  for (const caf::actor& actor :
+       {caf::actor_cast<caf::actor>(impl_->catalog), caf::actor_cast<caf::actor>(impl_->topology),
+        caf::actor_cast<caf::actor>(impl_->load), caf::actor_cast<caf::actor>(impl_->membership),
+        caf::actor_cast<caf::actor>(impl_->encoders)}) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
   impl_->system.reset();  // waits for every actor to finish

@@ -102,7 +102,7 @@ class RelayRuntime {
   bool await_open_streams_at_least(std::string_view kind, std::size_t count,
                                    std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
- struct Impl;
+  struct Impl;
 
  private:
   explicit RelayRuntime(std::unique_ptr<Impl> impl);

@@ -70,8 +70,7 @@ void BM_ReplicaDeltaApply(benchmark::State& state) {
     applied += kDeltas;
   }
   state.counters["frames/s"] = benchmark::Counter(static_cast<double>(applied), benchmark::Counter::kIsRate);
-  state.counters["images/s"] =
-      benchmark::Counter(static_cast<double>(applied * images), benchmark::Counter::kIsRate);
+  state.counters["images/s"] = benchmark::Counter(static_cast<double>(applied * images), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * payload_bytes));
 }
 BENCHMARK(BM_ReplicaDeltaApply)->Arg(64)->Arg(4096)->Arg(349525)->UseManualTime()->Unit(benchmark::kMillisecond);

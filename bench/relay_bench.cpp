@@ -1,10 +1,10 @@
 // System-level figures of the relay (issue #3): one publisher's apply rate with and without
 // the gRPC ingest path, event-to-wire latency, fan-out to 64 subscribers, cold snapshot
 // delivery, and resident memory per live block. Prints one table; run through `make bench`.
-#include <caf/all.hpp>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <caf/all.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -290,13 +290,18 @@ std::pair<double, double> event_to_wire_ms(std::uint32_t events_per_second, doub
   s.context.TryCancel();
   s.thread.join();
   std::sort(latencies.begin(), latencies.end());
-  auto at = [&](double q) { return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(q * (latencies.size() - 1))]; };
-  if (std::getenv("BENCH_LOG")) fmt::print("  p90 {:.3f} p95 {:.3f} p999 {:.3f} max {:.3f} n {}\n", at(0.9), at(0.95), at(0.999), at(1.0), latencies.size());
+  auto at = [&](double q) {
+    return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(q * (latencies.size() - 1))];
+  };
+  if (std::getenv("BENCH_LOG"))
+    fmt::print("  p90 {:.3f} p95 {:.3f} p999 {:.3f} max {:.3f} n {}\n", at(0.9), at(0.95), at(0.999), at(1.0),
+               latencies.size());
   return {at(0.5), at(0.99)};
 }
 
 // ---- 64 subscribers at a steady event rate ----
-std::pair<std::size_t, std::size_t> fan_out(std::size_t subscribers, std::uint32_t events_per_second, double duration_s) {
+std::pair<std::size_t, std::size_t> fan_out(std::size_t subscribers, std::uint32_t events_per_second,
+                                            double duration_s) {
   Relay relay = start_relay(1 << 20);
   std::vector<std::unique_ptr<Subscriber>> subs;
   for (std::size_t i = 0; i < subscribers; ++i) {
@@ -410,7 +415,8 @@ int main() {
   const auto memory = memory_figures();
   fmt::print("| Resident memory added by 1 M live blocks (4 MiB filter + lineage + owners) | {:.1f} MiB |\n",
              memory.blocks_mib);
-  fmt::print("| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
-             memory.subscribers_mib);
+  fmt::print(
+      "| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
+      memory.subscribers_mib);
   return 0;
 }

@@ -19,12 +19,10 @@ constexpr std::uint32_t kDeriveKeyContext = 1U << 5;
 constexpr std::uint32_t kDeriveKeyMaterial = 1U << 6;
 
 // Same constants as the SHA-256 initial hash value.
-constexpr Words kIv = {0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A,
-                       0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19};
+constexpr Words kIv = {0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19};
 
 // Message word permutation applied between rounds.
-constexpr std::array<std::size_t, 16> kPermutation = {2, 6,  3,  10, 7,  0,  4,  13,
-                                                      1, 11, 12, 5,  9,  14, 15, 8};
+constexpr std::array<std::size_t, 16> kPermutation = {2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8};
 
 std::uint32_t load_le32(const std::uint8_t* p) {
   return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
@@ -50,8 +48,7 @@ Words load_key(std::span<const std::uint8_t, kKeyLen> key) {
   return words;
 }
 
-void g(Block& s, std::size_t a, std::size_t b, std::size_t c, std::size_t d, std::uint32_t mx,
-       std::uint32_t my) {
+void g(Block& s, std::size_t a, std::size_t b, std::size_t c, std::size_t d, std::uint32_t mx, std::uint32_t my) {
   s[a] = s[a] + s[b] + mx;
   s[d] = std::rotr(s[d] ^ s[a], 16);
   s[c] = s[c] + s[d];
@@ -78,11 +75,22 @@ void mix_round(Block& s, const Block& m) {
 // The compression function: all 16 output words (the first 8 are the chaining value).
 Block compress(const Words& cv, const Block& block, std::uint64_t counter, std::uint32_t block_len,
                std::uint32_t flags) {
-  Block s = {cv[0],  cv[1],  cv[2],  cv[3],
-             cv[4],  cv[5],  cv[6],  cv[7],
-             kIv[0], kIv[1], kIv[2], kIv[3],
-             static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32),
-             block_len, flags};
+  Block s = {cv[0],
+             cv[1],
+             cv[2],
+             cv[3],
+             cv[4],
+             cv[5],
+             cv[6],
+             cv[7],
+             kIv[0],
+             kIv[1],
+             kIv[2],
+             kIv[3],
+             static_cast<std::uint32_t>(counter),
+             static_cast<std::uint32_t>(counter >> 32),
+             block_len,
+             flags};
   Block m = block;
   for (int r = 0; r < 7; ++r) {
     mix_round(s, m);
@@ -174,8 +182,8 @@ void Hasher::update_chunk(std::span<const std::uint8_t> input) {
     // be kept for the CHUNK_END (and possibly ROOT) compression.
     if (chunk_.block_len == kBlockLen) {
       const std::uint32_t start = chunk_.blocks_compressed == 0 ? kChunkStart : 0;
-      chunk_.cv = first_eight(compress(chunk_.cv, load_block(chunk_.block), chunk_.counter, kBlockLen,
-                                       chunk_.flags | start));
+      chunk_.cv =
+          first_eight(compress(chunk_.cv, load_block(chunk_.block), chunk_.counter, kBlockLen, chunk_.flags | start));
       ++chunk_.blocks_compressed;
       chunk_.block = {};
       chunk_.block_len = 0;
@@ -218,8 +226,8 @@ Hasher& Hasher::update(std::span<const std::uint8_t> input) {
     // A full chunk is finalized only once more input arrives, since the last chunk may be
     // the root.
     if (chunk_.len() == kChunkLen) {
-      const Words cv = chunk_output(chunk_.cv, chunk_.block, chunk_.block_len, chunk_.blocks_compressed,
-                                    chunk_.counter, chunk_.flags)
+      const Words cv = chunk_output(chunk_.cv, chunk_.block, chunk_.block_len, chunk_.blocks_compressed, chunk_.counter,
+                                    chunk_.flags)
                            .chaining_value();
       const std::uint64_t total_chunks = chunk_.counter + 1;
       push_chunk_cv(cv, total_chunks);
@@ -237,8 +245,8 @@ Hasher& Hasher::update(std::string_view input) {
 }
 
 void Hasher::finalize(std::span<std::uint8_t> out) const {
-  Output output = chunk_output(chunk_.cv, chunk_.block, chunk_.block_len, chunk_.blocks_compressed,
-                               chunk_.counter, chunk_.flags);
+  Output output =
+      chunk_output(chunk_.cv, chunk_.block, chunk_.block_len, chunk_.blocks_compressed, chunk_.counter, chunk_.flags);
   // Fold the pending subtrees, right to left, into the root.
   for (std::size_t i = stack_len_; i > 0; --i) {
     output = parent_output(stack_[i - 1], output.chaining_value(), key_, flags_);

@@ -12,10 +12,10 @@
 
 namespace kvrelay::blake3 {
 
-inline constexpr std::size_t kOutLen = 32;     // default output length in bytes
-inline constexpr std::size_t kKeyLen = 32;     // keyed_hash key length in bytes
-inline constexpr std::size_t kBlockLen = 64;   // compression block
-inline constexpr std::size_t kChunkLen = 1024; // leaf chunk
+inline constexpr std::size_t kOutLen = 32;      // default output length in bytes
+inline constexpr std::size_t kKeyLen = 32;      // keyed_hash key length in bytes
+inline constexpr std::size_t kBlockLen = 64;    // compression block
+inline constexpr std::size_t kChunkLen = 1024;  // leaf chunk
 
 using Digest = std::array<std::uint8_t, kOutLen>;
 using Key = std::array<std::uint8_t, kKeyLen>;

@@ -1,8 +1,8 @@
 #include "core/cbi1.hpp"
 
+#include <fmt/format.h>
 #include <bit>
 #include <cstring>
-#include <fmt/format.h>
 
 #include "core/ckf.hpp"
 #include "core/xxh3.hpp"
@@ -21,8 +21,8 @@ std::uint8_t* bytes_of(std::string& frame) { return reinterpret_cast<std::uint8_
 
 // Allocates a frame of `size` bytes (contents unspecified) and writes the header with a zero
 // checksum; seal() patches the checksum once the body is written.
-std::string begin_frame(std::size_t size, Flags flags, const FilterFormat& format,
-                        std::uint64_t dc_id, std::uint64_t epoch) {
+std::string begin_frame(std::size_t size, Flags flags, const FilterFormat& format, std::uint64_t dc_id,
+                        std::uint64_t epoch) {
   std::string frame;
   frame.resize_and_overwrite(size, [size](char*, std::size_t) { return size; });
   std::uint8_t* out = bytes_of(frame);
@@ -85,11 +85,9 @@ Result<Decoded> decode_delta(const Header& header, std::span<const std::uint8_t>
 
 Result<Decoded> decode_chunk(const Header& header, std::span<const std::uint8_t> body) {
   if (body.size() < kChunkHeaderBytes) return fail(ErrorKind::kMalformed, "chunk body shorter than 16 bytes");
-  DecodedChunk chunk{header, load_le32(body.data()), load_le32(body.data() + 4),
-                     load_le64(body.data() + 8), {}};
+  DecodedChunk chunk{header, load_le32(body.data()), load_le32(body.data() + 4), load_le64(body.data() + 8), {}};
   if (chunk.chunk_count == 0 || chunk.chunk_index >= chunk.chunk_count) {
-    return fail(ErrorKind::kMalformed,
-                fmt::format("chunk {} of {}", chunk.chunk_index, chunk.chunk_count));
+    return fail(ErrorKind::kMalformed, fmt::format("chunk {} of {}", chunk.chunk_index, chunk.chunk_count));
   }
   const std::size_t word_bytes = body.size() - kChunkHeaderBytes;
   if (word_bytes % 8 != 0) return fail(ErrorKind::kMalformed, "chunk words are not whole u64s");
@@ -98,8 +96,8 @@ Result<Decoded> decode_chunk(const Header& header, std::span<const std::uint8_t>
     return fail(ErrorKind::kSnapshotChunkWordCount, fmt::format("{} words > {}", word_count, kChunkBuckets));
   }
   if (chunk.bucket_offset > header.bucket_count || word_count > header.bucket_count - chunk.bucket_offset) {
-    return fail(ErrorKind::kMalformed, fmt::format("words [{}, +{}) beyond {} buckets",
-                                                   chunk.bucket_offset, word_count, header.bucket_count));
+    return fail(ErrorKind::kMalformed,
+                fmt::format("words [{}, +{}) beyond {} buckets", chunk.bucket_offset, word_count, header.bucket_count));
   }
   chunk.words.resize(word_count);
   std::memcpy(chunk.words.data(), body.data() + kChunkHeaderBytes, word_bytes);
@@ -110,24 +108,42 @@ Result<Decoded> decode_chunk(const Header& header, std::span<const std::uint8_t>
 
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kTruncated: return "Truncated";
-    case ErrorKind::kFrameTooLarge: return "FrameTooLarge";
-    case ErrorKind::kMagic: return "Magic";
-    case ErrorKind::kWireVersion: return "WireVersion";
-    case ErrorKind::kChecksum: return "Checksum";
-    case ErrorKind::kFormatVersion: return "Format.Version";
-    case ErrorKind::kFormatFingerprintBits: return "Format.FingerprintBits";
-    case ErrorKind::kFormatSlotsPerBucket: return "Format.SlotsPerBucket";
-    case ErrorKind::kFormatMismatch: return "Format.Mismatch";
-    case ErrorKind::kFormatBucketCount: return "Format.BucketCount";
-    case ErrorKind::kFlags: return "Flags";
-    case ErrorKind::kMalformed: return "Malformed";
-    case ErrorKind::kDeltaImageCount: return "DeltaImageCount";
-    case ErrorKind::kSnapshotChunkWordCount: return "SnapshotChunkWordCount";
-    case ErrorKind::kBucketIndex: return "BucketIndex";
-    case ErrorKind::kSnapshotBucketCount: return "SnapshotBucketCount";
-    case ErrorKind::kChunkSequence: return "ChunkSequence";
-    case ErrorKind::kIncompleteCoverage: return "IncompleteCoverage";
+    case ErrorKind::kTruncated:
+      return "Truncated";
+    case ErrorKind::kFrameTooLarge:
+      return "FrameTooLarge";
+    case ErrorKind::kMagic:
+      return "Magic";
+    case ErrorKind::kWireVersion:
+      return "WireVersion";
+    case ErrorKind::kChecksum:
+      return "Checksum";
+    case ErrorKind::kFormatVersion:
+      return "Format.Version";
+    case ErrorKind::kFormatFingerprintBits:
+      return "Format.FingerprintBits";
+    case ErrorKind::kFormatSlotsPerBucket:
+      return "Format.SlotsPerBucket";
+    case ErrorKind::kFormatMismatch:
+      return "Format.Mismatch";
+    case ErrorKind::kFormatBucketCount:
+      return "Format.BucketCount";
+    case ErrorKind::kFlags:
+      return "Flags";
+    case ErrorKind::kMalformed:
+      return "Malformed";
+    case ErrorKind::kDeltaImageCount:
+      return "DeltaImageCount";
+    case ErrorKind::kSnapshotChunkWordCount:
+      return "SnapshotChunkWordCount";
+    case ErrorKind::kBucketIndex:
+      return "BucketIndex";
+    case ErrorKind::kSnapshotBucketCount:
+      return "SnapshotBucketCount";
+    case ErrorKind::kChunkSequence:
+      return "ChunkSequence";
+    case ErrorKind::kIncompleteCoverage:
+      return "IncompleteCoverage";
   }
   return "Unknown";
 }
@@ -140,9 +156,8 @@ Result<FilterFormat> FilterFormat::make(std::uint64_t seed, std::uint64_t bucket
   return FilterFormat{seed, bucket_count};
 }
 
-Result<std::string> encode_delta(const FilterFormat& format, std::uint64_t dc_id,
-                                 std::uint64_t base_sequence, std::uint64_t sequence,
-                                 std::span<const BucketImage> images) {
+Result<std::string> encode_delta(const FilterFormat& format, std::uint64_t dc_id, std::uint64_t base_sequence,
+                                 std::uint64_t sequence, std::span<const BucketImage> images) {
   if (images.size() > kMaxDeltaImages) {
     return fail(ErrorKind::kDeltaImageCount, fmt::format("{} images > {}", images.size(), kMaxDeltaImages));
   }
@@ -166,9 +181,8 @@ Result<std::string> encode_delta(const FilterFormat& format, std::uint64_t dc_id
   return frame;
 }
 
-Result<std::string> encode_snapshot_chunk(const FilterFormat& format, std::uint64_t dc_id,
-                                          std::uint64_t sequence, std::uint32_t chunk_index,
-                                          std::span<const std::uint64_t> words) {
+Result<std::string> encode_snapshot_chunk(const FilterFormat& format, std::uint64_t dc_id, std::uint64_t sequence,
+                                          std::uint32_t chunk_index, std::span<const std::uint64_t> words) {
   if (words.size() != format.bucket_count) {
     return fail(ErrorKind::kSnapshotBucketCount,
                 fmt::format("{} words for {} buckets", words.size(), format.bucket_count));
@@ -179,8 +193,8 @@ Result<std::string> encode_snapshot_chunk(const FilterFormat& format, std::uint6
   }
   const std::uint64_t offset = std::uint64_t{chunk_index} * kChunkBuckets;
   const std::uint64_t count = std::min<std::uint64_t>(kChunkBuckets, format.bucket_count - offset);
-  std::string frame = begin_frame(kHeaderBytes + kChunkHeaderBytes + 8 * count,
-                                  Flags::kSnapshotChunk, format, dc_id, sequence);
+  std::string frame =
+      begin_frame(kHeaderBytes + kChunkHeaderBytes + 8 * count, Flags::kSnapshotChunk, format, dc_id, sequence);
   std::uint8_t* out = bytes_of(frame) + kHeaderBytes;
   store_le32(out, chunk_index);
   store_le32(out + 4, static_cast<std::uint32_t>(chunk_count));
@@ -191,8 +205,7 @@ Result<std::string> encode_snapshot_chunk(const FilterFormat& format, std::uint6
 }
 
 Result<std::vector<std::string>> encode_snapshot(const FilterFormat& format, std::uint64_t dc_id,
-                                                 std::uint64_t sequence,
-                                                 std::span<const std::uint64_t> words) {
+                                                 std::uint64_t sequence, std::span<const std::uint64_t> words) {
   std::vector<std::string> chunks;
   const std::uint64_t chunk_count = chunk_count_for(format.bucket_count);
   for (std::uint32_t i = 0; i < chunk_count; ++i) {
@@ -216,8 +229,8 @@ Result<Decoded> decode(std::span<const std::uint8_t> frame, const FilterFormat& 
   const std::span<const std::uint8_t> body = frame.subspan(kHeaderBytes);
   const auto checksum = static_cast<std::uint32_t>(xxh3(body.data(), body.size(), 0));
   if (checksum != header.body_checksum) {
-    return fail(ErrorKind::kChecksum, fmt::format("body hashes to {:#010x}, header says {:#010x}",
-                                                  checksum, header.body_checksum));
+    return fail(ErrorKind::kChecksum,
+                fmt::format("body hashes to {:#010x}, header says {:#010x}", checksum, header.body_checksum));
   }
   if (header.format_version != ckf::kFormatVersion) {
     return fail(ErrorKind::kFormatVersion, fmt::format("format version {}", header.format_version));
@@ -234,9 +247,12 @@ Result<Decoded> decode(std::span<const std::uint8_t> frame, const FilterFormat& 
                             expected.bucket_count, header.seed, header.bucket_count));
   }
   switch (header.flags) {
-    case static_cast<std::uint16_t>(Flags::kDelta): return decode_delta(header, body);
-    case static_cast<std::uint16_t>(Flags::kSnapshotChunk): return decode_chunk(header, body);
-    default: return fail(ErrorKind::kFlags, fmt::format("flags {:#x}", header.flags));
+    case static_cast<std::uint16_t>(Flags::kDelta):
+      return decode_delta(header, body);
+    case static_cast<std::uint16_t>(Flags::kSnapshotChunk):
+      return decode_chunk(header, body);
+    default:
+      return fail(ErrorKind::kFlags, fmt::format("flags {:#x}", header.flags));
   }
 }
 
@@ -273,9 +289,8 @@ Result<std::optional<AssembledSnapshot>> SnapshotAssembly::absorb(const Decoded&
     chunk_count_ = chunk->chunk_count;
     words_.reserve(bucket_count_);
   }
-  if (chunk->chunk_index != next_chunk_ || chunk->chunk_count != chunk_count_ ||
-      chunk->header.epoch != epoch_ || chunk->header.bucket_count != bucket_count_ ||
-      chunk->bucket_offset != next_bucket_) {
+  if (chunk->chunk_index != next_chunk_ || chunk->chunk_count != chunk_count_ || chunk->header.epoch != epoch_ ||
+      chunk->header.bucket_count != bucket_count_ || chunk->bucket_offset != next_bucket_) {
     const std::uint32_t expected_chunk = next_chunk_;
     reset();
     return fail(ErrorKind::kChunkSequence,

@@ -72,18 +72,15 @@ inline std::uint64_t chunk_count_for(std::uint64_t bucket_count) {
 
 // ---- encoding (frames are std::string so they drop straight into protobuf bytes) ----
 
-Result<std::string> encode_delta(const FilterFormat& format, std::uint64_t dc_id,
-                                 std::uint64_t base_sequence, std::uint64_t sequence,
-                                 std::span<const BucketImage> images);
+Result<std::string> encode_delta(const FilterFormat& format, std::uint64_t dc_id, std::uint64_t base_sequence,
+                                 std::uint64_t sequence, std::span<const BucketImage> images);
 
 // Chunk `chunk_index` of a snapshot of `words` (the whole lane) at `sequence`.
-Result<std::string> encode_snapshot_chunk(const FilterFormat& format, std::uint64_t dc_id,
-                                          std::uint64_t sequence, std::uint32_t chunk_index,
-                                          std::span<const std::uint64_t> words);
+Result<std::string> encode_snapshot_chunk(const FilterFormat& format, std::uint64_t dc_id, std::uint64_t sequence,
+                                          std::uint32_t chunk_index, std::span<const std::uint64_t> words);
 
 Result<std::vector<std::string>> encode_snapshot(const FilterFormat& format, std::uint64_t dc_id,
-                                                 std::uint64_t sequence,
-                                                 std::span<const std::uint64_t> words);
+                                                 std::uint64_t sequence, std::span<const std::uint64_t> words);
 
 // ---- decoding ----
 
@@ -119,8 +116,7 @@ using Decoded = std::variant<DecodedChunk, DecodedDelta>;
 // Validates in the upstream order; no input, however malformed, is read out of bounds.
 Result<Decoded> decode(std::span<const std::uint8_t> frame, const FilterFormat& expected);
 inline Result<Decoded> decode(std::string_view frame, const FilterFormat& expected) {
-  return decode(std::span{reinterpret_cast<const std::uint8_t*>(frame.data()), frame.size()},
-                expected);
+  return decode(std::span{reinterpret_cast<const std::uint8_t*>(frame.data()), frame.size()}, expected);
 }
 
 // A captured frame on its own (debugging tools): validated against the format its header names.

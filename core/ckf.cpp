@@ -7,9 +7,12 @@ namespace kvrelay::ckf {
 
 std::string_view to_string(ConfigError error) {
   switch (error) {
-    case ConfigError::kExpectedCapacityZero: return "ExpectedCapacityZero";
-    case ConfigError::kCapacityOverflow: return "CapacityOverflow";
-    case ConfigError::kInvalidMaxKicks: return "InvalidMaxKicks";
+    case ConfigError::kExpectedCapacityZero:
+      return "ExpectedCapacityZero";
+    case ConfigError::kCapacityOverflow:
+      return "CapacityOverflow";
+    case ConfigError::kInvalidMaxKicks:
+      return "InvalidMaxKicks";
   }
   return "Unknown";
 }
@@ -35,10 +38,7 @@ std::size_t prefix_hits(std::span<const std::uint64_t> words, const Addressing& 
 }
 
 Filter::Filter(std::uint64_t bucket_count, std::uint64_t seed, std::uint32_t max_kicks)
-    : addressing_(seed, bucket_count),
-      max_kicks_(max_kicks),
-      rng_(lane_rng_seed(seed, 0)),
-      words_(bucket_count, 0) {}
+    : addressing_(seed, bucket_count), max_kicks_(max_kicks), rng_(lane_rng_seed(seed, 0)), words_(bucket_count, 0) {}
 
 void Filter::write_slot(std::uint64_t bucket, unsigned slot_index, std::uint16_t fingerprint,
                         std::vector<BucketWrite>& writes) {
@@ -46,16 +46,14 @@ void Filter::write_slot(std::uint64_t bucket, unsigned slot_index, std::uint16_t
   words_[bucket] = with_slot(words_[bucket], slot_index, fingerprint);
 }
 
-bool Filter::place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint,
-                                 std::vector<BucketWrite>& writes) {
+bool Filter::place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes) {
   const int empty = first_slot(words_[bucket], 0);
   if (empty < 0) return false;
   write_slot(bucket, static_cast<unsigned>(empty), fingerprint, writes);
   return true;
 }
 
-InsertOutcome Filter::insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks,
-                                        std::vector<BucketWrite>& writes) {
+InsertOutcome Filter::insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
   writes.clear();
   const Probe p = addressing_.probe(hash);
   if (place_in_empty_slot(p.bucket_a, p.fingerprint, writes) ||

@@ -32,9 +32,7 @@ std::expected<std::uint64_t, ConfigError> bucket_count_for(std::uint64_t expecte
 
 // ---- bucket words: slot i occupies bits [16i, 16i + 16); 0 is an empty slot ----
 
-inline std::uint16_t slot(std::uint64_t word, unsigned i) {
-  return static_cast<std::uint16_t>(word >> (16 * i));
-}
+inline std::uint16_t slot(std::uint64_t word, unsigned i) { return static_cast<std::uint16_t>(word >> (16 * i)); }
 inline std::uint64_t with_slot(std::uint64_t word, unsigned i, std::uint16_t fingerprint) {
   const unsigned shift = 16 * i;
   return (word & ~(std::uint64_t{0xFFFF} << shift)) | (std::uint64_t{fingerprint} << shift);
@@ -76,8 +74,7 @@ struct Probe {
 class Addressing {
  public:
   // bucket_count must be a power of two >= 2.
-  Addressing(std::uint64_t seed, std::uint64_t bucket_count)
-      : seed_(seed), mask_(bucket_count - 1) {}
+  Addressing(std::uint64_t seed, std::uint64_t bucket_count) : seed_(seed), mask_(bucket_count - 1) {}
 
   Probe probe(std::uint64_t sequence_hash) const {
     const std::uint64_t mixed = xxh3_u64(sequence_hash, seed_);
@@ -128,8 +125,7 @@ std::uint64_t lane_rng_seed(std::uint64_t seed, std::uint64_t lane = 0);
 // ---- read-only queries over bucket words (shared by the producer and consumer replicas) ----
 
 inline bool contains(std::span<const std::uint64_t> words, const Probe& p) {
-  return bucket_holds(words[p.bucket_a], p.fingerprint) ||
-         bucket_holds(words[p.bucket_b], p.fingerprint);
+  return bucket_holds(words[p.bucket_a], p.fingerprint) || bucket_holds(words[p.bucket_b], p.fingerprint);
 }
 
 // How many leading sequence hashes of a prompt the filter holds.
@@ -147,8 +143,7 @@ enum class InsertOutcome { kInserted, kCapacityExhausted };
 
 class Filter {
  public:
-  Filter(std::uint64_t bucket_count, std::uint64_t seed = kDefaultSeed,
-         std::uint32_t max_kicks = kDefaultMaxKicks);
+  Filter(std::uint64_t bucket_count, std::uint64_t seed = kDefaultSeed, std::uint32_t max_kicks = kDefaultMaxKicks);
 
   // Places one fingerprint copy of `hash`. On success `writes` lists every write in order
   // (a bucket may repeat); on failure every write is undone (the RNG is not rewound).
@@ -156,8 +151,7 @@ class Filter {
     return insert_with_kicks(hash, max_kicks_, writes);
   }
   // max_kicks 0: direct placement only (one RNG draw still happens when both are full).
-  InsertOutcome insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks,
-                                  std::vector<BucketWrite>& writes);
+  InsertOutcome insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks, std::vector<BucketWrite>& writes);
 
   // Clears the lowest matching slot, bucket_a first; nullopt when no copy is present.
   std::optional<BucketWrite> remove(std::uint64_t hash);
@@ -180,10 +174,8 @@ class Filter {
   std::uint64_t occupied_count() const { return occupied_; }
 
  private:
-  bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint,
-                           std::vector<BucketWrite>& writes);
-  void write_slot(std::uint64_t bucket, unsigned slot, std::uint16_t fingerprint,
-                  std::vector<BucketWrite>& writes);
+  bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
+  void write_slot(std::uint64_t bucket, unsigned slot, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
 
   Addressing addressing_;
   std::uint32_t max_kicks_;

@@ -17,11 +17,11 @@ constexpr std::string_view kDcIdTag = "dynamo/indexer-dc/v1";
 // UTF-8 encodings of the White_Space code points: U+0009..U+000D, U+0020, U+0085, U+00A0,
 // U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
 constexpr std::array<std::string_view, 25> kWhitespace = {
-    "\t",           "\n",           "\v",           "\f",           "\r",
-    " ",            "\xC2\x85",     "\xC2\xA0",     "\xE1\x9A\x80", "\xE2\x80\x80",
-    "\xE2\x80\x81", "\xE2\x80\x82", "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85",
-    "\xE2\x80\x86", "\xE2\x80\x87", "\xE2\x80\x88", "\xE2\x80\x89", "\xE2\x80\x8A",
-    "\xE2\x80\xA8", "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80",
+    "\t",           "\n",           "\v",           "\f",           "\r",           " ",
+    "\xC2\x85",     "\xC2\xA0",     "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81", "\xE2\x80\x82",
+    "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86", "\xE2\x80\x87", "\xE2\x80\x88",
+    "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8", "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F",
+    "\xE3\x80\x80",
 };
 
 bool has_surrounding_whitespace(std::string_view s) {
@@ -110,23 +110,34 @@ Material to_material(const std::map<std::string, std::string>& entries) {
 
 std::string_view to_string(IdentityError error) {
   switch (error) {
-    case IdentityError::kEmptyMaterialKey: return "identity material key is empty";
-    case IdentityError::kMaterialKeyTooLong: return "identity material key exceeds 128 bytes";
-    case IdentityError::kEmptyMaterialValue: return "identity material value is empty";
-    case IdentityError::kMaterialValueTooLong: return "identity material value exceeds 1024 bytes";
-    case IdentityError::kTooManyMaterialEntries: return "identity material has more than 32 entries";
-    case IdentityError::kDuplicateMaterialKey: return "identity material has a duplicate key";
-    case IdentityError::kZeroBlockSize: return "kv_block_size is zero";
-    case IdentityError::kInvalidDcId: return "dc_id is empty or has surrounding whitespace";
-    case IdentityError::kFieldTooLong: return "identity input exceeds the u32 length frame";
+    case IdentityError::kEmptyMaterialKey:
+      return "identity material key is empty";
+    case IdentityError::kMaterialKeyTooLong:
+      return "identity material key exceeds 128 bytes";
+    case IdentityError::kEmptyMaterialValue:
+      return "identity material value is empty";
+    case IdentityError::kMaterialValueTooLong:
+      return "identity material value exceeds 1024 bytes";
+    case IdentityError::kTooManyMaterialEntries:
+      return "identity material has more than 32 entries";
+    case IdentityError::kDuplicateMaterialKey:
+      return "identity material has a duplicate key";
+    case IdentityError::kZeroBlockSize:
+      return "kv_block_size is zero";
+    case IdentityError::kInvalidDcId:
+      return "dc_id is empty or has surrounding whitespace";
+    case IdentityError::kFieldTooLong:
+      return "identity input exceeds the u32 length frame";
   }
   return "unknown identity error";
 }
 
 std::uint16_t hash_format_version(hashing::HashFormat format) {
   switch (format) {
-    case hashing::HashFormat::kStandard: return 1;
-    case hashing::HashFormat::kEagle: return 2;
+    case hashing::HashFormat::kStandard:
+      return 1;
+    case hashing::HashFormat::kEagle:
+      return 2;
   }
   return 0;
 }

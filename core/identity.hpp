@@ -49,8 +49,8 @@ enum class IdentityError : std::uint8_t {
   kTooManyMaterialEntries,
   kDuplicateMaterialKey,
   kZeroBlockSize,
-  kInvalidDcId,    // empty, or leading/trailing (ASCII or Unicode) whitespace
-  kFieldTooLong,   // a default input longer than a u32 length prefix can frame
+  kInvalidDcId,   // empty, or leading/trailing (ASCII or Unicode) whitespace
+  kFieldTooLong,  // a default input longer than a u32 length prefix can frame
 };
 
 std::string_view to_string(IdentityError error);
@@ -61,16 +61,12 @@ std::uint16_t hash_format_version(hashing::HashFormat format);
 // Cache-semantics identity. Default source (empty `explicit_material`): the one default
 // input is the model card's source_path. Explicit source: the material replaces the
 // default inputs; the block size and hash format are appended either way.
-std::expected<Digest, IdentityError> cache_semantics(std::string_view source_path,
-                                                     const Material& explicit_material,
-                                                     std::uint32_t kv_block_size,
-                                                     hashing::HashFormat format);
+std::expected<Digest, IdentityError> cache_semantics(std::string_view source_path, const Material& explicit_material,
+                                                     std::uint32_t kv_block_size, hashing::HashFormat format);
 
 // Routing-scope identity. Default source: the endpoint's namespace, component and name.
-std::expected<Digest, IdentityError> routing_scope(std::string_view endpoint_namespace,
-                                                   std::string_view component,
-                                                   std::string_view endpoint_name,
-                                                   const Material& explicit_material);
+std::expected<Digest, IdentityError> routing_scope(std::string_view endpoint_namespace, std::string_view component,
+                                                   std::string_view endpoint_name, const Material& explicit_material);
 
 // dc_id = u64_le(BLAKE3("dynamo/indexer-dc/v1" || u32_le(len(dc)) || dc)[0..8]); the tag is
 // not framed. `dc` must be non-empty, without leading or trailing whitespace.

@@ -68,8 +68,8 @@ Problem kv_sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>
     const auto& source = sources[i];
     const std::string at = fmt::format("{}[{}]", field, i);
     if (source.dp_rank() < first || source.dp_rank() >= first + size) {
-      return problem(join(at, "dp_rank"), fmt::format("{} is not one of the worker's ranks [{}, {})",
-                                                      source.dp_rank(), first, first + size));
+      return problem(join(at, "dp_rank"), fmt::format("{} is not one of the worker's ranks [{}, {})", source.dp_rank(),
+                                                      first, first + size));
     }
     if (!ranks.insert(source.dp_rank()).second) return problem(join(at, "dp_rank"), "is declared twice");
     if (source.transport_case() == ingest_v1::KvSource::TRANSPORT_NOT_SET) {
@@ -136,11 +136,13 @@ Problem topology_file(const ingest_v1::TopologyFile& file) {
     const std::string at = fmt::format("endpoints[{}]", e);
     if (!spec.has_endpoint()) return problem(join(at, "endpoint"), "is required");
     if (auto p = endpoint_ref(spec.endpoint(), join(at, "endpoint"))) return p;
-    if (!endpoints.insert(endpoint_key(spec.endpoint())).second) return problem(join(at, "endpoint"), "is listed twice");
+    if (!endpoints.insert(endpoint_key(spec.endpoint())).second)
+      return problem(join(at, "endpoint"), "is listed twice");
     std::set<std::uint64_t> workers;
     for (int w = 0; w < spec.workers_size(); ++w) {
       const std::string worker_at = fmt::format("{}.workers[{}]", at, w);
-      if (!workers.insert(spec.workers(w).worker_id()).second) return problem(join(worker_at, "worker_id"), "is listed twice");
+      if (!workers.insert(spec.workers(w).worker_id()).second)
+        return problem(join(worker_at, "worker_id"), "is listed twice");
       if (auto p = worker_spec(spec.workers(w), worker_at)) return p;
     }
   }

@@ -12,9 +12,7 @@ std::size_t window_width(const QuerySemantics& semantics) {
   return semantics.kv_block_size + (semantics.format == hashing::HashFormat::kEagle ? 1 : 0);
 }
 
-EventResult rejected(std::string detail) {
-  return {EventDisposition::kRejected, std::nullopt, std::move(detail)};
-}
+EventResult rejected(std::string detail) { return {EventDisposition::kRejected, std::nullopt, std::move(detail)}; }
 
 EventResult applied(std::optional<EventError> error) {
   if (error && *error != EventError::kCapacityExhausted) {
@@ -32,13 +30,13 @@ EventResult apply_stored(PoolIndex& index, SourceKey source, const ingest_v1::Bl
     if (block.has_tokens()) {
       const auto& tokens = block.tokens().token_ids();
       if (static_cast<std::size_t>(tokens.size()) != window_width(semantics)) {
-        return rejected(fmt::format("a token block of {} tokens; the pool hashes windows of {}",
-                                    tokens.size(), window_width(semantics)));
+        return rejected(fmt::format("a token block of {} tokens; the pool hashes windows of {}", tokens.size(),
+                                    window_width(semantics)));
       }
       const auto& mm = block.tokens().mm_hashes();
-      blocks.push_back({block.block_hash(),
-                        hashing::hash_block({tokens.data(), static_cast<std::size_t>(tokens.size())}, seed,
-                                            {mm.data(), static_cast<std::size_t>(mm.size())})});
+      blocks.push_back(
+          {block.block_hash(), hashing::hash_block({tokens.data(), static_cast<std::size_t>(tokens.size())}, seed,
+                                                   {mm.data(), static_cast<std::size_t>(mm.size())})});
     } else {
       blocks.push_back({block.block_hash(), block.tokens_hash()});
     }
@@ -56,13 +54,16 @@ EventResult apply_kv_event(PoolIndex& index, SourceKey source, const ingest_v1::
                            const QuerySemantics& semantics) {
   if (event.tier() != ingest_v1::STORAGE_TIER_DEVICE) return {EventDisposition::kIgnored, std::nullopt, {}};
   switch (event.data_case()) {
-    case ingest_v1::KvEvent::kStored: return apply_stored(index, source, event.stored(), semantics);
+    case ingest_v1::KvEvent::kStored:
+      return apply_stored(index, source, event.stored(), semantics);
     case ingest_v1::KvEvent::kRemoved: {
       const auto& ids = event.removed().block_hashes();
       return applied(index.remove(source, {ids.data(), static_cast<std::size_t>(ids.size())}));
     }
-    case ingest_v1::KvEvent::kCleared: return applied(index.clear(source));
-    case ingest_v1::KvEvent::DATA_NOT_SET: break;
+    case ingest_v1::KvEvent::kCleared:
+      return applied(index.clear(source));
+    case ingest_v1::KvEvent::DATA_NOT_SET:
+      break;
   }
   return rejected("an event with no data");
 }

@@ -18,9 +18,9 @@ struct QuerySemantics {
 };
 
 enum class EventDisposition {
-  kApplied,    // a primary (device-tier) event; counts toward the publication cadence
-  kIgnored,    // another tier: not the filter's business
-  kRejected,   // a lineage or content error: nothing of this event applied
+  kApplied,   // a primary (device-tier) event; counts toward the publication cadence
+  kIgnored,   // another tier: not the filter's business
+  kRejected,  // a lineage or content error: nothing of this event applied
 };
 
 struct EventResult {
@@ -29,8 +29,7 @@ struct EventResult {
   std::string detail;               // why a content error rejected the event
 };
 
-EventResult apply_kv_event(PoolIndex& index, SourceKey source,
-                           const ::kvrelay::ingest::v1::KvEvent& event,
+EventResult apply_kv_event(PoolIndex& index, SourceKey source, const ::kvrelay::ingest::v1::KvEvent& event,
                            const QuerySemantics& semantics);
 
 // Structural problems that reject a whole batch before anything in it applies

@@ -114,9 +114,9 @@ std::vector<BaseCard> project_base_cards(const EndpointKey& endpoint, const Work
     if (auto domain = resolve_domain(spec.card(), endpoint)) {
       card.domain = *domain;
     } else {
-      conflicts.push_back(conflict(ConflictScope::kPoolMaterialization,
-                                   fmt::format("worker {}: invalid KV query semantics: {}", worker_id,
-                                               domain.error())));
+      conflicts.push_back(
+          conflict(ConflictScope::kPoolMaterialization,
+                   fmt::format("worker {}: invalid KV query semantics: {}", worker_id, domain.error())));
     }
     cards.push_back(card);
   }
@@ -136,8 +136,7 @@ std::optional<IndexerDomain> endpoint_domain(const std::vector<BaseCard>& cards,
     }
   }
   if (distinct.size() > 1) {
-    conflicts.push_back(
-        conflict(ConflictScope::kPoolMaterialization, "endpoint resolves to multiple indexer domains"));
+    conflicts.push_back(conflict(ConflictScope::kPoolMaterialization, "endpoint resolves to multiple indexer domains"));
   }
   if (!all_resolved || distinct.size() != 1) return std::nullopt;
   return distinct.front();
@@ -153,8 +152,8 @@ void add_base_workers(const std::vector<BaseCard>& cards, EndpointDraft& draft) 
     const auto& model_card = card.spec->card();
     membership.worker_topology[card.worker_id] = normalized_topology(model_card);
     membership.runtime_configs[card.worker_id] = to_runtime_config(model_card.runtime_config());
-    draft.claims.push_back({card.model, ModelTarget{card.model, std::nullopt},
-                            valid_aliases(model_card.aliases(), card.model)});
+    draft.claims.push_back(
+        {card.model, ModelTarget{card.model, std::nullopt}, valid_aliases(model_card.aliases(), card.model)});
   }
   if (models.size() > 1) {
     membership.conflicts.push_back(
@@ -178,9 +177,9 @@ void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
     for (const auto& adapter : card.spec->adapters()) {
       const auto& served = adapter.served_name();
       if (!wire::is_valid_text(served)) {
-        conflicts.push_back(conflict(ConflictScope::kServingBinding,
-                                     fmt::format("worker {}: invalid adapter request-facing model identity '{}'",
-                                                 card.worker_id, served)));
+        conflicts.push_back(conflict(
+            ConflictScope::kServingBinding,
+            fmt::format("worker {}: invalid adapter request-facing model identity '{}'", card.worker_id, served)));
         continue;
       }
       if (!wire::is_valid_text(adapter.lora_name())) {
@@ -198,9 +197,9 @@ void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
   }
   for (const auto& [served, claims] : by_served_name) {
     if (claims.targets.size() > 1) {
-      conflicts.push_back(conflict(
-          ConflictScope::kServingBinding,
-          fmt::format("adapter '{}': request-facing model resolves to conflicting runtime targets", served)));
+      conflicts.push_back(
+          conflict(ConflictScope::kServingBinding,
+                   fmt::format("adapter '{}': request-facing model resolves to conflicting runtime targets", served)));
       continue;
     }
     const auto& target = *claims.targets.begin();
@@ -209,9 +208,9 @@ void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
       if (counts.size() == 1) {
         entry.workers[worker_id] = *counts.begin();
       } else {
-        conflicts.push_back(conflict(
-            ConflictScope::kPoolMaterialization,
-            fmt::format("worker {}: adapter '{}': conflicting adapter capacity", worker_id, served)));
+        conflicts.push_back(
+            conflict(ConflictScope::kPoolMaterialization,
+                     fmt::format("worker {}: adapter '{}': conflicting adapter capacity", worker_id, served)));
       }
     }
     draft.membership.adapters.emplace(served, std::move(entry));
@@ -256,9 +255,9 @@ std::vector<Registration> registrations_of(const std::vector<Claim>& claims, con
   std::map<Binding, std::set<std::string>> aliases_by_binding;
   for (const auto& claim : claims) {
     if (ambiguous.contains(claim.model)) {
-      conflicts.push_back(conflict(
-          ConflictScope::kServingBinding,
-          fmt::format("request-facing model name '{}' resolves to conflicting targets", claim.model)));
+      conflicts.push_back(
+          conflict(ConflictScope::kServingBinding,
+                   fmt::format("request-facing model name '{}' resolves to conflicting targets", claim.model)));
       continue;
     }
     auto& aliases = aliases_by_binding[{claim.model, claim.target}];
@@ -396,7 +395,8 @@ std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& mem
   endpoint->set_endpoint(membership.endpoint.endpoint);
   for (const auto& registration : membership.registrations) fill(out.add_registrations(), registration);
   out.mutable_query_semantics()->set_kv_block_size(membership.domain->kv_block_size);
-  out.mutable_query_semantics()->set_hash_format(static_cast<wan_v1::KvQueryHashFormat>(membership.domain->hash_format));
+  out.mutable_query_semantics()->set_hash_format(
+      static_cast<wan_v1::KvQueryHashFormat>(membership.domain->hash_format));
   for (const Role role : membership.roles) out.add_pool_roles(static_cast<wan_v1::WorkerRole>(role));
   return out;
 }

@@ -48,7 +48,7 @@ struct EndpointMembership {
   std::map<std::string, AdapterMembership> adapters;        // by served (request-facing) name
   std::map<std::uint64_t, RuntimeConfig> runtime_configs;   // same workers as worker_topology
   std::vector<Conflict> conflicts;                          // sorted by (scope, message), unique
-  std::optional<IndexerDomain> domain;  // every base card resolved one and all agree
+  std::optional<IndexerDomain> domain;                      // every base card resolved one and all agree
 
   bool has_conflict(ConflictScope scope) const;
   // docs/protocol/pools.md#materialization, condition 1: a domain, at least one registration, and
@@ -76,7 +76,6 @@ MembershipView project(const EndpointCards& endpoints);
 // The runtime-config facts the relay keeps: data_parallel_size 0 becomes 1 and total_kv_blocks 0
 // becomes unknown. Expects a config that passed ingest validation.
 RuntimeConfig to_runtime_config(const ingest_v1::RuntimeConfig& config);
-
 
 // Catalog builders. The producer identity (incarnation, layout generation, CKF format) is the
 // caller's; its pool_id is expected to be pool_id(*membership.domain, dc_id).

@@ -10,11 +10,16 @@ namespace kvrelay {
 
 std::string_view to_string(EventError error) {
   switch (error) {
-    case EventError::kParentBlockNotFound: return "ParentBlockNotFound";
-    case EventError::kInvalidBlockSequence: return "InvalidBlockSequence";
-    case EventError::kCapacityExhausted: return "CapacityExhausted";
-    case EventError::kOwnershipDegreeOverflow: return "OwnershipDegreeOverflow";
-    case EventError::kIndexerInvariantViolation: return "IndexerInvariantViolation";
+    case EventError::kParentBlockNotFound:
+      return "ParentBlockNotFound";
+    case EventError::kInvalidBlockSequence:
+      return "InvalidBlockSequence";
+    case EventError::kCapacityExhausted:
+      return "CapacityExhausted";
+    case EventError::kOwnershipDegreeOverflow:
+      return "OwnershipDegreeOverflow";
+    case EventError::kIndexerInvariantViolation:
+      return "IndexerInvariantViolation";
   }
   return "Unknown";
 }
@@ -23,8 +28,7 @@ PoolIndex::PoolIndex(const PoolIndexConfig& config)
     : filter_(config.bucket_count, config.seed, config.max_kicks), window_(config.bucket_count) {}
 
 bool PoolIndex::admit(std::uint64_t canonical, bool relocate) {
-  const auto outcome =
-      filter_.insert_with_kicks(canonical, relocate ? filter_.max_kicks() : 0, scratch_writes_);
+  const auto outcome = filter_.insert_with_kicks(canonical, relocate ? filter_.max_kicks() : 0, scratch_writes_);
   if (outcome != ckf::InsertOutcome::kInserted) return false;
   window_.mark(scratch_writes_);
   owners_[canonical].resident = true;
@@ -39,8 +43,7 @@ void append_unique(std::vector<std::uint64_t>& list, std::uint64_t value) {
 
 }  // namespace
 
-std::optional<EventError> PoolIndex::store(SourceKey source,
-                                           std::optional<std::uint64_t> parent_engine_id,
+std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::uint64_t> parent_engine_id,
                                            std::optional<std::uint32_t> start_position,
                                            std::span<const StoredBlockRef> blocks) {
   if (blocks.empty()) return std::nullopt;  // checked before the parent lookup
@@ -93,8 +96,8 @@ std::optional<EventError> PoolIndex::store(SourceKey source,
     const auto it = owners_.find(canonical);
     const std::uint64_t existing = it == owners_.end() ? 0 : it->second.mappings;
     if (existing + new_mappings.size() <= std::numeric_limits<std::uint32_t>::max()) continue;
-    const auto added = std::count_if(new_mappings.begin(), new_mappings.end(),
-                                     [&](const auto& m) { return m.second == canonical; });
+    const auto added =
+        std::count_if(new_mappings.begin(), new_mappings.end(), [&](const auto& m) { return m.second == canonical; });
     if (existing + static_cast<std::uint64_t>(added) > std::numeric_limits<std::uint32_t>::max()) {
       return EventError::kOwnershipDegreeOverflow;
     }
@@ -141,8 +144,7 @@ std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& linea
   return std::nullopt;
 }
 
-std::optional<EventError> PoolIndex::remove(SourceKey source,
-                                            std::span<const std::uint64_t> engine_ids) {
+std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const std::uint64_t> engine_ids) {
   std::optional<EventError> first_error;
   for (std::uint64_t engine_id : engine_ids) {
     const auto lineage = lineage_.find(source);

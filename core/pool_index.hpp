@@ -55,8 +55,7 @@ class PoolIndex {
 
   // Every check happens before any mutation: a lineage error rejects the whole event.
   std::optional<EventError> store(SourceKey source, std::optional<std::uint64_t> parent_engine_id,
-                                  std::optional<std::uint32_t> start_position,
-                                  std::span<const StoredBlockRef> blocks);
+                                  std::optional<std::uint32_t> start_position, std::span<const StoredBlockRef> blocks);
   // Each engine id independently; unknown ids are counted, never deleted by fingerprint.
   std::optional<EventError> remove(SourceKey source, std::span<const std::uint64_t> engine_ids);
   // Drops every block of one source (a Cleared event, or a cold reset of the source).

@@ -25,8 +25,8 @@ std::expected<DeclaredRanks, std::string> declared_ranks(
   for (const auto& [worker_id, config] : runtime_configs) {
     const std::uint64_t size = config.data_parallel_size;
     if (size == 0 || size > kMaxLoadRanksPerWorker) {
-      return std::unexpected(fmt::format("worker {} declares {} data-parallel ranks (1..{} allowed)",
-                                         worker_id, size, kMaxLoadRanksPerWorker));
+      return std::unexpected(fmt::format("worker {} declares {} data-parallel ranks (1..{} allowed)", worker_id, size,
+                                         kMaxLoadRanksPerWorker));
     }
     const std::uint64_t end = std::uint64_t{config.data_parallel_start_rank} + size;
     if (end - 1 > std::numeric_limits<std::uint32_t>::max()) {
@@ -41,8 +41,7 @@ std::expected<DeclaredRanks, std::string> declared_ranks(
   return declared;
 }
 
-std::expected<void, std::string> PoolLoad::set_capacity(
-    const std::map<std::uint64_t, RuntimeConfig>& configs) {
+std::expected<void, std::string> PoolLoad::set_capacity(const std::map<std::uint64_t, RuntimeConfig>& configs) {
   auto declared = declared_ranks(configs);
   if (!declared) {
     declared_.clear();

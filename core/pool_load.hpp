@@ -29,8 +29,7 @@ struct PoolLoadSnapshot {
 
 // Declared ranks and their capacity (nullopt = unknown) from the workers' runtime configs.
 using DeclaredRanks = std::map<RankKey, std::optional<std::uint64_t>>;
-std::expected<DeclaredRanks, std::string> declared_ranks(
-    const std::map<std::uint64_t, RuntimeConfig>& runtime_configs);
+std::expected<DeclaredRanks, std::string> declared_ranks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs);
 
 class PoolLoad {
  public:

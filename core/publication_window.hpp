@@ -18,8 +18,7 @@ struct BucketImage {
 
 class PublicationWindow {
  public:
-  explicit PublicationWindow(std::uint64_t bucket_count)
-      : touched_bits_((bucket_count + 63) / 64, 0) {}
+  explicit PublicationWindow(std::uint64_t bucket_count) : touched_bits_((bucket_count + 63) / 64, 0) {}
 
   void mark(std::span<const ckf::BucketWrite> writes) {
     for (const ckf::BucketWrite& write : writes) mark(write);

@@ -54,12 +54,12 @@ std::vector<ReadinessUnit> units_of(const std::map<std::uint64_t, WorkerTopology
 // the input span (a repeated endpoint would be listed twice as a member).
 struct EndpointFacts {
   EndpointKey endpoint;
-  std::vector<Registration> registrations;              // base + LoRA; only Base targets create entries
-  std::vector<Role> roles;                              // the endpoint's declared roles
-  std::map<std::uint64_t, WorkerTopology> workers;      // valid base-card workers, live or not
-  std::map<std::string, AdapterMembership> adapters;    // by served adapter name
-  bool serving_topology_conflict = false;               // endpoint skipped entirely
-  std::optional<std::set<std::uint64_t>> live_workers;  // nullopt = availability not yet reported
+  std::vector<Registration> registrations;                          // base + LoRA; only Base targets create entries
+  std::vector<Role> roles;                                          // the endpoint's declared roles
+  std::map<std::uint64_t, WorkerTopology> workers;                  // valid base-card workers, live or not
+  std::map<std::string, AdapterMembership> adapters;                // by served adapter name
+  bool serving_topology_conflict = false;                           // endpoint skipped entirely
+  std::optional<std::set<std::uint64_t>> live_workers;              // nullopt = availability not yet reported
   std::map<std::string, dynamo::kvrelay::v1::KvPoolId> pool_links;  // base model -> pool id, when linked
 };
 

@@ -31,8 +31,7 @@ std::uint64_t hash_block(std::span<const std::uint32_t> window, std::uint64_t se
   return xxh3(bytes.data(), bytes.size(), seed);
 }
 
-std::vector<std::uint64_t> block_hashes(std::span<const std::uint32_t> tokens,
-                                        const BlockHashOptions& options) {
+std::vector<std::uint64_t> block_hashes(std::span<const std::uint32_t> tokens, const BlockHashOptions& options) {
   std::vector<std::uint64_t> hashes;
   const std::size_t stride = options.kv_block_size;
   if (stride == 0) return hashes;

@@ -26,8 +26,7 @@ struct BlockHashOptions {
 };
 
 // Local (per-block) hashes; a trailing partial window is never hashed.
-std::vector<std::uint64_t> block_hashes(std::span<const std::uint32_t> tokens,
-                                        const BlockHashOptions& options);
+std::vector<std::uint64_t> block_hashes(std::span<const std::uint32_t> tokens, const BlockHashOptions& options);
 
 // One block's hash from its own window of tokens (plus optional multimodal hashes).
 std::uint64_t hash_block(std::span<const std::uint32_t> window, std::uint64_t seed,

@@ -59,8 +59,8 @@ struct Registration {
 
 struct AdapterMembership {
   std::string base_model;
-  std::string lora_name;                            // token-hash salt
-  std::map<std::uint64_t, std::uint32_t> workers;   // worker id -> max_gpu_lora_count
+  std::string lora_name;                           // token-hash salt
+  std::map<std::uint64_t, std::uint32_t> workers;  // worker id -> max_gpu_lora_count
   friend bool operator==(const AdapterMembership&, const AdapterMembership&) = default;
 };
 

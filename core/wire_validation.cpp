@@ -90,8 +90,7 @@ std::optional<std::u32string> decode_utf8(std::string_view text) {
 // Unicode White_Space property: exactly the set Rust's str::trim removes upstream.
 bool is_white_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 // General category Cc: C0 controls, DEL and C1 controls.
@@ -99,8 +98,7 @@ bool is_control(char32_t c) { return c <= 0x1F || (c >= 0x7F && c <= 0x9F); }
 
 Status check_text(std::string_view text, std::string field) {
   if (is_valid_text(text)) return std::nullopt;
-  std::string message =
-      fmt::format("{} must be non-empty UTF-8 without surrounding whitespace", field);
+  std::string message = fmt::format("{} must be non-empty UTF-8 without surrounding whitespace", field);
   return malformed(ErrorCode::kInvalidText, std::move(field), std::move(message));
 }
 
@@ -109,9 +107,9 @@ Status check_text(std::string_view text, std::string field) {
 Status check_digest(const v1::DigestIdentity* identity, const std::string& field) {
   if (identity == nullptr) return missing(field);
   if (identity->digest().size() != kDigestBytes) {
-    return malformed(ErrorCode::kDigestLength, path(field, "digest"),
-                     fmt::format("{}.digest has {} bytes, expected {}", field,
-                                 identity->digest().size(), kDigestBytes));
+    return malformed(
+        ErrorCode::kDigestLength, path(field, "digest"),
+        fmt::format("{}.digest has {} bytes, expected {}", field, identity->digest().size(), kDigestBytes));
   }
   const int source = identity->source();
   if (source == v1::IDENTITY_SOURCE_UNSPECIFIED || !v1::IdentitySource_IsValid(source)) {
@@ -139,8 +137,7 @@ Status check_ckf_zero_fields(const v1::CkfFormat& format, std::string_view field
   };
   for (const auto& [name, value] : fields) {
     if (value == 0) {
-      return malformed(ErrorCode::kCkfFormatZeroField, path(field, name),
-                       fmt::format("CKF format has zero {}", name));
+      return malformed(ErrorCode::kCkfFormatZeroField, path(field, name), fmt::format("CKF format has zero {}", name));
     }
   }
   return std::nullopt;
@@ -149,15 +146,18 @@ Status check_ckf_zero_fields(const v1::CkfFormat& format, std::string_view field
 // The triple names a filter layout; any other layout is one this reader cannot execute.
 Status check_ckf_triple(const v1::CkfFormat& format, std::string_view field) {
   std::string_view offending;
-  if (format.format_version() != kCkfFormatVersion) offending = "format_version";
-  else if (format.fingerprint_bits() != kCkfFingerprintBits) offending = "fingerprint_bits";
-  else if (format.slots_per_bucket() != kCkfSlotsPerBucket) offending = "slots_per_bucket";
-  else return std::nullopt;
+  if (format.format_version() != kCkfFormatVersion)
+    offending = "format_version";
+  else if (format.fingerprint_bits() != kCkfFingerprintBits)
+    offending = "fingerprint_bits";
+  else if (format.slots_per_bucket() != kCkfSlotsPerBucket)
+    offending = "slots_per_bucket";
+  else
+    return std::nullopt;
   return unsupported(ErrorCode::kCkfFormat, path(field, offending),
                      fmt::format("unsupported CKF format: version={}, fingerprint_bits={}, "
                                  "slots_per_bucket={}",
-                                 format.format_version(), format.fingerprint_bits(),
-                                 format.slots_per_bucket()));
+                                 format.format_version(), format.fingerprint_bits(), format.slots_per_bucket()));
 }
 
 Status check_bucket_count(std::uint64_t bucket_count, std::string_view parent) {
@@ -167,9 +167,9 @@ Status check_bucket_count(std::uint64_t bucket_count, std::string_view parent) {
                        fmt::format("CKF bucket count {} does not fit this platform", bucket_count));
   }
   if (bucket_count > kMaxBucketCount) {
-    return unsupported(ErrorCode::kBucketCountTooLarge, std::move(field),
-                       fmt::format("CKF bucket count {} exceeds the supported maximum {}",
-                                   bucket_count, kMaxBucketCount));
+    return unsupported(
+        ErrorCode::kBucketCountTooLarge, std::move(field),
+        fmt::format("CKF bucket count {} exceeds the supported maximum {}", bucket_count, kMaxBucketCount));
   }
   if (bucket_count < 2 || !std::has_single_bit(bucket_count)) {
     return malformed(ErrorCode::kBucketCountNotPowerOfTwo, std::move(field),
@@ -180,9 +180,7 @@ Status check_bucket_count(std::uint64_t bucket_count, std::string_view parent) {
 
 // ---- role lists ----
 
-bool is_known_role(int value) {
-  return value != v1::WORKER_ROLE_UNSPECIFIED && v1::WorkerRole_IsValid(value);
-}
+bool is_known_role(int value) { return value != v1::WORKER_ROLE_UNSPECIFIED && v1::WorkerRole_IsValid(value); }
 
 // A set of known roles (may be empty): every element named and none repeated.
 Status check_role_set(const RoleList& roles, std::string_view field) {
@@ -207,8 +205,7 @@ Status check_duplicate_endpoint_roles(const RoleList& roles, std::string_view fi
     const int role = roles.Get(i);
     if (role != v1::WORKER_ROLE_PREFILL && role != v1::WORKER_ROLE_DECODE) {
       return malformed(ErrorCode::kDuplicateEndpointRole, element(field, i),
-                       fmt::format("duplicate endpoint role {} is not supported",
-                                   v1::WorkerRole_Name(role)));
+                       fmt::format("duplicate endpoint role {} is not supported", v1::WorkerRole_Name(role)));
     }
   }
   return std::nullopt;
@@ -233,8 +230,7 @@ std::expected<bool, Error> check_data_status(int status, std::string_view field)
 
 // A gauge that must be set exactly when `required` (docs/protocol/rpcs.md#validate-load presence
 // rules).
-Status check_presence(bool present, bool required, std::string_view parent,
-                      std::string_view name) {
+Status check_presence(bool present, bool required, std::string_view parent, std::string_view name) {
   if (present == required) return std::nullopt;
   std::string field = path(parent, name);
   std::string message = fmt::format("{} must be {}", field, required ? "set" : "unset");
@@ -245,16 +241,16 @@ Status check_presence(bool present, bool required, std::string_view parent,
 
 using EndpointTuple = std::tuple<std::string_view, std::string_view, std::string_view>;
 
-Status check_topology_member(const v1::TopologyMember& member, std::string_view entry_namespace,
-                             std::string_view field, std::set<EndpointTuple>& seen) {
+Status check_topology_member(const v1::TopologyMember& member, std::string_view entry_namespace, std::string_view field,
+                             std::set<EndpointTuple>& seen) {
   const std::string endpoint_field = path(field, "endpoint");
   if (!member.has_endpoint()) return missing(endpoint_field);
   const auto& endpoint = member.endpoint();
   if (auto error = check_endpoint_id(endpoint, endpoint_field)) return error;
   if (endpoint.namespace_() != entry_namespace) {
-    return malformed(ErrorCode::kMemberNamespace, path(endpoint_field, "namespace"),
-                     fmt::format("member namespace {:?} differs from entry namespace {:?}",
-                                 endpoint.namespace_(), entry_namespace));
+    return malformed(
+        ErrorCode::kMemberNamespace, path(endpoint_field, "namespace"),
+        fmt::format("member namespace {:?} differs from entry namespace {:?}", endpoint.namespace_(), entry_namespace));
   }
   if (auto error = check_worker_roles(member.roles(), path(field, "roles"))) return error;
   if (member.has_pool_id()) {
@@ -263,14 +259,13 @@ Status check_topology_member(const v1::TopologyMember& member, std::string_view 
   // Compared as a tuple, never as "ns.component.endpoint" text, so dots cannot alias.
   if (!seen.emplace(endpoint.namespace_(), endpoint.component(), endpoint.endpoint()).second) {
     return malformed(ErrorCode::kDuplicateMember, endpoint_field,
-                     fmt::format("entry repeats endpoint {}.{}.{}", endpoint.namespace_(),
-                                 endpoint.component(), endpoint.endpoint()));
+                     fmt::format("entry repeats endpoint {}.{}.{}", endpoint.namespace_(), endpoint.component(),
+                                 endpoint.endpoint()));
   }
   return std::nullopt;
 }
 
-Status check_adapter(const v1::AdapterReadiness& adapter, std::string_view field,
-                     std::set<std::string_view>& seen) {
+Status check_adapter(const v1::AdapterReadiness& adapter, std::string_view field, std::set<std::string_view>& seen) {
   const std::string id_field = path(field, "canonical_model_id");
   if (auto error = check_text(adapter.canonical_model_id(), id_field)) return error;
   if (auto error = check_readiness_state(adapter.state(), path(field, "state"))) return error;
@@ -286,8 +281,7 @@ Status check_adapter(const v1::AdapterReadiness& adapter, std::string_view field
 
 // ---- message-level helpers ----
 
-Status check_response_envelope(std::uint32_t contract_marker, std::uint32_t protocol_version,
-                               bool has_relay) {
+Status check_response_envelope(std::uint32_t contract_marker, std::uint32_t protocol_version, bool has_relay) {
   if (auto error = check_envelope(contract_marker, protocol_version)) return error;
   if (!has_relay) return missing("relay");
   return std::nullopt;
@@ -302,8 +296,7 @@ Status check_stream_request(std::uint32_t contract_marker, std::string_view subs
 // (its own entry check quarantines it); a malformed one cannot be identified safely, which
 // makes the whole window unusable.
 template <typename Entry>
-Status check_unique_producers(const google::protobuf::RepeatedPtrField<Entry>& entries,
-                              std::string_view list) {
+Status check_unique_producers(const google::protobuf::RepeatedPtrField<Entry>& entries, std::string_view list) {
   std::set<ProducerKey> seen;
   for (int i = 0; i < entries.size(); ++i) {
     const std::string producer_field = path(element(list, i), "producer");
@@ -314,8 +307,7 @@ Status check_unique_producers(const google::protobuf::RepeatedPtrField<Entry>& e
       return std::move(key.error());
     }
     if (!seen.insert(std::move(*key)).second) {
-      return malformed(ErrorCode::kDuplicateProducer, producer_field,
-                       fmt::format("{} repeats a producer", list));
+      return malformed(ErrorCode::kDuplicateProducer, producer_field, fmt::format("{} repeats a producer", list));
     }
   }
   return std::nullopt;
@@ -327,46 +319,86 @@ Status check_unique_producers(const google::protobuf::RepeatedPtrField<Entry>& e
 
 std::string_view to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kContractMarker: return "ContractMarker";
-    case ErrorCode::kProtocolVersion: return "ProtocolVersion";
-    case ErrorCode::kMissingField: return "MissingField";
-    case ErrorCode::kInvalidText: return "InvalidText";
-    case ErrorCode::kSubscriberIdEmpty: return "SubscriberIdEmpty";
-    case ErrorCode::kSubscriberIdTooLong: return "SubscriberIdTooLong";
-    case ErrorCode::kSubscriberIdControlCharacter: return "SubscriberIdControlCharacter";
-    case ErrorCode::kSubscriberIdInvalidUtf8: return "SubscriberIdInvalidUtf8";
-    case ErrorCode::kIdentityVersion: return "IdentityVersion";
-    case ErrorCode::kDigestLength: return "DigestLength";
-    case ErrorCode::kIdentitySource: return "IdentitySource";
-    case ErrorCode::kLayoutGeneration: return "LayoutGeneration";
-    case ErrorCode::kCkfFormatZeroField: return "CkfFormatZeroField";
-    case ErrorCode::kCkfFormat: return "CkfFormat";
-    case ErrorCode::kBucketCountOverflow: return "BucketCountOverflow";
-    case ErrorCode::kBucketCountTooLarge: return "BucketCountTooLarge";
-    case ErrorCode::kBucketCountNotPowerOfTwo: return "BucketCountNotPowerOfTwo";
-    case ErrorCode::kMissingModelTarget: return "MissingModelTarget";
-    case ErrorCode::kDuplicateAlias: return "DuplicateAlias";
-    case ErrorCode::kBlockSize: return "BlockSize";
-    case ErrorCode::kHashFormat: return "HashFormat";
-    case ErrorCode::kWorkerRole: return "WorkerRole";
-    case ErrorCode::kEmptyRoles: return "EmptyRoles";
-    case ErrorCode::kDuplicateRole: return "DuplicateRole";
-    case ErrorCode::kReadinessState: return "ReadinessState";
-    case ErrorCode::kDuplicateEndpointRole: return "DuplicateEndpointRole";
-    case ErrorCode::kNoMembers: return "NoMembers";
-    case ErrorCode::kMemberNamespace: return "MemberNamespace";
-    case ErrorCode::kDuplicateMember: return "DuplicateMember";
-    case ErrorCode::kDuplicateAdapter: return "DuplicateAdapter";
-    case ErrorCode::kDuplicatePool: return "DuplicatePool";
-    case ErrorCode::kDuplicateEntry: return "DuplicateEntry";
-    case ErrorCode::kDuplicateProducer: return "DuplicateProducer";
-    case ErrorCode::kDuplicateModel: return "DuplicateModel";
-    case ErrorCode::kDuplicateServingPool: return "DuplicateServingPool";
-    case ErrorCode::kFilterUpdateKind: return "FilterUpdateKind";
-    case ErrorCode::kFilterPayload: return "FilterPayload";
-    case ErrorCode::kFilterSequence: return "FilterSequence";
-    case ErrorCode::kDataStatus: return "DataStatus";
-    case ErrorCode::kLoadViewField: return "LoadViewField";
+    case ErrorCode::kContractMarker:
+      return "ContractMarker";
+    case ErrorCode::kProtocolVersion:
+      return "ProtocolVersion";
+    case ErrorCode::kMissingField:
+      return "MissingField";
+    case ErrorCode::kInvalidText:
+      return "InvalidText";
+    case ErrorCode::kSubscriberIdEmpty:
+      return "SubscriberIdEmpty";
+    case ErrorCode::kSubscriberIdTooLong:
+      return "SubscriberIdTooLong";
+    case ErrorCode::kSubscriberIdControlCharacter:
+      return "SubscriberIdControlCharacter";
+    case ErrorCode::kSubscriberIdInvalidUtf8:
+      return "SubscriberIdInvalidUtf8";
+    case ErrorCode::kIdentityVersion:
+      return "IdentityVersion";
+    case ErrorCode::kDigestLength:
+      return "DigestLength";
+    case ErrorCode::kIdentitySource:
+      return "IdentitySource";
+    case ErrorCode::kLayoutGeneration:
+      return "LayoutGeneration";
+    case ErrorCode::kCkfFormatZeroField:
+      return "CkfFormatZeroField";
+    case ErrorCode::kCkfFormat:
+      return "CkfFormat";
+    case ErrorCode::kBucketCountOverflow:
+      return "BucketCountOverflow";
+    case ErrorCode::kBucketCountTooLarge:
+      return "BucketCountTooLarge";
+    case ErrorCode::kBucketCountNotPowerOfTwo:
+      return "BucketCountNotPowerOfTwo";
+    case ErrorCode::kMissingModelTarget:
+      return "MissingModelTarget";
+    case ErrorCode::kDuplicateAlias:
+      return "DuplicateAlias";
+    case ErrorCode::kBlockSize:
+      return "BlockSize";
+    case ErrorCode::kHashFormat:
+      return "HashFormat";
+    case ErrorCode::kWorkerRole:
+      return "WorkerRole";
+    case ErrorCode::kEmptyRoles:
+      return "EmptyRoles";
+    case ErrorCode::kDuplicateRole:
+      return "DuplicateRole";
+    case ErrorCode::kReadinessState:
+      return "ReadinessState";
+    case ErrorCode::kDuplicateEndpointRole:
+      return "DuplicateEndpointRole";
+    case ErrorCode::kNoMembers:
+      return "NoMembers";
+    case ErrorCode::kMemberNamespace:
+      return "MemberNamespace";
+    case ErrorCode::kDuplicateMember:
+      return "DuplicateMember";
+    case ErrorCode::kDuplicateAdapter:
+      return "DuplicateAdapter";
+    case ErrorCode::kDuplicatePool:
+      return "DuplicatePool";
+    case ErrorCode::kDuplicateEntry:
+      return "DuplicateEntry";
+    case ErrorCode::kDuplicateProducer:
+      return "DuplicateProducer";
+    case ErrorCode::kDuplicateModel:
+      return "DuplicateModel";
+    case ErrorCode::kDuplicateServingPool:
+      return "DuplicateServingPool";
+    case ErrorCode::kFilterUpdateKind:
+      return "FilterUpdateKind";
+    case ErrorCode::kFilterPayload:
+      return "FilterPayload";
+    case ErrorCode::kFilterSequence:
+      return "FilterSequence";
+    case ErrorCode::kDataStatus:
+      return "DataStatus";
+    case ErrorCode::kLoadViewField:
+      return "LoadViewField";
   }
   return "Unknown";
 }
@@ -395,8 +427,7 @@ bool is_valid_text(std::string_view text) {
 Status check_request_marker(std::uint32_t contract_marker) {
   if (contract_marker == kContractMarker) return std::nullopt;
   return malformed(ErrorCode::kContractMarker, "contract_marker",
-                   fmt::format("contract marker {:#010x}, expected {:#010x}", contract_marker,
-                               kContractMarker));
+                   fmt::format("contract marker {:#010x}, expected {:#010x}", contract_marker, kContractMarker));
 }
 
 Status check_envelope(std::uint32_t contract_marker, std::uint32_t protocol_version) {
@@ -404,8 +435,7 @@ Status check_envelope(std::uint32_t contract_marker, std::uint32_t protocol_vers
   if (auto error = check_request_marker(contract_marker)) return error;
   if (protocol_version == kProtocolVersion) return std::nullopt;
   return malformed(ErrorCode::kProtocolVersion, "protocol_version",
-                   fmt::format("protocol version {}, expected {}", protocol_version,
-                               kProtocolVersion));
+                   fmt::format("protocol version {}, expected {}", protocol_version, kProtocolVersion));
 }
 
 Status check_subscriber_id(std::string_view id) {
@@ -413,8 +443,7 @@ Status check_subscriber_id(std::string_view id) {
   if (id.empty()) return malformed(ErrorCode::kSubscriberIdEmpty, field, "subscriber_id is empty");
   if (id.size() > kMaxSubscriberIdBytes) {
     return malformed(ErrorCode::kSubscriberIdTooLong, field,
-                     fmt::format("subscriber_id has {} bytes, at most {} allowed", id.size(),
-                                 kMaxSubscriberIdBytes));
+                     fmt::format("subscriber_id has {} bytes, at most {} allowed", id.size(), kMaxSubscriberIdBytes));
   }
   // C1 controls (U+0080-U+009F) are two-byte sequences, so the id has to be decoded.
   const auto code_points = decode_utf8(id);
@@ -424,16 +453,13 @@ Status check_subscriber_id(std::string_view id) {
   for (const char32_t c : *code_points) {
     if (is_control(c)) {
       return malformed(ErrorCode::kSubscriberIdControlCharacter, field,
-                       fmt::format("subscriber_id contains control character U+{:04X}",
-                                   static_cast<std::uint32_t>(c)));
+                       fmt::format("subscriber_id contains control character U+{:04X}", static_cast<std::uint32_t>(c)));
     }
   }
   return std::nullopt;
 }
 
-Status check_request(const v1::RelayInfoRequest& request) {
-  return check_request_marker(request.contract_marker());
-}
+Status check_request(const v1::RelayInfoRequest& request) { return check_request_marker(request.contract_marker()); }
 
 Status check_request(const v1::WatchKvPoolCatalogRequest& request) {
   return check_stream_request(request.contract_marker(), request.subscriber_id());
@@ -462,8 +488,7 @@ Status check_request(const v1::SubscribeServingLoadRequest& request) {
 // ---- identities ----
 
 Status check_pool_id(const v1::KvPoolId& pool_id, std::string_view field) {
-  if (auto error = check_identity_version(pool_id.identity_version(),
-                                          path(field, "identity_version"))) {
+  if (auto error = check_identity_version(pool_id.identity_version(), path(field, "identity_version"))) {
     return error;
   }
   const std::string domain_field = path(field, "indexer_domain");
@@ -505,8 +530,7 @@ Status check_endpoint_id(const v1::DynamoEndpointId& endpoint, std::string_view 
   return check_text(endpoint.endpoint(), path(field, "endpoint"));
 }
 
-Status check_model_registration(const v1::ModelRegistration& registration,
-                                std::string_view field) {
+Status check_model_registration(const v1::ModelRegistration& registration, std::string_view field) {
   if (auto error = check_text(registration.canonical_model_id(), path(field, "canonical_model_id"))) {
     return error;
   }
@@ -515,14 +539,12 @@ Status check_model_registration(const v1::ModelRegistration& registration,
   const auto& target = registration.target();
   switch (target.target_case()) {
     case v1::ModelTarget::kBase:
-      if (auto error = check_text(target.base().base_model(),
-                                  path(target_field, "base.base_model"))) {
+      if (auto error = check_text(target.base().base_model(), path(target_field, "base.base_model"))) {
         return error;
       }
       break;
     case v1::ModelTarget::kLora:
-      if (auto error = check_text(target.lora().base_model(),
-                                  path(target_field, "lora.base_model"))) {
+      if (auto error = check_text(target.lora().base_model(), path(target_field, "lora.base_model"))) {
         return error;
       }
       if (auto error = check_text(target.lora().adapter(), path(target_field, "lora.adapter"))) {
@@ -549,8 +571,7 @@ Status check_model_registration(const v1::ModelRegistration& registration,
 
 Status check_query_semantics(const v1::KvQuerySemantics& semantics, std::string_view field) {
   if (semantics.kv_block_size() == 0) {
-    return malformed(ErrorCode::kBlockSize, path(field, "kv_block_size"),
-                     "KV query block size must be non-zero");
+    return malformed(ErrorCode::kBlockSize, path(field, "kv_block_size"), "KV query block size must be non-zero");
   }
   const int format = semantics.hash_format();
   if (format == v1::KV_QUERY_HASH_FORMAT_UNSPECIFIED || !v1::KvQueryHashFormat_IsValid(format)) {
@@ -561,8 +582,7 @@ Status check_query_semantics(const v1::KvQuerySemantics& semantics, std::string_
 
 Status check_worker_roles(const RoleList& roles, std::string_view field) {
   if (roles.empty()) {
-    return malformed(ErrorCode::kEmptyRoles, std::string(field),
-                     fmt::format("{} must not be empty", field));
+    return malformed(ErrorCode::kEmptyRoles, std::string(field), fmt::format("{} must not be empty", field));
   }
   return check_role_set(roles, field);
 }
@@ -584,8 +604,7 @@ Status check_pool_descriptor(const v1::KvPoolDescriptor& descriptor, std::string
 
   const std::string registrations_field = path(field, "registrations");
   for (int i = 0; i < descriptor.registrations_size(); ++i) {
-    if (auto error = check_model_registration(descriptor.registrations(i),
-                                              element(registrations_field, i))) {
+    if (auto error = check_model_registration(descriptor.registrations(i), element(registrations_field, i))) {
       return error;
     }
   }
@@ -606,8 +625,8 @@ Status check_topology_entry(const v1::TopologyEntry& entry, std::string_view fie
   if (auto error = check_role_set(entry.missing_roles(), path(field, "missing_roles"))) {
     return error;
   }
-  if (auto error = check_duplicate_endpoint_roles(entry.duplicate_role_endpoints(),
-                                                  path(field, "duplicate_role_endpoints"))) {
+  if (auto error =
+          check_duplicate_endpoint_roles(entry.duplicate_role_endpoints(), path(field, "duplicate_role_endpoints"))) {
     return error;
   }
 
@@ -617,8 +636,7 @@ Status check_topology_entry(const v1::TopologyEntry& entry, std::string_view fie
   }
   std::set<EndpointTuple> members;
   for (int i = 0; i < entry.members_size(); ++i) {
-    if (auto error = check_topology_member(entry.members(i), entry.namespace_(),
-                                           element(members_field, i), members)) {
+    if (auto error = check_topology_member(entry.members(i), entry.namespace_(), element(members_field, i), members)) {
       return error;
     }
   }
@@ -687,12 +705,12 @@ Status check_model_serving_load(const v1::ModelServingLoad& model, std::string_v
   const std::string requests_field = path(load_field, "requests");
   if (!load.has_requests()) return missing(requests_field);
   const auto& requests = load.requests();
-  if (auto error = check_presence(requests.has_requests_awaiting_first_token(), *complete,
-                                  requests_field, "requests_awaiting_first_token")) {
+  if (auto error = check_presence(requests.has_requests_awaiting_first_token(), *complete, requests_field,
+                                  "requests_awaiting_first_token")) {
     return error;
   }
-  if (auto error = check_presence(requests.has_requests_generating(), *complete, requests_field,
-                                  "requests_generating")) {
+  if (auto error =
+          check_presence(requests.has_requests_generating(), *complete, requests_field, "requests_generating")) {
     return error;
   }
 
@@ -700,8 +718,7 @@ Status check_model_serving_load(const v1::ModelServingLoad& model, std::string_v
   if (!load.has_tokens()) return missing(tokens_field);
   const auto& tokens = load.tokens();
   const std::pair<std::string_view, std::pair<bool, bool>> gauges[] = {
-      {"awaiting_first_token_input_tokens",
-       {tokens.has_awaiting_first_token_input_tokens(), *complete}},
+      {"awaiting_first_token_input_tokens", {tokens.has_awaiting_first_token_input_tokens(), *complete}},
       {"inflight_input_tokens", {tokens.has_inflight_input_tokens(), *complete}},
       {"input_tokens_total", {tokens.has_input_tokens_total(), true}},
       {"output_tokens_total", {tokens.has_output_tokens_total(), true}},
@@ -734,8 +751,7 @@ Status check_response(const v1::RelayInfo& info) {
 }
 
 Status check_response(const v1::KvPoolCatalogUpdate& update) {
-  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(),
-                                           update.has_relay())) {
+  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(), update.has_relay())) {
     return error;
   }
   // Every update is a complete catalog; without a snapshot nothing tells "empty" from "lost".
@@ -760,8 +776,7 @@ Status check_response(const v1::KvPoolCatalogUpdate& update) {
 }
 
 Status check_response(const v1::FilterUpdate& update) {
-  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(),
-                                           update.has_relay())) {
+  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(), update.has_relay())) {
     return error;
   }
   if (!update.has_producer()) return missing("producer");
@@ -772,32 +787,28 @@ Status check_response(const v1::FilterUpdate& update) {
   // any malformed frame.
   const int kind = update.kind();
   if (kind == v1::FILTER_UPDATE_KIND_UNSPECIFIED || !v1::FilterUpdateKind_IsValid(kind)) {
-    return malformed(ErrorCode::kFilterUpdateKind, "kind",
-                     fmt::format("unknown filter update kind {}", kind));
+    return malformed(ErrorCode::kFilterUpdateKind, "kind", fmt::format("unknown filter update kind {}", kind));
   }
   const bool heartbeat = kind == v1::FILTER_UPDATE_KIND_HEARTBEAT;
   if (heartbeat != update.payload().empty()) {
     return malformed(ErrorCode::kFilterPayload, "payload",
-                     heartbeat ? "a heartbeat carries no payload"
-                               : "a snapshot chunk or delta carries a CBI1 payload");
+                     heartbeat ? "a heartbeat carries no payload" : "a snapshot chunk or delta carries a CBI1 payload");
   }
   // Deltas move the sequence by exactly one; chunks and heartbeats stand still.
   const std::uint64_t base = update.base_sequence();
   const bool delta = kind == v1::FILTER_UPDATE_KIND_DELTA;
-  const bool consistent = delta ? base != std::numeric_limits<std::uint64_t>::max() &&
-                                      update.sequence() == base + 1
+  const bool consistent = delta ? base != std::numeric_limits<std::uint64_t>::max() && update.sequence() == base + 1
                                 : update.sequence() == base;
   if (!consistent) {
-    return malformed(ErrorCode::kFilterSequence, "sequence",
-                     fmt::format("sequence {} does not follow base_sequence {} for this kind",
-                                 update.sequence(), base));
+    return malformed(
+        ErrorCode::kFilterSequence, "sequence",
+        fmt::format("sequence {} does not follow base_sequence {} for this kind", update.sequence(), base));
   }
   return std::nullopt;
 }
 
 Status check_response(const v1::ServingReadinessUpdate& update) {
-  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(),
-                                           update.has_relay())) {
+  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(), update.has_relay())) {
     return error;
   }
   std::set<std::pair<std::string_view, std::string_view>> seen;
@@ -805,30 +816,26 @@ Status check_response(const v1::ServingReadinessUpdate& update) {
     const auto& entry = update.entries(i);
     const std::string entry_field = element("entries", i);
     if (auto error = check_text(entry.namespace_(), path(entry_field, "namespace"))) return error;
-    if (auto error = check_text(entry.canonical_model_id(),
-                                path(entry_field, "canonical_model_id"))) {
+    if (auto error = check_text(entry.canonical_model_id(), path(entry_field, "canonical_model_id"))) {
       return error;
     }
     if (!seen.emplace(entry.namespace_(), entry.canonical_model_id()).second) {
       return malformed(ErrorCode::kDuplicateEntry, entry_field,
-                       fmt::format("readiness repeats entry ({}, {})", entry.namespace_(),
-                                   entry.canonical_model_id()));
+                       fmt::format("readiness repeats entry ({}, {})", entry.namespace_(), entry.canonical_model_id()));
     }
   }
   return std::nullopt;
 }
 
 Status check_response(const v1::KvPoolLoadUpdate& update) {
-  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(),
-                                           update.has_relay())) {
+  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(), update.has_relay())) {
     return error;
   }
   return check_unique_producers(update.pools(), "pools");
 }
 
 Status check_response(const v1::ServingLoadUpdate& update) {
-  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(),
-                                           update.has_relay())) {
+  if (auto error = check_response_envelope(update.contract_marker(), update.protocol_version(), update.has_relay())) {
     return error;
   }
   if (auto error = check_unique_producers(update.pools(), "pools")) return error;
@@ -837,14 +844,13 @@ Status check_response(const v1::ServingLoadUpdate& update) {
     const auto& model = update.models(i);
     const std::string model_field = element("models", i);
     if (auto error = check_text(model.namespace_(), path(model_field, "namespace"))) return error;
-    if (auto error = check_text(model.canonical_model_id(),
-                                path(model_field, "canonical_model_id"))) {
+    if (auto error = check_text(model.canonical_model_id(), path(model_field, "canonical_model_id"))) {
       return error;
     }
     if (!seen.emplace(model.namespace_(), model.canonical_model_id()).second) {
-      return malformed(ErrorCode::kDuplicateModel, model_field,
-                       fmt::format("serving load repeats model ({}, {})", model.namespace_(),
-                                   model.canonical_model_id()));
+      return malformed(
+          ErrorCode::kDuplicateModel, model_field,
+          fmt::format("serving load repeats model ({}, {})", model.namespace_(), model.canonical_model_id()));
     }
   }
   return std::nullopt;
@@ -868,13 +874,12 @@ ProducerKey producer_key(const v1::ProducerIdentity& identity) {
       .pool = pool_key(identity.pool_id()),
       .producer_incarnation = identity.producer_incarnation(),
       .layout_generation = identity.layout_generation(),
-      .ckf_format = {format.format_version(), format.seed(), format.bucket_count(),
-                     format.fingerprint_bits(), format.slots_per_bucket()},
+      .ckf_format = {format.format_version(), format.seed(), format.bucket_count(), format.fingerprint_bits(),
+                     format.slots_per_bucket()},
   };
 }
 
-std::expected<ProducerKey, Error> try_producer_key(const v1::ProducerIdentity& identity,
-                                                   std::string_view field) {
+std::expected<ProducerKey, Error> try_producer_key(const v1::ProducerIdentity& identity, std::string_view field) {
   if (auto error = check_producer_identity(identity, field)) return std::unexpected(std::move(*error));
   return producer_key(identity);
 }

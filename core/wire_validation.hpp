@@ -67,9 +67,9 @@ enum class ErrorCode {
   kIdentitySource,  // UNSPECIFIED malformed, unknown values unsupported
   kLayoutGeneration,
   kCkfFormatZeroField,
-  kCkfFormat,  // format_version/fingerprint_bits/slots_per_bucket triple: unsupported
-  kBucketCountOverflow,  // does not fit size_t: unsupported (unreachable on 64-bit targets)
-  kBucketCountTooLarge,  // > 2^24: unsupported
+  kCkfFormat,                 // format_version/fingerprint_bits/slots_per_bucket triple: unsupported
+  kBucketCountOverflow,       // does not fit size_t: unsupported (unreachable on 64-bit targets)
+  kBucketCountTooLarge,       // > 2^24: unsupported
   kBucketCountNotPowerOfTwo,  // or < 2
   // descriptor pieces (docs/protocol/rpcs.md#validate-descriptor)
   kMissingModelTarget,  // target message present, no known oneof alternative: unsupported
@@ -80,7 +80,7 @@ enum class ErrorCode {
   kEmptyRoles,
   kDuplicateRole,
   // topology entry (docs/protocol/rpcs.md#validate-topology-entry)
-  kReadinessState,  // unknown value: unsupported (0 = UNKNOWN is valid)
+  kReadinessState,         // unknown value: unsupported (0 = UNKNOWN is valid)
   kDuplicateEndpointRole,  // a duplicate_role_endpoints role other than PREFILL/DECODE
   kNoMembers,
   kMemberNamespace,
@@ -97,7 +97,7 @@ enum class ErrorCode {
   kFilterPayload,
   kFilterSequence,
   // serving load (docs/protocol/rpcs.md#validate-load)
-  kDataStatus,  // UNSPECIFIED malformed, unknown values unsupported
+  kDataStatus,     // UNSPECIFIED malformed, unknown values unsupported
   kLoadViewField,  // an optional gauge set/unset against the presence rules
 };
 
@@ -157,12 +157,10 @@ Status check_producer_identity(const v1::ProducerIdentity& identity, std::string
 // ---- descriptor pieces (docs/protocol/rpcs.md#validate-descriptor) ----
 
 Status check_endpoint_id(const v1::DynamoEndpointId& endpoint, std::string_view field);
-Status check_model_registration(const v1::ModelRegistration& registration,
-                                std::string_view field);
+Status check_model_registration(const v1::ModelRegistration& registration, std::string_view field);
 Status check_query_semantics(const v1::KvQuerySemantics& semantics, std::string_view field);
 // Pool and member roles: non-empty, known, non-UNSPECIFIED, no repeats.
-Status check_worker_roles(const google::protobuf::RepeatedField<int>& roles,
-                          std::string_view field);
+Status check_worker_roles(const google::protobuf::RepeatedField<int>& roles, std::string_view field);
 // One catalog entry. An empty `registrations` list is accepted here
 // (docs/protocol/rpcs.md#validate-descriptor).
 Status check_pool_descriptor(const v1::KvPoolDescriptor& descriptor, std::string_view field = "");
@@ -231,7 +229,6 @@ struct ProducerKey {
 PoolKey pool_key(const v1::KvPoolId& pool_id);
 ProducerKey producer_key(const v1::ProducerIdentity& identity);
 // Validates first (check_producer_identity), then builds the key.
-std::expected<ProducerKey, Error> try_producer_key(const v1::ProducerIdentity& identity,
-                                                   std::string_view field);
+std::expected<ProducerKey, Error> try_producer_key(const v1::ProducerIdentity& identity, std::string_view field);
 
 }  // namespace kvrelay::wire

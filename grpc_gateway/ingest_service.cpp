@@ -110,8 +110,10 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
     }
     if (outcome.source_reset) response_->set_source_resets(response_->source_resets() + 1);
   }
-  grpc::Status final_status() override {
-    if (!lost_) return grpc::Status::OK;
+  // A lost batch means an actor on the way failed and the relay is stopping: the stream ends
+  // at once rather than when the client closes it.
+  std::optional<grpc::Status> early_status() override {
+    if (!lost_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
   }
 
@@ -119,7 +121,7 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
   MembershipActor membership_;
   ingest_v1::PublishKvEventsResponse* response_;
   metrics::RelayMetrics* metrics_;
-  bool lost_ = false;  // guarded like the response: tally and final_status run under the reader's lock
+  bool lost_ = false;  // guarded like the response: tally and early_status run under the reader's lock
 };
 
 class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadOutcome> {
@@ -176,8 +178,7 @@ grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerCon
 }
 
 grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
-                                                  const ingest_v1::GetStateRequest*,
-                                                  ingest_v1::RelayState* response) {
+                                                  const ingest_v1::GetStateRequest*, ingest_v1::RelayState* response) {
   return dispatch_unary(context, peers_, response, std::nullopt, draining_, atoms::get_state_atom_v);
 }
 
@@ -190,7 +191,7 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
 }
 
 grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext*,
-                                                                         ingest_v1::ReportLoadResponse* response) {
+                                                                          ingest_v1::ReportLoadResponse* response) {
   if (draining_) return new RefusedRead<ingest_v1::LoadReport>(draining_status());
   auto* reader = new LoadReportReader(peers_.load, response, metrics_, read_window_);
   reader->start();

@@ -42,7 +42,7 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
   grpc::ServerReadReactor<ingest_v1::KvEventBatch>* PublishKvEvents(
       grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) override;
   grpc::ServerReadReactor<ingest_v1::LoadReport>* ReportLoad(grpc::CallbackServerContext* context,
-                                                            ingest_v1::ReportLoadResponse* response) override;
+                                                             ingest_v1::ReportLoadResponse* response) override;
 
   // From now on every new call is refused with UNAVAILABLE.
   void begin_drain() { draining_ = true; }

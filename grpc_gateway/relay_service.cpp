@@ -35,7 +35,7 @@ grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, StreamR
   auto* reactor = new StreamReactor<Message>(context, std::move(release), metrics);
   StreamSinkPtr<Message> sink = reactor->link();
   auto stream = system.spawn(behavior, std::move(sink), std::move(source), std::forward<Args>(args)...);
-  reactor->link()->bind(caf::actor_cast<caf::actor>(stream));
+  reactor->link()->bind(stream);
   return reactor;
 }
 
@@ -104,8 +104,7 @@ StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscr
 }
 
 grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext* context,
-                                                     const v1::RelayInfoRequest* request,
-                                                     v1::RelayInfo* response) {
+                                                     const v1::RelayInfoRequest* request, v1::RelayInfo* response) {
   auto* reactor = context->DefaultReactor();
   if (draining_) {
     reactor->Finish(to_grpc(context, draining_status()));
@@ -173,8 +172,7 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
   if (auto* refused = admit<Message>(context, rpc, pool_streams_, permit)) return refused;
   if (pool == view->pools.end()) {
     return refuse<Message>(
-        context, rpc,
-        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
+        context, rpc, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
   }
   const v1::ProducerIdentity& current = pool->second.descriptor.producer();
   if (wire::producer_key(current) != wire::producer_key(expected)) {
@@ -185,9 +183,9 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
   }
   auto pool_permit = pool->second.subscribers->try_acquire();
   if (!pool_permit) {
-    return refuse<Message>(context, rpc,
-                           RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT,
-                                                  pool->second.subscribers->refusal()));
+    return refuse<Message>(
+        context, rpc,
+        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, pool->second.subscribers->refusal()));
   }
   auto* reactor = new StreamReactor<Message>(
       context, admitted(rpc, request->subscriber_id(), context, {permit, pool_permit}), config_.metrics);
@@ -197,7 +195,7 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
   SnapshotPacing pacing{peers_.snapshot_encoders, config_.snapshot_progress_timeout, config_.pool_heartbeat};
   auto stream = system_.spawn(pool_stream, std::move(sink), std::move(spec), config_.pool_outbox,
                               pool->second.publisher, std::move(pacing), config_.metrics);
-  reactor->link()->bind(caf::actor_cast<caf::actor>(stream));  // the stream attaches itself once it holds an encoder permit
+  reactor->link()->bind(stream);  // the stream attaches itself once it holds an encoder permit
   return reactor;
 }
 

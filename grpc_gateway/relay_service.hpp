@@ -21,13 +21,13 @@ namespace kvrelay::gateway {
 
 struct RelayServiceConfig {
   v1::RelayIdentity relay;
-  OutboxLimits pool_outbox;        // per pool stream: frames and bytes
+  OutboxLimits pool_outbox;  // per pool stream: frames and bytes
   std::size_t load_outbox_windows = 16;
   std::size_t max_catalog_subscribers = 64;
   std::size_t max_readiness_subscribers = 64;
   std::size_t max_load_subscribers = 64;
   std::size_t max_pool_streams_total = 64;
-  std::chrono::milliseconds catalog_heartbeat{10000};    // 0 disables
+  std::chrono::milliseconds catalog_heartbeat{10000};  // 0 disables
   std::chrono::milliseconds readiness_heartbeat{10000};
   std::chrono::milliseconds pool_heartbeat{10000};
   std::chrono::milliseconds snapshot_progress_timeout{60000};
@@ -67,8 +67,8 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
 
  private:
   template <class Message>
-  grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                           StreamLimit& limit, std::shared_ptr<StreamLimit::Permit>& permit);
+  grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
+                                           std::shared_ptr<StreamLimit::Permit>& permit);
   template <class Message>
   grpc::ServerWriteReactor<Message>* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
                                             const RpcStatus& status, std::string result = {});

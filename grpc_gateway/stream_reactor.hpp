@@ -5,8 +5,8 @@
 // harmless; the calls themselves are made with no lock held (see StreamLink).
 #include <absl/base/thread_annotations.h>
 #include <absl/synchronization/mutex.h>
-#include <caf/all.hpp>
 #include <grpcpp/grpcpp.h>
+#include <caf/all.hpp>
 
 #include <functional>
 #include <memory>
@@ -26,9 +26,12 @@ using StreamRelease = std::function<void(const RpcStatus&)>;
 // What a frame carries, for kv_relay_frames_sent_total{kind}.
 inline metrics::FrameKind frame_kind(const v1::FilterUpdate& frame) {
   switch (frame.kind()) {
-    case v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK: return metrics::FrameKind::kSnapshotChunk;
-    case v1::FILTER_UPDATE_KIND_HEARTBEAT: return metrics::FrameKind::kHeartbeat;
-    default: return metrics::FrameKind::kDelta;
+    case v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK:
+      return metrics::FrameKind::kSnapshotChunk;
+    case v1::FILTER_UPDATE_KIND_HEARTBEAT:
+      return metrics::FrameKind::kHeartbeat;
+    default:
+      return metrics::FrameKind::kDelta;
   }
 }
 inline metrics::FrameKind frame_kind(const v1::KvPoolCatalogUpdate&) { return metrics::FrameKind::kCatalog; }
@@ -81,14 +84,14 @@ template <class Message>
 class StreamLink final : public StreamSink<Message> {
  public:
   // `metrics` (may be null) counts every frame handed to the transport.
-  StreamLink(grpc::CallbackServerContext* context, grpc::ServerWriteReactor<Message>* reactor,
-             StreamRelease release, metrics::RelayMetrics* metrics)
+  StreamLink(grpc::CallbackServerContext* context, grpc::ServerWriteReactor<Message>* reactor, StreamRelease release,
+             metrics::RelayMetrics* metrics)
       : metrics_(metrics), context_(context), reactor_(reactor), release_(std::move(release)) {}
 
   // Set once the stream actor exists. The actor may already have written (a pool stream
   // attaches to its publisher as soon as it starts): a write completion or a cancellation
   // that came first is delivered now.
-  void bind(caf::actor actor) ABSL_LOCKS_EXCLUDED(mutex_) {
+  void bind(StreamTransportActor actor) ABSL_LOCKS_EXCLUDED(mutex_) {
     std::optional<bool> write_done;
     bool cancelled = false;
     {
@@ -122,7 +125,7 @@ class StreamLink final : public StreamSink<Message> {
   // ---- reactions, on gRPC threads ----
   void on_write_done(bool ok) ABSL_LOCKS_EXCLUDED(mutex_) {
     std::shared_ptr<const Message> written;  // released after unlocking
-    caf::actor actor;
+    StreamTransportActor actor;
     {
       absl::MutexLock lock(&mutex_);
       written = std::move(in_flight_);
@@ -135,7 +138,7 @@ class StreamLink final : public StreamSink<Message> {
     if (actor) caf::anon_send(actor, atoms::write_done_atom_v, ok);
   }
   void on_cancel() ABSL_LOCKS_EXCLUDED(mutex_) {
-    caf::actor actor;
+    StreamTransportActor actor;
     {
       absl::MutexLock lock(&mutex_);
       cancelled_ = true;
@@ -231,16 +234,16 @@ class StreamLink final : public StreamSink<Message> {
   metrics::RelayMetrics* const metrics_;  // set once; the recorder is thread-safe
 
   absl::Mutex mutex_;
-  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);       // null once OnDone ran
+  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);        // null once OnDone ran
   grpc::ServerWriteReactor<Message>* reactor_ ABSL_GUARDED_BY(mutex_);  // null once OnDone ran
-  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                      // empty once taken to run
-  caf::actor actor_ ABSL_GUARDED_BY(mutex_);                           // the stream actor, from bind()
-  std::shared_ptr<const Message> next_write_ ABSL_GUARDED_BY(mutex_);  // from write(), not yet issued
+  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                       // empty once taken to run
+  StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                  // the stream actor, from bind()
+  std::shared_ptr<const Message> next_write_ ABSL_GUARDED_BY(mutex_);   // from write(), not yet issued
   bool next_write_buffered_ ABSL_GUARDED_BY(mutex_) = false;
   std::shared_ptr<const Message> in_flight_ ABSL_GUARDED_BY(mutex_);   // kept alive until OnWriteDone
   std::optional<bool> unreported_write_done_ ABSL_GUARDED_BY(mutex_);  // a completion that came before bind()
   std::optional<RpcStatus> finish_status_ ABSL_GUARDED_BY(mutex_);     // Finish wanted, not yet issued
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;   // Finish wanted (or OnDone ran): no more frames
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;                      // Finish wanted (or OnDone ran): no more frames
   bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;  // the client cancelled (reported on bind if unbound)
   bool issuing_ ABSL_GUARDED_BY(mutex_) = false;    // a thread is calling the reactor; set for good after Finish
 };

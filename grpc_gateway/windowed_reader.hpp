@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <utility>
 
 namespace kvrelay::gateway {
@@ -138,6 +139,10 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
   // The status of a stream that ended with every request acknowledged. Runs under the
   // reader's lock, after the last tally(): bookkeeping only.
   virtual grpc::Status final_status() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return grpc::Status::OK; }
+  // A status that ends the stream now, without waiting for the client to close its side
+  // (an outcome showed that nothing more can be applied). Runs under the reader's lock after
+  // every tally(): bookkeeping only. gRPC completes a read still outstanding with ok = false.
+  virtual std::optional<grpc::Status> early_status() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return std::nullopt; }
 
   const std::shared_ptr<Gate>& gate() const { return gate_; }
 
@@ -187,6 +192,11 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
     if (cancelled_) {
       finished_ = true;
       status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      return Step::kFinish;
+    }
+    if (auto early = early_status()) {
+      finished_ = true;
+      status = std::move(*early);
       return Step::kFinish;
     }
     if (input_closed_ && in_flight_ == 0) {

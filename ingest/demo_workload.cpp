@@ -4,8 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <list>
-#include <span>
 #include <random>
+#include <span>
 #include <unordered_map>
 
 #include "core/token_hashing.hpp"
@@ -33,8 +33,14 @@ class SourceCache {
  public:
   SourceCache(ingest_v1::EndpointRef endpoint, std::uint64_t worker, std::uint32_t rank, std::uint32_t block_size,
               bool eagle, std::size_t capacity, std::vector<std::string> adapters, std::uint64_t epoch)
-      : endpoint_(std::move(endpoint)), worker_(worker), rank_(rank), block_size_(block_size), eagle_(eagle),
-        capacity_(capacity), adapters_(std::move(adapters)), epoch_(epoch) {}
+      : endpoint_(std::move(endpoint)),
+        worker_(worker),
+        rank_(rank),
+        block_size_(block_size),
+        eagle_(eagle),
+        capacity_(capacity),
+        adapters_(std::move(adapters)),
+        epoch_(epoch) {}
 
   const std::vector<std::string>& adapters() const { return adapters_; }
 
@@ -172,7 +178,9 @@ DemoWorkload::DemoWorkload(DemoOptions options) : options_(std::move(options)) {
 
 DemoWorkload::~DemoWorkload() { stop(); }
 
-void DemoWorkload::start() { thread_ = std::thread([this] { run(); }); }
+void DemoWorkload::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void DemoWorkload::stop() {
   stopping_ = true;
@@ -181,8 +189,8 @@ void DemoWorkload::stop() {
 
 void DemoWorkload::run() {
   std::mt19937_64 rng(options_.seed);
-  auto stub = ingest_v1::RelayIngest::NewStub(
-      grpc::CreateChannel(options_.ingest_address, grpc::InsecureChannelCredentials()));
+  auto stub =
+      ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(options_.ingest_address, grpc::InsecureChannelCredentials()));
   std::vector<SourceCache> sources = push_sources(options_.topology, rng);
   if (sources.empty()) {
     spdlog::warn("demo: the topology declares no push KV sources; nothing to drive");
@@ -192,7 +200,8 @@ void DemoWorkload::run() {
   // the 64 + 32 i tokens 1000 i, 1000 i + 1, ...
   std::vector<std::vector<std::uint32_t>> system_prompts(kSystemPrompts);
   for (std::size_t i = 0; i < kSystemPrompts; ++i) {
-    for (std::uint32_t t = 0; t < 64 + 32 * i; ++t) system_prompts[i].push_back(static_cast<std::uint32_t>(1000 * i) + t);
+    for (std::uint32_t t = 0; t < 64 + 32 * i; ++t)
+      system_prompts[i].push_back(static_cast<std::uint32_t>(1000 * i) + t);
   }
   std::vector<Conversation> conversations(kConversations);
   const double requests_per_tick =

@@ -3,8 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <cctype>
+#include <fstream>
 #include <sstream>
 
 namespace kvrelay {
@@ -15,11 +15,21 @@ std::string json_string(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char escaped[8];
@@ -59,7 +69,9 @@ bool plain_number(const std::string& text) {
 void emit(const YAML::Node& node, std::string& out) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: out += "null"; return;
+    case YAML::NodeType::Undefined:
+      out += "null";
+      return;
     case YAML::NodeType::Sequence: {
       out += '[';
       bool first = true;

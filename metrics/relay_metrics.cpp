@@ -15,8 +15,8 @@ namespace ingest_v1 = ::kvrelay::ingest::v1;
 
 // Admission refusals known up front; any other result gets its series on first use.
 constexpr std::array<std::string_view, 8> kAdmissionResults = {
-    "admitted",          "draining",           "CONTRACT_MISMATCH", "INVALID_REQUEST",
-    "UNSUPPORTED_FEATURE", "POOL_NOT_FOUND",   "PRODUCER_CHANGED",  "RESOURCE_LIMIT"};
+    "admitted",       "draining",         "CONTRACT_MISMATCH", "INVALID_REQUEST", "UNSUPPORTED_FEATURE",
+    "POOL_NOT_FOUND", "PRODUCER_CHANGED", "RESOURCE_LIMIT"};
 
 constexpr std::string_view kReasonPrefix = "RELAY_ERROR_REASON_";
 
@@ -39,15 +39,24 @@ std::vector<std::string> reason_labels() {
 
 std::string_view code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kFailedPrecondition: return "failed_precondition";
-    case StatusCode::kInternal: return "internal";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kUnimplemented: return "unimplemented";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kResourceExhausted:
+      return "resource_exhausted";
+    case StatusCode::kFailedPrecondition:
+      return "failed_precondition";
+    case StatusCode::kInternal:
+      return "internal";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kUnimplemented:
+      return "unimplemented";
   }
   return "unknown";
 }
@@ -55,17 +64,25 @@ std::string_view code_name(StatusCode code) {
 // The result label of an event: how it was applied, or why it was rejected.
 EventResultLabel result_label(const EventResult& result) {
   switch (result.disposition) {
-    case EventDisposition::kApplied: return EventResultLabel::kAccepted;  // CapacityExhausted included
-    case EventDisposition::kIgnored: return EventResultLabel::kIgnored;
-    case EventDisposition::kRejected: break;
+    case EventDisposition::kApplied:
+      return EventResultLabel::kAccepted;  // CapacityExhausted included
+    case EventDisposition::kIgnored:
+      return EventResultLabel::kIgnored;
+    case EventDisposition::kRejected:
+      break;
   }
   if (!result.error) return EventResultLabel::kInvalidContent;
   switch (*result.error) {
-    case EventError::kParentBlockNotFound: return EventResultLabel::kParentBlockNotFound;
-    case EventError::kInvalidBlockSequence: return EventResultLabel::kInvalidBlockSequence;
-    case EventError::kOwnershipDegreeOverflow: return EventResultLabel::kOwnershipDegreeOverflow;
-    case EventError::kIndexerInvariantViolation: return EventResultLabel::kIndexerInvariantViolation;
-    case EventError::kCapacityExhausted: break;  // marks an applied event, never a rejection
+    case EventError::kParentBlockNotFound:
+      return EventResultLabel::kParentBlockNotFound;
+    case EventError::kInvalidBlockSequence:
+      return EventResultLabel::kInvalidBlockSequence;
+    case EventError::kOwnershipDegreeOverflow:
+      return EventResultLabel::kOwnershipDegreeOverflow;
+    case EventError::kIndexerInvariantViolation:
+      return EventResultLabel::kIndexerInvariantViolation;
+    case EventError::kCapacityExhausted:
+      break;  // marks an applied event, never a rejection
   }
   return EventResultLabel::kInvalidContent;
 }
@@ -109,10 +126,17 @@ std::string refusal_result(const RpcStatus& status) {
 void EventTally::add(const ingest_v1::KvEvent& event, const EventResult& result) {
   EventKindLabel kind{};
   switch (event.data_case()) {
-    case ingest_v1::KvEvent::kStored: kind = EventKindLabel::kStored; break;
-    case ingest_v1::KvEvent::kRemoved: kind = EventKindLabel::kRemoved; break;
-    case ingest_v1::KvEvent::kCleared: kind = EventKindLabel::kCleared; break;
-    case ingest_v1::KvEvent::DATA_NOT_SET: return;  // a malformed batch never gets this far
+    case ingest_v1::KvEvent::kStored:
+      kind = EventKindLabel::kStored;
+      break;
+    case ingest_v1::KvEvent::kRemoved:
+      kind = EventKindLabel::kRemoved;
+      break;
+    case ingest_v1::KvEvent::kCleared:
+      kind = EventKindLabel::kCleared;
+      break;
+    case ingest_v1::KvEvent::DATA_NOT_SET:
+      return;  // a malformed batch never gets this far
   }
   ++counts_[kind][result_label(result)];
 }
@@ -242,9 +266,7 @@ RelayMetrics::RelayMetrics() {
 #undef KVRELAY_REGISTER_HISTOGRAM
 }
 
-std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const {
-  return {registry_, pools_};
-}
+std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const { return {registry_, pools_}; }
 
 void RelayMetrics::set_identity(std::uint64_t dc_id, std::uint64_t incarnation, std::uint64_t instance_id) {
   identity_

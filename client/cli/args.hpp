@@ -9,7 +9,7 @@
 namespace kvrelay::cli {
 
 inline constexpr int kOk = 0;
-inline constexpr int kRelayError = 1;        // unreachable relay, error status, timeout
+inline constexpr int kRelayError = 1;  // unreachable relay, error status, timeout
 inline constexpr int kUsageError = 2;
 inline constexpr int kContractMismatch = 3;  // the relay speaks another contract
 inline constexpr int kInvalidInput = 4;      // an invalid file (tokens, CBI1 frame)

@@ -29,7 +29,8 @@ client::ConsumerOptions options_for(const Args& args, const std::string& subscri
 bool relay_settled(const RelayView& relay) {
   if (relay.incompatible) return true;
   if (!relay.catalog.valid || !relay.readiness.valid || !relay.load.valid) return false;
-  return std::ranges::none_of(relay.pools, [](const auto& pool) { return pool.status == client::ReplicaStatus::kSubscribing; });
+  return std::ranges::none_of(relay.pools,
+                              [](const auto& pool) { return pool.status == client::ReplicaStatus::kSubscribing; });
 }
 
 // Exit status for relays that never settled or speak another contract; reports each once.
@@ -37,10 +38,12 @@ int report_unsettled(const ConsumerView& view) {
   int worst = kOk;
   for (const auto& relay : view.relays) {
     if (relay.incompatible) {
-      std::fprintf(stderr, "kvrelay-cli: %s: contract mismatch: %s\n", relay.target.c_str(), relay.incompatibility.c_str());
+      std::fprintf(stderr, "kvrelay-cli: %s: contract mismatch: %s\n", relay.target.c_str(),
+                   relay.incompatibility.c_str());
       worst = std::max(worst, kContractMismatch);
     } else if (!relay_settled(relay)) {
-      const auto& why = !relay.catalog.last_error.empty() ? relay.catalog.last_error : std::string("timed out waiting for its state");
+      const auto& why =
+          !relay.catalog.last_error.empty() ? relay.catalog.last_error : std::string("timed out waiting for its state");
       std::fprintf(stderr, "kvrelay-cli: %s: relay not ready: %s\n", relay.target.c_str(), why.c_str());
       worst = std::max(worst, kRelayError);
     }
@@ -88,9 +91,10 @@ using DeltaCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>
 
 void render_top(const ConsumerView& view, const DeltaCounts& previous, double elapsed_s) {
   for (const auto& relay : view.relays) {
-    const auto identity = relay.identity ? fmt::format("instance {:016x} incarnation {:016x}", relay.identity->drt_instance_id(),
-                                                       relay.identity->relay_incarnation())
-                                         : std::string("identity unknown");
+    const auto identity = relay.identity
+                              ? fmt::format("instance {:016x} incarnation {:016x}", relay.identity->drt_instance_id(),
+                                            relay.identity->relay_incarnation())
+                              : std::string("identity unknown");
     std::printf("RELAY %s  %s  %s  %s  %s  restarts %lu\n", relay.target.c_str(), identity.c_str(),
                 plane_text("catalog rev", relay.catalog, relay.catalog_revision).c_str(),
                 plane_text("readiness rev", relay.readiness, relay.readiness_revision).c_str(),
@@ -98,7 +102,8 @@ void render_top(const ConsumerView& view, const DeltaCounts& previous, double el
                 static_cast<unsigned long>(relay.identity_changes));
     if (relay.incompatible) std::printf("  ! contract mismatch: %s\n", relay.incompatibility.c_str());
     if (!relay.incompatible && !relay.catalog.valid) std::printf("  ! %s\n", relay.catalog.last_error.c_str());
-    Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "FINGERPRINTS", "FILTER LOAD", "READINESS", "KV LOAD"});
+    Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "FINGERPRINTS", "FILTER LOAD", "READINESS",
+                 "KV LOAD"});
     for (const auto& pool : relay.pools) {
       const auto it = previous.find({relay.target, pool.endpoint});
       const double rate = it == previous.end() || elapsed_s <= 0 || pool.deltas_applied < it->second
@@ -106,11 +111,14 @@ void render_top(const ConsumerView& view, const DeltaCounts& previous, double el
                               : double(pool.deltas_applied - it->second) / elapsed_s;
       table.add({"  " + pool.endpoint, base_models(pool), std::string(client::to_string(pool.status)),
                  std::to_string(pool.sequence), fmt::format("{:.1f}", rate), std::to_string(pool.occupied_slots),
-                 fmt::format("{:.2f}%", 100.0 * pool.load_factor()), pool_readiness(relay, pool), load_text(pool.load)});
+                 fmt::format("{:.2f}%", 100.0 * pool.load_factor()), pool_readiness(relay, pool),
+                 load_text(pool.load)});
     }
     table.print();
-    for (const auto& quarantined : relay.quarantined_pools) std::printf("  quarantined pool: %s\n", quarantined.c_str());
-    for (const auto& quarantined : relay.quarantined_entries) std::printf("  quarantined readiness: %s\n", quarantined.c_str());
+    for (const auto& quarantined : relay.quarantined_pools)
+      std::printf("  quarantined pool: %s\n", quarantined.c_str());
+    for (const auto& quarantined : relay.quarantined_entries)
+      std::printf("  quarantined readiness: %s\n", quarantined.c_str());
     std::printf("\n");
   }
 }
@@ -124,16 +132,18 @@ DeltaCounts delta_counts(const ConsumerView& view) {
 }
 
 nlohmann::json match_json(const client::PoolMatch& match) {
-  nlohmann::json out{{"target", match.target},     {"dc_id", match.dc_id},
-                     {"endpoint", match.endpoint}, {"model", match.canonical_model_id},
+  nlohmann::json out{{"target", match.target},         {"dc_id", match.dc_id},
+                     {"endpoint", match.endpoint},     {"model", match.canonical_model_id},
                      {"block_size", match.block_size}, {"prompt_blocks", match.prompt_blocks},
                      {"sequence", match.sequence}};
   out["adapter"] = match.adapter ? nlohmann::json(*match.adapter) : nlohmann::json();
   out["cached_blocks"] = match.depth ? nlohmann::json(*match.depth) : nlohmann::json();
   out["readiness"] = match.readiness ? nlohmann::json(state_name(*match.readiness)) : nlohmann::json();
   if (match.load) {
-    out["load"] = {{"used_blocks", match.load->used_blocks}, {"total_blocks", match.load->total_blocks},
-                   {"observed_ranks", match.load->observed_ranks}, {"expected_ranks", match.load->expected_ranks},
+    out["load"] = {{"used_blocks", match.load->used_blocks},
+                   {"total_blocks", match.load->total_blocks},
+                   {"observed_ranks", match.load->observed_ranks},
+                   {"expected_ranks", match.load->expected_ranks},
                    {"authoritative", match.load->authoritative()}};
   } else {
     out["load"] = nullptr;

@@ -26,7 +26,8 @@ inline std::string short_name(const std::string& name, std::string_view prefix) 
   return name.starts_with(prefix) ? name.substr(prefix.size()) : name;
 }
 inline std::string role_name(int role) {
-  return v1::WorkerRole_IsValid(role) ? short_name(v1::WorkerRole_Name(role), "WORKER_ROLE_") : fmt::format("?{}", role);
+  return v1::WorkerRole_IsValid(role) ? short_name(v1::WorkerRole_Name(role), "WORKER_ROLE_")
+                                      : fmt::format("?{}", role);
 }
 inline std::string state_name(int state) {
   return v1::ServingReadinessState_IsValid(state)

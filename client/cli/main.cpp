@@ -21,9 +21,9 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   const std::map<std::string, int (*)(const Args&)> commands{
-      {"info", run_info},   {"catalog", run_catalog}, {"readiness", run_readiness}, {"load", run_load},
-      {"state", run_state}, {"top", run_top},         {"overlap", run_overlap},     {"hash", run_hash},
-      {"decode-frame", run_decode_frame}};
+      {"info", run_info},       {"catalog", run_catalog}, {"readiness", run_readiness},
+      {"load", run_load},       {"state", run_state},     {"top", run_top},
+      {"overlap", run_overlap}, {"hash", run_hash},       {"decode-frame", run_decode_frame}};
   const auto command = commands.find(args->command);
   if (command == commands.end()) {
     std::fprintf(stderr, "kvrelay-cli: unknown command '%s' (see --help)\n", args->command.c_str());

@@ -47,7 +47,8 @@ template <class Response>
 int reject_invalid(const Response& response, const std::string& target) {
   const auto error = wire::check_response(response);
   if (!error) return kOk;
-  const bool mismatch = error->code == wire::ErrorCode::kContractMarker || error->code == wire::ErrorCode::kProtocolVersion;
+  const bool mismatch =
+      error->code == wire::ErrorCode::kContractMarker || error->code == wire::ErrorCode::kProtocolVersion;
   std::fprintf(stderr, "kvrelay-cli: %s: %s: %s (%s)\n", target.c_str(),
                mismatch ? "contract mismatch" : "invalid response", std::string(wire::to_string(error->code)).c_str(),
                error->message.c_str());
@@ -57,7 +58,8 @@ int reject_invalid(const Response& response, const std::string& target) {
 // Reads the first update of a stream (or every one with --watch) and prints each.
 template <class Request, class Response>
 int follow(const Args& args, const std::string& target,
-           const std::function<std::unique_ptr<grpc::ClientReader<Response>>(v1::KvEventRelay::Stub&, grpc::ClientContext*, const Request&)>& open,
+           const std::function<std::unique_ptr<grpc::ClientReader<Response>>(
+               v1::KvEventRelay::Stub&, grpc::ClientContext*, const Request&)>& open,
            const std::function<void(const std::string&, const Response&)>& print_table) {
   auto stub = v1::KvEventRelay::NewStub(channel_to(target));
   grpc::ClientContext context;
@@ -89,7 +91,8 @@ int follow(const Args& args, const std::string& target,
 
 template <class Request, class Response>
 int for_each_target(const Args& args,
-                    const std::function<std::unique_ptr<grpc::ClientReader<Response>>(v1::KvEventRelay::Stub&, grpc::ClientContext*, const Request&)>& open,
+                    const std::function<std::unique_ptr<grpc::ClientReader<Response>>(
+                        v1::KvEventRelay::Stub&, grpc::ClientContext*, const Request&)>& open,
                     const std::function<void(const std::string&, const Response&)>& print_table) {
   const auto targets = targets_of(args, kWanTarget);
   if (args.watch && targets.size() > 1) {
@@ -97,7 +100,8 @@ int for_each_target(const Args& args,
     return kUsageError;
   }
   int worst = kOk;
-  for (const auto& target : targets) worst = std::max(worst, follow<Request, Response>(args, target, open, print_table));
+  for (const auto& target : targets)
+    worst = std::max(worst, follow<Request, Response>(args, target, open, print_table));
   return worst;
 }
 
@@ -128,17 +132,20 @@ void print_readiness(const std::string& target, const v1::ServingReadinessUpdate
   for (const auto& entry : update.entries()) {
     std::string adapters;
     for (const auto& adapter : entry.adapters()) {
-      adapters += fmt::format("{}{}={}", adapters.empty() ? "" : ",", adapter.canonical_model_id(), state_name(adapter.state()));
+      adapters += fmt::format("{}{}={}", adapters.empty() ? "" : ",", adapter.canonical_model_id(),
+                              state_name(adapter.state()));
     }
-    table.add({entry.namespace_(), entry.canonical_model_id(), state_name(entry.state()), roles_of(entry.present_roles()),
-               roles_of(entry.missing_roles()), std::to_string(entry.members_size()), adapters.empty() ? "-" : adapters});
+    table.add({entry.namespace_(), entry.canonical_model_id(), state_name(entry.state()),
+               roles_of(entry.present_roles()), roles_of(entry.missing_roles()), std::to_string(entry.members_size()),
+               adapters.empty() ? "-" : adapters});
   }
   table.print();
 }
 
 void print_load(const std::string& target, const v1::KvPoolLoadUpdate& update) {
-  std::printf("%s  load window %lu (%lu ms), %d pools\n", target.c_str(), static_cast<unsigned long>(update.window_sequence()),
-              static_cast<unsigned long>(update.window_ms()), update.pools_size());
+  std::printf("%s  load window %lu (%lu ms), %d pools\n", target.c_str(),
+              static_cast<unsigned long>(update.window_sequence()), static_cast<unsigned long>(update.window_ms()),
+              update.pools_size());
   Table table({"POOL", "GENERATION", "USED", "TOTAL", "RANKS", "AUTHORITATIVE"});
   for (const auto& pool : update.pools()) {
     const bool complete = pool.kv_observed_ranks() == pool.kv_expected_ranks() && pool.total_kv_blocks() > 0;
@@ -185,7 +192,8 @@ int run_catalog(const Args& args) {
 
 int run_readiness(const Args& args) {
   return for_each_target<v1::SubscribeServingReadinessRequest, v1::ServingReadinessUpdate>(
-      args, [](auto& stub, auto* context, const auto& request) { return stub.SubscribeServingReadiness(context, request); },
+      args,
+      [](auto& stub, auto* context, const auto& request) { return stub.SubscribeServingReadiness(context, request); },
       print_readiness);
 }
 
@@ -210,13 +218,15 @@ int run_state(const Args& args) {
       continue;
     }
     std::printf("%s  %d endpoints, %d pools\n", target.c_str(), state.endpoints_size(), state.pools_size());
-    Table table({"ENDPOINT", "GENERATION", "SEQUENCE", "BLOCKS", "SLOTS", "BUCKETS", "SUBSCRIBERS", "SOURCES", "DIGEST"});
+    Table table(
+        {"ENDPOINT", "GENERATION", "SEQUENCE", "BLOCKS", "SLOTS", "BUCKETS", "SUBSCRIBERS", "SOURCES", "DIGEST"});
     for (const auto& pool : state.pools()) {
       const auto& e = pool.serving_endpoint();
-      table.add({fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint()), std::to_string(pool.layout_generation()),
-                 std::to_string(pool.sequence()), std::to_string(pool.unique_blocks()), std::to_string(pool.occupied_slots()),
-                 std::to_string(pool.bucket_count()), std::to_string(pool.subscribers()), std::to_string(pool.active_sources()),
-                 fmt::format("{:016x}", pool.filter_digest())});
+      table.add({fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint()),
+                 std::to_string(pool.layout_generation()), std::to_string(pool.sequence()),
+                 std::to_string(pool.unique_blocks()), std::to_string(pool.occupied_slots()),
+                 std::to_string(pool.bucket_count()), std::to_string(pool.subscribers()),
+                 std::to_string(pool.active_sources()), fmt::format("{:016x}", pool.filter_digest())});
     }
     table.print();
   }

@@ -29,16 +29,24 @@ int run_hash(const Args& args) {
   if (args.json) {
     auto blocks = nlohmann::json::array();
     for (std::size_t i = 0; i < local.size(); ++i) {
-      blocks.push_back({{"block", i}, {"first_token", i * args.block_size}, {"block_hash", local[i]}, {"sequence_hash", sequence[i]}});
+      blocks.push_back({{"block", i},
+                        {"first_token", i * args.block_size},
+                        {"block_hash", local[i]},
+                        {"sequence_hash", sequence[i]}});
     }
-    const nlohmann::json out{{"block_size", args.block_size}, {"format", args.eagle ? "DYNAMO_EAGLE_V1" : "DYNAMO_STANDARD_V1"},
-                             {"lora", args.lora}, {"seed", options.seed}, {"tokens", tokens->size()}, {"blocks", blocks}};
+    const nlohmann::json out{{"block_size", args.block_size},
+                             {"format", args.eagle ? "DYNAMO_EAGLE_V1" : "DYNAMO_STANDARD_V1"},
+                             {"lora", args.lora},
+                             {"seed", options.seed},
+                             {"tokens", tokens->size()},
+                             {"blocks", blocks}};
     std::printf("%s\n", out.dump(2).c_str());
     return kOk;
   }
   std::printf("%zu tokens, block size %u, %s%s, seed %#lx: %zu full blocks\n", tokens->size(), args.block_size,
-              args.eagle ? "DYNAMO_EAGLE_V1" : "DYNAMO_STANDARD_V1", args.lora.empty() ? "" : (", lora " + args.lora).c_str(),
-              static_cast<unsigned long>(options.seed), local.size());
+              args.eagle ? "DYNAMO_EAGLE_V1" : "DYNAMO_STANDARD_V1",
+              args.lora.empty() ? "" : (", lora " + args.lora).c_str(), static_cast<unsigned long>(options.seed),
+              local.size());
   Table table({"BLOCK", "TOKENS", "BLOCK HASH", "SEQUENCE HASH"});
   for (std::size_t i = 0; i < local.size(); ++i) {
     const std::size_t first = i * args.block_size;
@@ -53,26 +61,38 @@ int run_hash(const Args& args) {
 namespace {
 
 nlohmann::json header_json(const cbi1::Header& header) {
-  return {{"wire_version", header.wire_version}, {"format_version", header.format_version},
-          {"fingerprint_bits", header.fingerprint_bits}, {"slots_per_bucket", header.slots_per_bucket},
-          {"seed", header.seed}, {"bucket_count", header.bucket_count}, {"dc_id", header.dc_id},
-          {"epoch", header.epoch}, {"body_checksum", header.body_checksum}};
+  return {{"wire_version", header.wire_version},
+          {"format_version", header.format_version},
+          {"fingerprint_bits", header.fingerprint_bits},
+          {"slots_per_bucket", header.slots_per_bucket},
+          {"seed", header.seed},
+          {"bucket_count", header.bucket_count},
+          {"dc_id", header.dc_id},
+          {"epoch", header.epoch},
+          {"body_checksum", header.body_checksum}};
 }
 
 nlohmann::json describe(const cbi1::Decoded& frame) {
   if (const auto* chunk = std::get_if<cbi1::DecodedChunk>(&frame)) {
     const auto nonzero = std::ranges::count_if(chunk->words, [](std::uint64_t word) { return word != 0; });
-    return {{"kind", "snapshot_chunk"}, {"header", header_json(chunk->header)}, {"chunk_index", chunk->chunk_index},
-            {"chunk_count", chunk->chunk_count}, {"bucket_offset", chunk->bucket_offset},
-            {"words", chunk->words.size()}, {"nonzero_words", nonzero}};
+    return {{"kind", "snapshot_chunk"},
+            {"header", header_json(chunk->header)},
+            {"chunk_index", chunk->chunk_index},
+            {"chunk_count", chunk->chunk_count},
+            {"bucket_offset", chunk->bucket_offset},
+            {"words", chunk->words.size()},
+            {"nonzero_words", nonzero}};
   }
   const auto& delta = std::get<cbi1::DecodedDelta>(frame);
   auto images = nlohmann::json::array();
   for (std::size_t i = 0; i < std::min<std::size_t>(delta.images.size(), 8); ++i) {
     images.push_back({{"bucket", delta.images[i].bucket}, {"word", fmt::format("{:#018x}", delta.images[i].word)}});
   }
-  return {{"kind", "delta"}, {"header", header_json(delta.header)}, {"base_epoch", delta.base_epoch},
-          {"images", delta.images.size()}, {"first_images", images}};
+  return {{"kind", "delta"},
+          {"header", header_json(delta.header)},
+          {"base_epoch", delta.base_epoch},
+          {"images", delta.images.size()},
+          {"first_images", images}};
 }
 
 }  // namespace
@@ -88,8 +108,8 @@ int run_decode_frame(const Args& args) {
     return kInvalidInput;
   }
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  const auto decoded = cbi1::decode_standalone(
-      std::span{reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
+  const auto decoded =
+      cbi1::decode_standalone(std::span{reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
   if (!decoded) {
     std::fprintf(stderr, "kvrelay-cli: %s: invalid CBI1 frame: %s%s%s\n", args.file->c_str(),
                  std::string(cbi1::to_string(decoded.error().kind)).c_str(), decoded.error().detail.empty() ? "" : ": ",
@@ -114,11 +134,13 @@ int run_decode_frame(const Args& args) {
     std::printf("  delta from sequence %lu: %lu bucket images\n", description["base_epoch"].get<unsigned long>(),
                 description["images"].get<unsigned long>());
     for (const auto& image : description["first_images"]) {
-      std::printf("    bucket %lu <- %s\n", image["bucket"].get<unsigned long>(), image["word"].get<std::string>().c_str());
+      std::printf("    bucket %lu <- %s\n", image["bucket"].get<unsigned long>(),
+                  image["word"].get<std::string>().c_str());
     }
   } else {
-    std::printf("  chunk %u of %u, buckets %lu..%lu, %lu non-zero words\n", description["chunk_index"].get<unsigned>() + 1,
-                description["chunk_count"].get<unsigned>(), description["bucket_offset"].get<unsigned long>(),
+    std::printf("  chunk %u of %u, buckets %lu..%lu, %lu non-zero words\n",
+                description["chunk_index"].get<unsigned>() + 1, description["chunk_count"].get<unsigned>(),
+                description["bucket_offset"].get<unsigned long>(),
                 description["bucket_offset"].get<unsigned long>() + description["words"].get<unsigned long>() - 1,
                 description["nonzero_words"].get<unsigned long>());
   }

@@ -16,11 +16,11 @@ struct BackoffPolicy {
 
 class Backoff {
  public:
-  explicit Backoff(BackoffPolicy policy, std::uint64_t seed = std::random_device{}())
-      : policy_(policy), rng_(seed) {}
+  explicit Backoff(BackoffPolicy policy, std::uint64_t seed = std::random_device{}()) : policy_(policy), rng_(seed) {}
 
   std::chrono::milliseconds next() {
-    const auto ceiling = std::min<std::int64_t>(policy_.max.count(), policy_.initial.count() << std::min(attempt_, 20U));
+    const auto ceiling =
+        std::min<std::int64_t>(policy_.max.count(), policy_.initial.count() << std::min(attempt_, 20U));
     ++attempt_;
     std::uniform_int_distribution<std::int64_t> draw(ceiling / 2, std::max<std::int64_t>(ceiling, 1));
     return std::chrono::milliseconds(draw(rng_));

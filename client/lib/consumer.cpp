@@ -6,16 +6,19 @@ namespace kvrelay::client {
 
 std::string_view to_string(ReplicaStatus status) {
   switch (status) {
-    case ReplicaStatus::kSubscribing: return "subscribing";
-    case ReplicaStatus::kInstalled: return "installed";
-    case ReplicaStatus::kWaiting: return "waiting";
-    case ReplicaStatus::kQuarantined: return "quarantined";
+    case ReplicaStatus::kSubscribing:
+      return "subscribing";
+    case ReplicaStatus::kInstalled:
+      return "installed";
+    case ReplicaStatus::kWaiting:
+      return "waiting";
+    case ReplicaStatus::kQuarantined:
+      return "quarantined";
   }
   return "unknown";
 }
 
-Consumer::Consumer(ConsumerOptions options)
-    : options_(std::move(options)), notifier_(std::make_shared<Notifier>()) {
+Consumer::Consumer(ConsumerOptions options) : options_(std::move(options)), notifier_(std::make_shared<Notifier>()) {
   for (const auto& target : options_.targets) {
     links_.push_back(std::make_unique<RelayLink>(target, options_, notifier_));
   }

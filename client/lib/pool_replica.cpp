@@ -33,7 +33,8 @@ Applied PoolReplica::apply(const v1::FilterUpdate& update) {
   if (update.kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT) {
     if (!installed()) return fail({"HeartbeatBeforeSnapshot", "a heartbeat arrived before the snapshot completed"});
     if (update.sequence() != sequence_) {
-      return fail({"SequenceGap", fmt::format("heartbeat at sequence {}, replica at {}", update.sequence(), sequence_)});
+      return fail(
+          {"SequenceGap", fmt::format("heartbeat at sequence {}, replica at {}", update.sequence(), sequence_)});
     }
     return std::nullopt;
   }
@@ -43,13 +44,15 @@ Applied PoolReplica::apply(const v1::FilterUpdate& update) {
   }
   const auto& header = header_of(*decoded);
   if (header.dc_id != producer_.pool.dc_id) {
-    return fail({"DcIdMismatch", fmt::format("CBI1 dc_id {:#x}, pool dc_id {:#x}", header.dc_id, producer_.pool.dc_id)});
+    return fail(
+        {"DcIdMismatch", fmt::format("CBI1 dc_id {:#x}, pool dc_id {:#x}", header.dc_id, producer_.pool.dc_id)});
   }
   if (header.epoch != update.sequence()) {
     return fail({"EpochMismatch", fmt::format("CBI1 epoch {}, frame sequence {}", header.epoch, update.sequence())});
   }
   if (update.kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK) {
-    if (!std::holds_alternative<cbi1::DecodedChunk>(*decoded)) return fail({"PayloadKind", "a snapshot frame carries a delta"});
+    if (!std::holds_alternative<cbi1::DecodedChunk>(*decoded))
+      return fail({"PayloadKind", "a snapshot frame carries a delta"});
     return absorb_chunk(*decoded);
   }
   const auto* delta = std::get_if<cbi1::DecodedDelta>(&*decoded);

@@ -16,11 +16,11 @@ namespace kvrelay::client {
 enum class Plane { kCatalog, kPool, kReadiness, kLoad };
 
 enum class Retry {
-  kBackoff,            // reopen after a bounded, jittered exponential backoff
-  kVerifyRelay,        // re-check GetRelayInfo's envelope and identity, then reopen with backoff
-  kAwaitNewProducer,   // pool streams: only once the catalog advertises a different producer
-  kAwaitNewCatalog,    // pool streams: only once a newer catalog revision still advertises it
-  kNever,              // deployment skew or a bad request: retrying unchanged cannot help
+  kBackoff,           // reopen after a bounded, jittered exponential backoff
+  kVerifyRelay,       // re-check GetRelayInfo's envelope and identity, then reopen with backoff
+  kAwaitNewProducer,  // pool streams: only once the catalog advertises a different producer
+  kAwaitNewCatalog,   // pool streams: only once a newer catalog revision still advertises it
+  kNever,             // deployment skew or a bad request: retrying unchanged cannot help
 };
 
 struct Reaction {
@@ -36,7 +36,6 @@ std::string reason_trailer(const grpc::ClientContext& context);
 std::optional<dynamo::kvrelay::v1::RelayErrorReason> parse_reason(std::string_view trailer);
 
 // `status.ok()` is an unexpected clean end of stream. State is always invalidated by the caller.
-Reaction react(Plane plane, const grpc::Status& status,
-               std::optional<dynamo::kvrelay::v1::RelayErrorReason> reason);
+Reaction react(Plane plane, const grpc::Status& status, std::optional<dynamo::kvrelay::v1::RelayErrorReason> reason);
 
 }  // namespace kvrelay::client

@@ -60,7 +60,9 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
     Request request;
     request.set_subscriber_id(options_.subscriber_id);
     request.set_contract_marker(wire::kContractMarker);
-    const auto open = [&](grpc::ClientContext* context) -> Reader<Response> { return (stub_.get()->*rpc)(context, request); };
+    const auto open = [&](grpc::ClientContext* context) -> Reader<Response> {
+      return (stub_.get()->*rpc)(context, request);
+    };
     const auto apply = [&](const Response& update) {
       std::unique_lock lock(mutex_);
       if (envelope_ok(update)) observe_identity(update.relay());
@@ -156,7 +158,8 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
   if (control.stopped()) return false;
   if (!status.ok()) {
     std::unique_lock lock(mutex_);
-    stats.last_error = fmt::format("GetRelayInfo: status {}: {}", static_cast<int>(status.error_code()), status.error_message());
+    stats.last_error =
+        fmt::format("GetRelayInfo: status {}: {}", static_cast<int>(status.error_code()), status.error_message());
     return false;
   }
   if (auto error = wire::check_response(info)) {
@@ -223,7 +226,8 @@ void RelayLink::subscribe(PoolSlot& slot) {
   if (!options_.subscribe_pools) return;
   auto subscription = std::make_shared<Subscription>();
   slot.subscription = subscription;
-  subscription->thread = std::thread([this, subscription, key = slot.pool.producer.pool] { run_pool(subscription, key); });
+  subscription->thread =
+      std::thread([this, subscription, key = slot.pool.producer.pool] { run_pool(subscription, key); });
 }
 
 void RelayLink::retire(PoolSlot& slot) {
@@ -326,7 +330,8 @@ std::optional<LoadFacts> RelayLink::load_of(const wire::ProducerKey& producer) c
 
 // Readiness is keyed by the serving namespace and the base model; a LoRA binding reads its
 // adapter's row of the base entry.
-std::optional<v1::ServingReadinessState> RelayLink::readiness_of(const CatalogPool& pool, const Binding& binding) const {
+std::optional<v1::ServingReadinessState> RelayLink::readiness_of(const CatalogPool& pool,
+                                                                 const Binding& binding) const {
   if (!readiness_.valid()) return std::nullopt;
   const auto& ns = pool.descriptor.serving_endpoint().namespace_();
   const auto* entry = readiness_.find({ns, binding.adapter ? binding.base_model : binding.canonical_model_id});
@@ -410,7 +415,8 @@ RelayView RelayLink::view() const {
   view.load_window = load_.window_sequence();
   for (const auto& [key, slot] : slots_) view.pools.push_back(pool_view(slot));
   for (const auto& quarantined : catalog_.quarantined()) {
-    view.quarantined_pools.push_back(fmt::format("{} ({})", wire::to_string(quarantined.error.code), quarantined.error.field));
+    view.quarantined_pools.push_back(
+        fmt::format("{} ({})", wire::to_string(quarantined.error.code), quarantined.error.field));
   }
   for (const auto& [key, entry] : readiness_.entries()) view.readiness_entries.push_back(entry);
   for (const auto& [key, fault] : readiness_.quarantined()) {

@@ -80,7 +80,7 @@ class RelayLink {
   using Reader = std::unique_ptr<grpc::ClientReaderInterface<Response>>;
   template <class Request, class Response>
   using Rpc = std::unique_ptr<grpc::ClientReader<Response>> (v1::KvEventRelay::Stub::*)(grpc::ClientContext*,
-                                                                                       const Request&);
+                                                                                        const Request&);
 
   template <class Request, class Response, class State>
   void launch_plane(Plane plane, StreamControl& control, PlaneStats& stats, Rpc<Request, Response> rpc, State& state,

@@ -33,7 +33,8 @@ Applied check_revisioned(const Update& update, const Update* installed, std::str
   if (installed == nullptr) return std::nullopt;
   const std::uint64_t revision = installed->revision();
   if (update.revision() < revision) {
-    return Fault{"RevisionRegressed", fmt::format("{} revision went back from {} to {}", plane, revision, update.revision())};
+    return Fault{"RevisionRegressed",
+                 fmt::format("{} revision went back from {} to {}", plane, revision, update.revision())};
   }
   if (update.revision() == revision && !same_content(update, *installed)) {
     return Fault{"RevisionNotAdvanced", fmt::format("{} changed without advancing its revision {}", plane, revision)};

@@ -15,7 +15,8 @@ constexpr auto kWindow = std::chrono::milliseconds(100);
 std::vector<LoadUpdatePtr> windows_in(const Inbox& inbox) {
   std::vector<LoadUpdatePtr> windows;
   for (const auto& message : inbox.messages) {
-    if (message.match_elements<atoms::update_atom, LoadUpdatePtr>()) windows.push_back(message.get_as<LoadUpdatePtr>(1));
+    if (message.match_elements<atoms::update_atom, LoadUpdatePtr>())
+      windows.push_back(message.get_as<LoadUpdatePtr>(1));
   }
   return windows;
 }
@@ -70,8 +71,8 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   report.set_worker_id(1);
   report.set_kv_used_blocks(40);
   std::optional<LoadOutcome> done;
-  auto reply = std::make_shared<Reply<LoadOutcome>>([&done](const LoadOutcome& outcome) { done = outcome; },
-                                                    LoadOutcome{0, 1});
+  auto reply =
+      std::make_shared<Reply<LoadOutcome>>([&done](const LoadOutcome& outcome) { done = outcome; }, LoadOutcome{0, 1});
   caf::anon_send(window, atoms::report_atom_v, LoadReportBatch{{report}, std::move(reply)});
   fixture.run();
   REQUIRE(done.has_value());

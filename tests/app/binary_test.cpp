@@ -16,7 +16,6 @@
 
 using namespace kvrelay::test;
 
-
 TEST_CASE("kv-relay writes its ready file, drains on SIGTERM and exits 0", "[binary]") {
   const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready.json";
   unlink(ready.c_str());

@@ -2,8 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 
@@ -24,7 +24,8 @@ class DemoRelay {
   explicit DemoRelay(const std::string& name) : ready_(kTmp + "/ready-" + name + ".json") {
     unlink(ready_.c_str());
     process_ = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                            "--ready-file", ready_, "--topology", std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
+                            "--ready-file", ready_, "--topology",
+                            std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
     REQUIRE_THAT(read_until(process_.output, "ready: "), Catch::Contains("ready: "));
     wan_ = wan_of(ready_);
     ingest_ = address_in(ready_, "ingest");
@@ -69,7 +70,8 @@ ingest_v1::KvEventBatch store_prompt(const std::string& component, std::uint64_t
   for (std::size_t b = 0; b < blocks; ++b) {
     auto* block = stored->add_blocks();
     block->set_block_hash(worker * 1000 + b + (lora.empty() ? 0 : 500));
-    for (std::size_t t = b * block_size; t < (b + 1) * block_size; ++t) block->mutable_tokens()->add_token_ids(tokens[t]);
+    for (std::size_t t = b * block_size; t < (b + 1) * block_size; ++t)
+      block->mutable_tokens()->add_token_ids(tokens[t]);
   }
   return batch;
 }
@@ -87,7 +89,8 @@ void publish(const std::string& ingest, const std::vector<ingest_v1::KvEventBatc
 
 std::map<std::string, nlohmann::json> overlap_by_endpoint(const std::string& wan, const std::string& model,
                                                           const std::string& tokens_file) {
-  const auto [output, exit_code] = run_to_end(KVRELAY_CLI, {"overlap", "--model", model, "--tokens", tokens_file, "--target", wan, "--json"});
+  const auto [output, exit_code] =
+      run_to_end(KVRELAY_CLI, {"overlap", "--model", model, "--tokens", tokens_file, "--target", wan, "--json"});
   INFO(output);
   REQUIRE(exit_code == 0);
   std::map<std::string, nlohmann::json> rows;
@@ -149,11 +152,13 @@ TEST_CASE("kvrelay-cli overlap gives the depths of the blocks each pool was sent
   CHECK(qwen.at("prod/qwen-decode/generate")["cached_blocks"] == 0);
   CHECK(qwen.at("prod/qwen-decode/generate")["readiness"] == "READY");
 
-  const auto [unknown, unknown_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--model", "nope", "--tokens", tokens_file, "--target", relay.wan()});
+  const auto [unknown, unknown_exit] =
+      run_to_end(KVRELAY_CLI, {"overlap", "--model", "nope", "--tokens", tokens_file, "--target", relay.wan()});
   CHECK(unknown_exit == 1);
   CHECK_THAT(unknown, Catch::Contains("no pool serves 'nope'"));
   const auto bad_tokens = write_file("bad-tokens.txt", "1 2 three");
-  const auto [bad, bad_exit] = run_to_end(KVRELAY_CLI, {"overlap", "--model", "llama", "--tokens", bad_tokens, "--target", relay.wan()});
+  const auto [bad, bad_exit] =
+      run_to_end(KVRELAY_CLI, {"overlap", "--model", "llama", "--tokens", bad_tokens, "--target", relay.wan()});
   CHECK(bad_exit == 4);
   CHECK_THAT(bad, Catch::Contains("'three'"));
 }
@@ -167,7 +172,8 @@ TEST_CASE("kvrelay-cli hash reproduces the specification's worked example", "[cl
   CHECK(json["blocks"][0]["block_hash"].get<std::uint64_t>() == 0x7EE2CBEDC694AB46);
   CHECK(json["blocks"][1]["block_hash"].get<std::uint64_t>() == 0xA8416CFD935BDB13);
   CHECK(json["blocks"][1]["sequence_hash"].get<std::uint64_t>() == 0x83FB702F20E2AD65);
-  const auto [lora, lora_exit] = run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--lora", "a", "--tokens", tokens});
+  const auto [lora, lora_exit] =
+      run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--lora", "a", "--tokens", tokens});
   CHECK(lora_exit == 0);
   CHECK_THAT(lora, Catch::Contains("lora a") && !Catch::Contains("0x7ee2cbedc694ab46"));
   const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"hash", "--tokens", tokens});
@@ -176,14 +182,16 @@ TEST_CASE("kvrelay-cli hash reproduces the specification's worked example", "[cl
 
 TEST_CASE("kvrelay-cli decode-frame describes valid CBI1 frames and names the fault of broken ones", "[cli]") {
   const kvrelay::cbi1::FilterFormat format{0x5DEECE66D1B54A33, 1024};
-  const auto delta = kvrelay::cbi1::encode_delta(format, 0xDC, 41, 42, std::vector<kvrelay::BucketImage>{{7, 0x1234}, {9, 0x5}});
+  const auto delta =
+      kvrelay::cbi1::encode_delta(format, 0xDC, 41, 42, std::vector<kvrelay::BucketImage>{{7, 0x1234}, {9, 0x5}});
   REQUIRE(delta);
   const auto [output, exit_code] = run_to_end(KVRELAY_CLI, {"decode-frame", write_file("delta.cbi1", *delta)});
   CHECK(exit_code == 0);
-  CHECK_THAT(output, Catch::Contains("valid CBI1 delta") && Catch::Contains("delta from sequence 41: 2 bucket images") &&
-                         Catch::Contains("1024 buckets"));
+  CHECK_THAT(output, Catch::Contains("valid CBI1 delta") &&
+                         Catch::Contains("delta from sequence 41: 2 bucket images") && Catch::Contains("1024 buckets"));
   const auto chunks = kvrelay::cbi1::encode_snapshot(format, 0xDC, 5, std::vector<std::uint64_t>(1024, 0));
-  const auto [chunk, chunk_exit] = run_to_end(KVRELAY_CLI, {"decode-frame", write_file("chunk.cbi1", chunks->at(0)), "--json"});
+  const auto [chunk, chunk_exit] =
+      run_to_end(KVRELAY_CLI, {"decode-frame", write_file("chunk.cbi1", chunks->at(0)), "--json"});
   CHECK(chunk_exit == 0);
   CHECK(nlohmann::json::parse(chunk)["kind"] == "snapshot_chunk");
   std::string corrupt = *delta;

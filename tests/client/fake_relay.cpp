@@ -64,7 +64,8 @@ grpc::Status FakeRelay::end(grpc::ServerContext* context, const StreamEndScript&
 
 // Sends queued items as they come; a cancelled stream or a stopping server ends the call.
 template <class Message>
-grpc::Status FakeRelay::serve(grpc::ServerContext* context, Queue<Message>& queue, grpc::ServerWriter<Message>* writer) {
+grpc::Status FakeRelay::serve(grpc::ServerContext* context, Queue<Message>& queue,
+                              grpc::ServerWriter<Message>* writer) {
   std::unique_lock lock(mutex_);
   const int stream = ++queue.streams;
   const auto mine = [&] {
@@ -97,7 +98,8 @@ grpc::Status FakeRelay::WatchKvPoolCatalog(grpc::ServerContext* context, const v
   return serve(context, catalog_, writer);
 }
 
-grpc::Status FakeRelay::SubscribeServingReadiness(grpc::ServerContext* context, const v1::SubscribeServingReadinessRequest*,
+grpc::Status FakeRelay::SubscribeServingReadiness(grpc::ServerContext* context,
+                                                  const v1::SubscribeServingReadinessRequest*,
                                                   grpc::ServerWriter<v1::ServingReadinessUpdate>* writer) {
   return serve(context, readiness_, writer);
 }

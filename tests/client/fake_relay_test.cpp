@@ -10,8 +10,8 @@
 
 using namespace kvrelay;
 using namespace kvrelay::test;
-using client::ReplicaStatus;
 using client::RelayView;
+using client::ReplicaStatus;
 
 namespace {
 
@@ -85,9 +85,11 @@ TEST_CASE("fake relay: unsupported entries are quarantined while the rest serves
   scenario.relay().push_catalog(catalog(1, {descriptor(1, "llama", {"chat"}), unsupported}));
   auto unknown_state = topology_entry("qwen", v1::SERVING_READINESS_STATE_READY, 2);
   unknown_state.set_state(static_cast<v1::ServingReadinessState>(5));
-  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY), unknown_state}));
+  scenario.relay().push_readiness(
+      readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY), unknown_state}));
   scenario.relay().push_load(load_window(1, {1, 2}));
-  scenario.relay().set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.relay().set_pool_script(
+      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
   scenario.start();
   scenario.await([](const RelayView& relay) {
     return relay.readiness.valid && relay.load.valid && relay.pools.size() == 1 &&
@@ -217,7 +219,8 @@ TEST_CASE("fake relay: a lag ends only that stream, the replica resubscribes and
   scenario.relay().push_load(load_window(1, {1}));
   scenario.relay().set_pool_script([](const auto& request, int attempt) {
     auto script = snapshot_script(request.expected_producer(), attempt == 0 ? 2 : 4);
-    if (attempt == 0) script.push_back(StreamEndScript{grpc::StatusCode::RESOURCE_EXHAUSTED, "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED"});
+    if (attempt == 0)
+      script.push_back(StreamEndScript{grpc::StatusCode::RESOURCE_EXHAUSTED, "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED"});
     return script;
   });
   scenario.start();
@@ -251,7 +254,8 @@ TEST_CASE("fake relay: invalid catalogs and clean ends invalidate the plane, whi
     scenario.relay().push_catalog(StreamEndScript{});
   }
   scenario.relay().push_catalog(catalog(9, {descriptor(2, "qwen")}), 2);  // for the reopened stream
-  scenario.relay().set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.relay().set_pool_script(
+      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
   scenario.start();
   scenario.await([](const RelayView& relay) {
     return relay.catalog.valid && relay.catalog_revision == 9 && relay.pools.size() == 1 &&
@@ -315,9 +319,8 @@ TEST_CASE("fake relay: heartbeats repeat the revision with the same content, a c
     plane.push(relay, 2, 1, 1);
     scenario.start();
     // Also ends on a fault, so that a rejected heartbeat fails the checks below instead of timing out.
-    scenario.await([&](const RelayView& view) {
-      return plane.revision(view) == 2 || !plane.plane(view).last_error.empty();
-    });
+    scenario.await(
+        [&](const RelayView& view) { return plane.revision(view) == 2 || !plane.plane(view).last_error.empty(); });
     const auto view = scenario.view();
     CHECK(plane.plane(view).last_error.empty());
     CHECK(plane.plane(view).opens == 1);
@@ -331,8 +334,8 @@ TEST_CASE("fake relay: heartbeats repeat the revision with the same content, a c
     scenario.start();
     scenario.await([&](const RelayView& view) { return plane.plane(view).opens == 2 && plane.plane(view).valid; });
     const auto view = scenario.view();
-    CHECK_THAT(plane.plane(view).last_error, Catch::Contains("RevisionNotAdvanced") &&
-                                                 Catch::Contains("changed without advancing its revision 1"));
+    CHECK_THAT(plane.plane(view).last_error,
+               Catch::Contains("RevisionNotAdvanced") && Catch::Contains("changed without advancing its revision 1"));
     CHECK_FALSE(view.incompatible);  // a fault of this plane, not of the relay's contract
     CHECK(plane.content(view) == 1);
   }

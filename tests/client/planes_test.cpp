@@ -57,9 +57,7 @@ TEST_CASE("catalog: an invalid envelope or ambiguous keys invalidate the whole p
     auto again = descriptor(1, "other");
     CHECK(state.apply(catalog(6, {descriptor(1), again}))->kind == "DuplicatePool");
   }
-  SECTION("a revision going back") {
-    CHECK(state.apply(catalog(4, {descriptor(1)}))->kind == "RevisionRegressed");
-  }
+  SECTION("a revision going back") { CHECK(state.apply(catalog(4, {descriptor(1)}))->kind == "RevisionRegressed"); }
   CHECK_FALSE(state.valid());
   CHECK(state.pools().empty());
   CHECK_FALSE(state.resolve("llama").has_value());
@@ -77,7 +75,7 @@ TEST_CASE("catalog: the installed revision repeats only with the same content (d
     CHECK(state.pools().size() == 2);
   }
   SECTION("same revision, different content") {
-    const std::vector changed{catalog(5, {descriptor(1)}),                                  // a pool withdrawn
+    const std::vector changed{catalog(5, {descriptor(1)}),                                    // a pool withdrawn
                               catalog(5, {descriptor(1), descriptor(2, "qwen", {"chat"})})};  // an alias added
     for (std::size_t i = 0; i < changed.size(); ++i) {
       CAPTURE(i);
@@ -110,9 +108,9 @@ TEST_CASE("catalog: a name resolving to two distinct bindings is omitted, one bi
   CatalogState state;
   auto lora_pool = descriptor(3, "llama");
   add_lora(lora_pool, "tenant-a");
-  REQUIRE_FALSE(state.apply(catalog(1, {descriptor(1, "llama", {"chat"}), descriptor(2, "llama", {"chat"}),
-                                         descriptor(4, "qwen", {"chat-q", "shared"}), descriptor(5, "mistral", {"shared"}),
-                                         lora_pool})));
+  REQUIRE_FALSE(state.apply(
+      catalog(1, {descriptor(1, "llama", {"chat"}), descriptor(2, "llama", {"chat"}),
+                  descriptor(4, "qwen", {"chat-q", "shared"}), descriptor(5, "mistral", {"shared"}), lora_pool})));
   const auto llama = state.resolve("chat");
   REQUIRE(llama);
   CHECK(llama->pools.size() == 2);

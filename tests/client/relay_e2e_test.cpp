@@ -38,7 +38,8 @@ bool converged(const client::Consumer& consumer, const client::ConsumerView& vie
   const auto& pools = view.relays.at(0).pools;
   if (static_cast<int>(pools.size()) != state.pools_size()) return false;
   for (const auto& pool_state : state.pools()) {
-    const auto it = std::ranges::find(pools, endpoint_label(pool_state.serving_endpoint()), &client::PoolView::endpoint);
+    const auto it =
+        std::ranges::find(pools, endpoint_label(pool_state.serving_endpoint()), &client::PoolView::endpoint);
     if (it == pools.end() || it->status != ReplicaStatus::kInstalled) return false;
     const auto replica = consumer.replica_digest(view.relays[0].target, it->endpoint);
     if (!replica || replica->sequence != pool_state.sequence() || replica->digest != pool_state.filter_digest()) {
@@ -196,8 +197,7 @@ ingest_v1::KvEventBatch store_tokens(const ingest_v1::EndpointRef& endpoint, con
 
 // Two CAF actor systems cannot be torn down side by side in one process (CAF 0.17), so the
 // second data center is a kv-relay subprocess.
-TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with its own semantics",
-          "[client][e2e]") {
+TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with its own semantics", "[client][e2e]") {
   RelayOptions west_options = loopback_options();
   west_options.dc_id = "dc-west";
   TestRelay west(west_options);

@@ -120,8 +120,7 @@ TEST_CASE("replica: nothing but snapshot chunks before the snapshot completes", 
   CHECK_FALSE(replica.installed());
 }
 
-TEST_CASE("reactions follow the contract's error table, and the status code without a reason",
-          "[client][reaction]") {
+TEST_CASE("reactions follow the contract's error table, and the status code without a reason", "[client][reaction]") {
   using client::Plane;
   using client::react;
   using client::Retry;
@@ -135,13 +134,15 @@ TEST_CASE("reactions follow the contract's error table, and the status code with
 
   const auto mismatch = react(Plane::kCatalog, precondition, v1::RELAY_ERROR_REASON_CONTRACT_MISMATCH);
   CHECK((mismatch.stop_relay && mismatch.retry == Retry::kNever));
-  CHECK(react(Plane::kLoad, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ""), v1::RELAY_ERROR_REASON_INVALID_REQUEST).retry ==
-        Retry::kNever);
+  CHECK(
+      react(Plane::kLoad, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, ""), v1::RELAY_ERROR_REASON_INVALID_REQUEST)
+          .retry == Retry::kNever);
   const auto unsupported = react(Plane::kPool, precondition, v1::RELAY_ERROR_REASON_UNSUPPORTED_FEATURE);
   CHECK((unsupported.quarantine_pool && unsupported.retry == Retry::kAwaitNewProducer));
   CHECK(react(Plane::kPool, not_found, v1::RELAY_ERROR_REASON_POOL_NOT_FOUND).retry == Retry::kAwaitNewCatalog);
   CHECK(react(Plane::kPool, precondition, v1::RELAY_ERROR_REASON_PRODUCER_CHANGED).retry == Retry::kAwaitNewProducer);
-  CHECK(react(Plane::kPool, precondition, v1::RELAY_ERROR_REASON_INVALID_PUBLICATION).retry == Retry::kAwaitNewProducer);
+  CHECK(react(Plane::kPool, precondition, v1::RELAY_ERROR_REASON_INVALID_PUBLICATION).retry ==
+        Retry::kAwaitNewProducer);
   for (auto reason : {v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED,
                       v1::RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT, v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE,
                       v1::RELAY_ERROR_REASON_INTERNAL}) {

@@ -91,15 +91,16 @@ struct PoolBreaker {
 
 inline std::vector<PoolBreaker> pool_breakers() {
   return {
-      {"unknown identity version", [](auto& pool) { pool.mutable_producer()->mutable_pool_id()->set_identity_version(2); },
-       false},
+      {"unknown identity version",
+       [](auto& pool) { pool.mutable_producer()->mutable_pool_id()->set_identity_version(2); }, false},
       {"unknown identity source",
        [](auto& pool) {
          pool.mutable_producer()->mutable_pool_id()->mutable_indexer_domain()->mutable_cache_semantics()->set_source(
              static_cast<v1::IdentitySource>(9));
        },
        false},
-      {"unknown CKF format", [](auto& pool) { pool.mutable_producer()->mutable_ckf_format()->set_fingerprint_bits(8); }},
+      {"unknown CKF format",
+       [](auto& pool) { pool.mutable_producer()->mutable_ckf_format()->set_fingerprint_bits(8); }},
       {"unknown hash format",
        [](auto& pool) { pool.mutable_query_semantics()->set_hash_format(static_cast<v1::KvQueryHashFormat>(7)); }},
       {"unknown pool role", [](auto& pool) { pool.set_pool_roles(0, static_cast<v1::WorkerRole>(17)); }},

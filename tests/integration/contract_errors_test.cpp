@@ -72,8 +72,8 @@ TEST_CASE("streaming requests: marker first, then subscriber_id", "[contract]") 
   CHECK(outcome.reason == "RELAY_ERROR_REASON_CONTRACT_MISMATCH");
 
   request.set_contract_marker(kMarker);
-  for (const std::string& bad : {std::string(), std::string(129, 'x'), std::string("tab\there"),
-                                 std::string("c1\xC2\x85")}) {
+  for (const std::string& bad :
+       {std::string(), std::string(129, 'x'), std::string("tab\there"), std::string("c1\xC2\x85")}) {
     INFO(bad);
     request.set_subscriber_id(bad);
     outcome = catalog_outcome(relay, request);

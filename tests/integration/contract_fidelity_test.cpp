@@ -13,14 +13,6 @@ namespace {
 
 const auto kBackend = endpoint_ref("prod", "backend");
 
-template <class Response>
-std::pair<grpc::StatusCode, std::string> ending(StreamReader<Response>& stream) {
-  while (stream.next()) {
-  }
-  const auto status = stream.finish();
-  return {status.error_code(), stream.reason()};
-}
-
 // 2^21 buckets: a 16 MiB lane sent as four 4 MiB chunks. A client that does not read stalls
 // its stream before the last chunk (the transport buffers less than 12 MiB), so the stream
 // keeps its encoder permit.
@@ -92,7 +84,7 @@ TEST_CASE("snapshot admission: a subscriber waiting for its encoder permit canno
 
   auto stalled_client = relay.separate_wan_client();
   auto holder = subscribe_pool(relay, producer, "holder", stalled_client.get());  // never reads
-  REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // it holds the permit
+  REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));                // it holds the permit
   auto waiter = subscribe_pool(relay, producer, "waiter");
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 2));
 
@@ -103,7 +95,7 @@ TEST_CASE("snapshot admission: a subscriber waiting for its encoder permit canno
     REQUIRE(batches < 10'000);
     publish_until_sequence(relay, only_pool(relay).sequence() + 1, next_batch);
   }
-  CHECK(ending(*holder).second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
+  CHECK(holder->ending().second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
 
   const auto first = waiter->next();
   REQUIRE(first.has_value());
@@ -237,8 +229,8 @@ TEST_CASE("an index invariant violation fences and rebuilds the pool, resetting 
   relay.runtime().inject_index_fault(kCanonical);
   relay.publish({removed_batch(1, 1)});
 
-  CHECK(ending(*stream) == std::pair{grpc::StatusCode::UNAVAILABLE,
-                                     std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+  CHECK(stream->ending() ==
+        std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
   const auto rebuilt = catalog->until([&](const v1::KvPoolCatalogUpdate& u) {
     return u.snapshot().pools_size() == 1 &&
            u.snapshot().pools(0).producer().layout_generation() != producer.layout_generation();

@@ -18,14 +18,6 @@ namespace {
 
 const auto kBackend = endpoint_ref("prod", "backend");
 
-template <class Response>
-std::pair<grpc::StatusCode, std::string> ending(StreamReader<Response>& stream) {
-  while (stream.next()) {
-  }
-  const auto status = stream.finish();
-  return {status.error_code(), stream.reason()};
-}
-
 kvrelay::test::HealthCheckResponse::ServingStatus health(const std::shared_ptr<grpc::Channel>& channel,
                                                          const std::string& service) {
   grpc::ClientContext context;
@@ -43,10 +35,12 @@ std::vector<std::string> reflected_services(const std::shared_ptr<grpc::Channel>
   grpc::ClientContext context;
   const grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
                                          grpc::internal::RpcMethod::BIDI_STREAMING, channel);
-  std::unique_ptr<grpc::ClientReaderWriter<kvrelay::test::ServerReflectionRequest, kvrelay::test::ServerReflectionResponse>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<kvrelay::test::ServerReflectionRequest, kvrelay::test::ServerReflectionResponse>>
       stream(grpc::internal::ClientReaderWriterFactory<kvrelay::test::ServerReflectionRequest,
                                                        kvrelay::test::ServerReflectionResponse>::Create(channel.get(),
-                                                                                                        method, &context));
+                                                                                                        method,
+                                                                                                        &context));
   kvrelay::test::ServerReflectionRequest request;
   request.set_list_services("*");
   REQUIRE(stream->Write(request));
@@ -69,9 +63,10 @@ void check_limit_of_two(TestRelay& relay, std::string_view kind, Open open) {
   REQUIRE(a->next().has_value());
   REQUIRE(b->next().has_value());
   auto refused = open("c");
-  CHECK(ending(*refused) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+  CHECK(refused->ending() ==
+        std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
   a->cancel();
-  ending(*a);
+  a->ending();
   REQUIRE(relay.runtime().await_open_streams_at_most(kind, 1));  // the permit comes back with the cancel
   CHECK(open("d")->next().has_value());
 }
@@ -118,22 +113,23 @@ TEST_CASE("admission: pool streams, in total and per pool, lag and withdrawal re
   REQUIRE(a->next().has_value());
   REQUIRE(b->next().has_value());
   auto per_pool = subscribe_pool(relay, first, "c");  // a third on one pool
-  CHECK(ending(*per_pool) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+  CHECK(per_pool->ending() ==
+        std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
 
   auto c = subscribe_pool(relay, second, "d");
   REQUIRE(c->next().has_value());
   auto total = subscribe_pool(relay, second, "e");  // a fourth in all
-  CHECK(ending(*total).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
+  CHECK(total->ending().second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
   CHECK(relay.runtime().open_streams("pool") == 3);
 
   // A withdrawn pool ends its streams, and their permits come back.
   relay.remove_worker(endpoint_ref("prod", "other"), 2);
-  CHECK(ending(*c).second == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+  CHECK(c->ending().second == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 2));
   auto again = subscribe_pool(relay, first, "f");
-  CHECK(ending(*again).second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");  // still 2 on the first pool
+  CHECK(again->ending().second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");  // still 2 on the first pool
   a->cancel();
-  ending(*a);
+  a->ending();
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 1));
   auto admitted = subscribe_pool(relay, first, "g");
   CHECK(admitted->next().has_value());
@@ -223,12 +219,13 @@ TEST_CASE("health and reflection on both listeners, drain flips health and refus
   std::pair<grpc::StatusCode, std::string> catalog_end;
   std::vector<Status::ServingStatus> health_during_drain;
   std::thread readers([&] {
-    catalog_end = ending(*catalog);
+    catalog_end = catalog->ending();
     while (watch->Read(&seen)) health_during_drain.push_back(seen.status());
   });
   relay.shutdown();
   readers.join();
-  CHECK(catalog_end == std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+  CHECK(catalog_end ==
+        std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
   REQUIRE_FALSE(health_during_drain.empty());
   CHECK(health_during_drain.front() == Status::NOT_SERVING);
 
@@ -275,7 +272,7 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
   }
   SECTION("a waiting subscriber ends when its generation retires") {
     relay.remove_worker(kBackend, 1);
-    const auto [code, reason] = ending(*queued);
+    const auto [code, reason] = queued->ending();
     CHECK(code == grpc::StatusCode::UNAVAILABLE);
     CHECK(reason == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
     holder->cancel();
@@ -295,8 +292,8 @@ TEST_CASE("snapshot progress timeout ends a stalled subscriber alone, the genera
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));  // the timeout ended it
-  CHECK(ending(*stalled) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                      std::string("RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT")});
+  CHECK(stalled->ending() ==
+        std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT")});
   // Its encoder permit came back, and the same generation still serves.
   auto healthy = subscribe_pool(relay, producer, "healthy");
   const auto snapshot = healthy->next();
@@ -320,11 +317,12 @@ TEST_CASE("initialized hubs: pools with subscribers are limited, an idle pool fr
   auto b = subscribe_pool(relay, first, "b");  // the same pool needs no second slot
   REQUIRE(b->next().has_value());
   auto refused = subscribe_pool(relay, second, "c");
-  CHECK(ending(*refused) == std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+  CHECK(refused->ending() ==
+        std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
   a->cancel();
   b->cancel();
-  ending(*a);
-  ending(*b);
+  a->ending();
+  b->ending();
   REQUIRE(relay.runtime().await_open_streams_at_most("hubs", 0));
   auto admitted = subscribe_pool(relay, second, "d");
   CHECK(admitted->next().has_value());
@@ -352,7 +350,7 @@ TEST_CASE("a lagging stream returns its permit", "[limits]") {
   }
   relay.publish(batches);
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
-  CHECK(ending(*stalled).second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
+  CHECK(stalled->ending().second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
   auto next = subscribe_pool(relay, producer, "next");
   CHECK(next->next().has_value());
 }

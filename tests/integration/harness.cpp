@@ -199,7 +199,8 @@ ingest_v1::KvEventBatch stored_batch(const ingest_v1::EndpointRef& endpoint, std
 }
 
 v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& catalog, std::size_t count) {
-  auto update = catalog.until([&](const auto& u) { return static_cast<std::size_t>(u.snapshot().pools_size()) == count; });
+  auto update =
+      catalog.until([&](const auto& u) { return static_cast<std::size_t>(u.snapshot().pools_size()) == count; });
   REQUIRE(update.has_value());
   return *update;
 }

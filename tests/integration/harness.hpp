@@ -83,6 +83,13 @@ class StreamReader {
   }
 
   grpc::Status finish() { return reader_->Finish(); }
+  // Reads to the end, then the status code and the kv-relay-error-reason trailer it ended with.
+  std::pair<grpc::StatusCode, std::string> ending() {
+    while (next()) {
+    }
+    const auto status = finish();
+    return {status.error_code(), reason()};
+  }
   // The kv-relay-error-reason trailer, or "" (valid after finish()).
   std::string reason() const;
   void cancel() { context_.TryCancel(); }
@@ -119,7 +126,7 @@ struct WorkerShape {
   std::uint32_t block_size = 4;
   std::uint32_t dp_size = 1;
   std::optional<std::uint64_t> total_kv_blocks;
-  bool push_sources = true;  // one push source per rank
+  bool push_sources = true;           // one push source per rank
   std::vector<std::string> adapters;  // served name = LoRA name
 };
 
@@ -137,7 +144,11 @@ class EventScript {
  public:
   EventScript(std::uint64_t seed, ingest_v1::EndpointRef endpoint, std::uint64_t worker_id, std::uint32_t ranks,
               std::uint32_t blocks_per_store = 1)
-      : rng_(seed), endpoint_(std::move(endpoint)), worker_id_(worker_id), ranks_(ranks), blocks_per_store_(blocks_per_store) {}
+      : rng_(seed),
+        endpoint_(std::move(endpoint)),
+        worker_id_(worker_id),
+        ranks_(ranks),
+        blocks_per_store_(blocks_per_store) {}
 
   std::vector<ingest_v1::KvEventBatch> next_batches(std::size_t count);
 

@@ -107,7 +107,8 @@ TEST_CASE("batches: unknown sources and malformed batches are counted, the strea
 TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
   TestRelay relay;
   relay.put_worker(put_worker_request(kBackend, 1));
-  auto tally = relay.publish({stored_batch(kBackend, 1, 0, 5, 0, {{1, 11}}), stored_batch(kBackend, 1, 0, 5, 1, {{2, 12}})});
+  auto tally =
+      relay.publish({stored_batch(kBackend, 1, 0, 5, 0, {{1, 11}}), stored_batch(kBackend, 1, 0, 5, 1, {{2, 12}})});
   CHECK(tally.batches_applied() == 2);
   CHECK(unique_blocks(relay) == 2);
 
@@ -124,7 +125,8 @@ TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
     CHECK(unique_blocks(relay) == 1);
   }
   SECTION("a new epoch cold-resets the source, then applies") {
-    tally = relay.publish({stored_batch(kBackend, 1, 0, 6, 0, {{3, 13}}), stored_batch(kBackend, 1, 0, 6, 1, {{4, 14}})});
+    tally =
+        relay.publish({stored_batch(kBackend, 1, 0, 6, 0, {{3, 13}}), stored_batch(kBackend, 1, 0, 6, 1, {{4, 14}})});
     CHECK(tally.batches_applied() == 2);
     CHECK(tally.source_resets() == 1);
     CHECK(unique_blocks(relay) == 2);

@@ -303,7 +303,7 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
   ingest_v1::KvEventBatch no_data = stored_batch(kBackend, 1, 0, 1, 67, {{1, 1}});
   no_data.add_events();  // an event without data: the whole batch is malformed
   const auto tally = relay.publish({no_data, stored_batch(endpoint_ref("prod", "nowhere"), 9, 0, 1, 0, {{1, 1}}),
-                                    stored_batch(kBackend, 1, 0, 1, 0, {{2, 2}}),  // sequence 0 again: stale
+                                    stored_batch(kBackend, 1, 0, 1, 0, {{2, 2}}),      // sequence 0 again: stale
                                     stored_batch(kBackend, 1, 0, 1, 100, {{3, 3}})});  // a gap: reset, applied
   CHECK(tally.batches_rejected() == 3);
   CHECK(tally.batches_applied() == 1);
@@ -335,10 +335,10 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
     CHECK(s.value("kv_relay_pools_materialized") == 0);
     CHECK(s.value("kv_relay_generations_retired_total") == 1);
     CHECK(s.value("kv_relay_source_resets_total", {{"reason", "worker_removed"}}) == 1);
-    for (const char* family : {"kv_relay_pool_sequence", "kv_relay_pool_unique_blocks", "kv_relay_pool_load_factor",
-                               "kv_relay_pool_capacity_failures_total", "kv_relay_pool_subscribers",
-                               "kv_relay_pool_active_sources", "kv_relay_pool_load_observed_ranks",
-                               "kv_relay_pool_load_expected_ranks"}) {
+    for (const char* family :
+         {"kv_relay_pool_sequence", "kv_relay_pool_unique_blocks", "kv_relay_pool_load_factor",
+          "kv_relay_pool_capacity_failures_total", "kv_relay_pool_subscribers", "kv_relay_pool_active_sources",
+          "kv_relay_pool_load_observed_ranks", "kv_relay_pool_load_expected_ranks"}) {
       INFO(family);
       CHECK(s.series(family).empty());
     }

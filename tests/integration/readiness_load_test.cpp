@@ -17,7 +17,8 @@ std::vector<int> roles(const google::protobuf::RepeatedField<int>& list) { retur
 // Awaits the readiness update whose single entry satisfies `accept`.
 v1::ServingReadinessUpdate await_entry(StreamReader<v1::ServingReadinessUpdate>& stream,
                                        const std::function<bool(const v1::TopologyEntry&)>& accept) {
-  auto update = stream.until([&](const v1::ServingReadinessUpdate& u) { return u.entries_size() == 1 && accept(u.entries(0)); });
+  auto update =
+      stream.until([&](const v1::ServingReadinessUpdate& u) { return u.entries_size() == 1 && accept(u.entries(0)); });
   REQUIRE(update.has_value());
   return *update;
 }
@@ -40,7 +41,8 @@ TEST_CASE("readiness A: one aggregated endpoint, UNKNOWN until availability is r
   CHECK(first->entries_size() == 0);
 
   relay.put_worker(put_worker_request(kDecode, 1));
-  auto unknown = await_entry(*readiness, [](const auto& e) { return e.members_size() == 1 && e.members(0).has_pool_id(); });
+  auto unknown =
+      await_entry(*readiness, [](const auto& e) { return e.members_size() == 1 && e.members(0).has_pool_id(); });
   const auto& entry = unknown.entries(0);
   CHECK(entry.namespace_() == "prod");
   CHECK(entry.canonical_model_id() == "llama");
@@ -55,7 +57,8 @@ TEST_CASE("readiness A: one aggregated endpoint, UNKNOWN until availability is r
   CHECK(ready.revision() == unknown.revision() + 1);
 
   relay.set_availability(kDecode, {});
-  auto down = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
+  auto down =
+      await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
   CHECK(roles(down.entries(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_AGGREGATED});
   CHECK(down.revision() == ready.revision() + 1);
 }
@@ -63,11 +66,14 @@ TEST_CASE("readiness A: one aggregated endpoint, UNKNOWN until availability is r
 TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", "[readiness]") {
   TestRelay relay;
   auto readiness = watch_readiness(relay);
-  relay.put_worker(put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
-  relay.put_worker(put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+  relay.put_worker(
+      put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+  relay.put_worker(
+      put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
   relay.set_availability(kPrefill, {1});
   // One endpoint reported, the other not: still UNKNOWN.
-  await_entry(*readiness, [](const auto& e) { return e.members_size() == 2 && e.state() == v1::SERVING_READINESS_STATE_UNKNOWN; });
+  await_entry(*readiness,
+              [](const auto& e) { return e.members_size() == 2 && e.state() == v1::SERVING_READINESS_STATE_UNKNOWN; });
   relay.set_availability(kDecode, {2});
   auto ready = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
   const auto& entry = ready.entries(0);
@@ -76,26 +82,32 @@ TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", 
   CHECK(entry.members(1).endpoint().component() == "prefill");
 
   // D: an encoder needing P+D or AGGREGATED, without KV sources (no pool link).
-  WorkerShape encoder = typed(ingest_v1::WORKER_TYPE_ENCODE,
-                              {{ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE}, {ingest_v1::WORKER_TYPE_AGGREGATED}});
+  WorkerShape encoder =
+      typed(ingest_v1::WORKER_TYPE_ENCODE,
+            {{ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE}, {ingest_v1::WORKER_TYPE_AGGREGATED}});
   encoder.push_sources = false;
   relay.put_worker(put_worker_request(kEncoder, 3, encoder));
   relay.set_availability(kEncoder, {3});
-  auto epd = await_entry(*readiness, [](const auto& e) { return e.members_size() == 3 && e.state() == v1::SERVING_READINESS_STATE_READY; });
+  auto epd = await_entry(*readiness, [](const auto& e) {
+    return e.members_size() == 3 && e.state() == v1::SERVING_READINESS_STATE_READY;
+  });
   CHECK(roles(epd.entries(0).present_roles()) ==
         std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE, v1::WORKER_ROLE_ENCODE});
   for (const auto& member : epd.entries(0).members()) {
     CHECK(member.has_pool_id() == (member.endpoint().component() != "encoder"));
   }
   relay.set_availability(kPrefill, {});
-  auto broken = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
-  CHECK(roles(broken.entries(0).missing_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_AGGREGATED});
+  auto broken =
+      await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
+  CHECK(roles(broken.entries(0).missing_roles()) ==
+        std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_AGGREGATED});
 }
 
 TEST_CASE("readiness E: a LoRA adapter on decode only is missing PREFILL", "[readiness]") {
   TestRelay relay;
   auto readiness = watch_readiness(relay);
-  relay.put_worker(put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+  relay.put_worker(
+      put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
   WorkerShape decode = typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}});
   decode.adapters = {"tenant-a"};
   relay.put_worker(put_worker_request(kDecode, 2, decode));
@@ -130,9 +142,12 @@ TEST_CASE("readiness H and I: legacy fallback, duplicate roles reported but not 
   }
   SECTION("two prefill endpoints and a decode are READY with duplicate PREFILL") {
     const auto second_prefill = endpoint_ref("prod", "prefill-b");
-    relay.put_worker(put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
-    relay.put_worker(put_worker_request(second_prefill, 3, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
-    relay.put_worker(put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+    relay.put_worker(
+        put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+    relay.put_worker(put_worker_request(second_prefill, 3,
+                                        typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+    relay.put_worker(
+        put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
     for (const auto& [endpoint, id] : {std::pair{kPrefill, 1}, {second_prefill, 3}, {kDecode, 2}}) {
       relay.set_availability(endpoint, {static_cast<std::uint64_t>(id)});
     }
@@ -146,10 +161,12 @@ TEST_CASE("readiness K: a new revision only when the entries change", "[readines
   auto readiness = watch_readiness(relay);
   relay.put_worker(put_worker_request(kDecode, 1));
   relay.set_availability(kDecode, {1});
-  const auto ready = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+  const auto ready =
+      await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
   relay.set_availability(kDecode, {1});  // the same fact again: no publication
   relay.set_availability(kDecode, {});
-  const auto down = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
+  const auto down =
+      await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
   CHECK(down.revision() == ready.revision() + 1);
 }
 
@@ -181,7 +198,8 @@ LoadEntry entry_of(const v1::KvPoolLoadUpdate& window) {
 
 // Awaits a window built after `after` whose single pool entry equals `expected`.
 void await_load(StreamReader<v1::KvPoolLoadUpdate>& stream, const LoadEntry& expected) {
-  auto window = stream.until([&](const v1::KvPoolLoadUpdate& w) { return w.pools_size() == 1 && entry_of(w) == expected; });
+  auto window =
+      stream.until([&](const v1::KvPoolLoadUpdate& w) { return w.pools_size() == 1 && entry_of(w) == expected; });
   REQUIRE(window.has_value());
 }
 
@@ -203,8 +221,8 @@ TEST_CASE("load windows: coverage, partial usage, unknown capacity, undeclared r
   relay.put_worker(put_worker_request(kDecode, 9, shape));
   await_load(*load, {0, 200, 0, 2});
 
-  auto tally = relay.report_load({load_report(kDecode, 9, 0, 40), load_report(kDecode, 9, 5, 1),
-                                  load_report(kDecode, 77, 0, 1)});
+  auto tally = relay.report_load(
+      {load_report(kDecode, 9, 0, 40), load_report(kDecode, 9, 5, 1), load_report(kDecode, 77, 0, 1)});
   CHECK(tally.reports_applied() == 1);
   CHECK(tally.reports_rejected() == 2);
   await_load(*load, {0, 200, 1, 2});  // partial usage is never low load
@@ -254,8 +272,10 @@ TEST_CASE("readiness F and G: adapter readiness follows docs/protocol/decisions.
     WorkerShape agg;
     agg.adapters = {"tenant-a"};
     relay.put_worker(put_worker_request(endpoint_ref("prod", "agg"), 1, agg));
-    relay.put_worker(put_worker_request(kPrefill, 2, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
-    relay.put_worker(put_worker_request(kDecode, 3, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+    relay.put_worker(
+        put_worker_request(kPrefill, 2, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
+    relay.put_worker(
+        put_worker_request(kDecode, 3, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
     relay.set_availability(endpoint_ref("prod", "agg"), {1});
     relay.set_availability(kPrefill, {2});
     relay.set_availability(kDecode, {3});
@@ -273,7 +293,8 @@ TEST_CASE("readiness F and G: adapter readiness follows docs/protocol/decisions.
     prefill.adapters = {"tenant-a"};
     WorkerShape decode = typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}});
     decode.adapters = {"tenant-a"};
-    WorkerShape encoder = typed(ingest_v1::WORKER_TYPE_ENCODE, {{ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE}});
+    WorkerShape encoder =
+        typed(ingest_v1::WORKER_TYPE_ENCODE, {{ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE}});
     encoder.push_sources = false;
     relay.put_worker(put_worker_request(kPrefill, 1, prefill));
     relay.put_worker(put_worker_request(kDecode, 2, decode));

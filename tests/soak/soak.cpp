@@ -149,7 +149,8 @@ void consume(int id, const std::string& wan_address, Shared& shared, Totals& tot
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto stub = v1::KvEventRelay::NewStub(grpc::CreateCustomChannel(wan_address, grpc::InsecureChannelCredentials(), args));
+  auto stub =
+      v1::KvEventRelay::NewStub(grpc::CreateCustomChannel(wan_address, grpc::InsecureChannelCredentials(), args));
   while (!shared.stop) {
     grpc::ClientContext catalog_context;
     v1::WatchKvPoolCatalogRequest watch;
@@ -238,15 +239,17 @@ int main(int argc, char** argv) {
   Totals totals;
   std::thread driver([&] { drive(relay->ingest_address(), shared, totals); });
   std::vector<std::thread> consumers;
-  for (int i = 0; i < kConsumers; ++i) consumers.emplace_back([&, i] { consume(i, relay->wan_address(), shared, totals); });
+  for (int i = 0; i < kConsumers; ++i)
+    consumers.emplace_back([&, i] { consume(i, relay->wan_address(), shared, totals); });
 
-  auto ingest = ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(relay->ingest_address(), grpc::InsecureChannelCredentials()));
+  auto ingest =
+      ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(relay->ingest_address(), grpc::InsecureChannelCredentials()));
   const auto start = Clock::now();
   std::size_t rss_min = SIZE_MAX, rss_max = 0;
   while (Clock::now() - start < std::chrono::seconds(seconds)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // an active phase
     shared.quiet = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));   // let in-flight batches land
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let in-flight batches land
     grpc::ClientContext context;
     ingest_v1::RelayState state;
     ingest->GetState(&context, ingest_v1::GetStateRequest{}, &state);

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -13,7 +14,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -74,18 +74,24 @@ enum class Mode { kHash, kKeyed, kDeriveKey };
 
 blake3::Hasher make_hasher(Mode mode) {
   switch (mode) {
-    case Mode::kHash: return blake3::Hasher();
-    case Mode::kKeyed: return blake3::Hasher::keyed(official_key());
-    case Mode::kDeriveKey: return blake3::Hasher::derive_key(official_context());
+    case Mode::kHash:
+      return blake3::Hasher();
+    case Mode::kKeyed:
+      return blake3::Hasher::keyed(official_key());
+    case Mode::kDeriveKey:
+      return blake3::Hasher::derive_key(official_context());
   }
   throw std::logic_error("unreachable");
 }
 
 const char* field(Mode mode) {
   switch (mode) {
-    case Mode::kHash: return "hash";
-    case Mode::kKeyed: return "keyed_hash";
-    case Mode::kDeriveKey: return "derive_key";
+    case Mode::kHash:
+      return "hash";
+    case Mode::kKeyed:
+      return "keyed_hash";
+    case Mode::kDeriveKey:
+      return "derive_key";
   }
   return "";
 }
@@ -186,9 +192,15 @@ TEST_CASE("blake3 reproduces the official vectors in all three modes", "[blake3]
       // The one-shot helpers agree.
       blake3::Digest one_shot{};
       switch (mode) {
-        case Mode::kHash: one_shot = blake3::hash(input); break;
-        case Mode::kKeyed: one_shot = blake3::keyed_hash(official_key(), input); break;
-        case Mode::kDeriveKey: one_shot = blake3::derive_key(official_context(), input); break;
+        case Mode::kHash:
+          one_shot = blake3::hash(input);
+          break;
+        case Mode::kKeyed:
+          one_shot = blake3::keyed_hash(official_key(), input);
+          break;
+        case Mode::kDeriveKey:
+          one_shot = blake3::derive_key(official_context(), input);
+          break;
       }
       CHECK(to_hex(one_shot) == expected.substr(0, 64));
     }
@@ -268,13 +280,14 @@ TEST_CASE("blake3 string_view input and empty updates", "[blake3]") {
   CHECK(blake3::hash(std::string_view(text)) == blake3::hash(bytes));
 
   blake3::Hasher split;
-  split.update(std::string_view("the quick")).update(std::span<const std::uint8_t>{}).update(std::string_view(" brown fox"));
+  split.update(std::string_view("the quick"))
+      .update(std::span<const std::uint8_t>{})
+      .update(std::string_view(" brown fox"));
   CHECK(split.finalize() == blake3::hash(bytes));
 
   // Different inputs give different digests; the empty input is the official empty hash.
   CHECK(blake3::hash(std::string_view("the quick brown fix")) != blake3::hash(bytes));
-  CHECK(to_hex(blake3::hash(std::string_view())) ==
-        official()["cases"][0]["hash"].get<std::string>().substr(0, 64));
+  CHECK(to_hex(blake3::hash(std::string_view())) == official()["cases"][0]["hash"].get<std::string>().substr(0, 64));
 }
 
 TEST_CASE("blake3 length file holds every length 0..4096 and the large ones", "[blake3]") {

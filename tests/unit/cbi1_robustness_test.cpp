@@ -28,9 +28,7 @@ std::string reserialize(const cbi1::Decoded& decoded) {
   store_le64(p + 28, h.dc_id);
   store_le64(p + 36, h.epoch);
   store_le32(p + 44, h.body_checksum);
-  auto append = [&out](const auto& value) {
-    out.append(reinterpret_cast<const char*>(&value), sizeof value);
-  };
+  auto append = [&out](const auto& value) { out.append(reinterpret_cast<const char*>(&value), sizeof value); };
   if (const auto* delta = std::get_if<cbi1::DecodedDelta>(&decoded)) {
     append(delta->base_epoch);
     append(static_cast<std::uint32_t>(delta->images.size()));
@@ -79,8 +77,12 @@ TEST_CASE("mutated, truncated and random frames never crash or misread", "[cbi1]
   for (int round = 0; round < 30000; ++round) {
     std::string frame = seeds[rng() % seeds.size()];
     switch (rng() % 5) {
-      case 0: frame.resize(rng() % (frame.size() + 1)); break;                 // truncate
-      case 1: frame[rng() % frame.size()] ^= static_cast<char>(1 + rng() % 255); break;
+      case 0:
+        frame.resize(rng() % (frame.size() + 1));
+        break;  // truncate
+      case 1:
+        frame[rng() % frame.size()] ^= static_cast<char>(1 + rng() % 255);
+        break;
       case 2:  // corrupt a length-bearing field, then reseal so the body checks run
         frame[48 + rng() % std::min<std::size_t>(16, frame.size() - 48)] = static_cast<char>(rng());
         reseal(frame);

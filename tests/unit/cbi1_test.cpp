@@ -49,8 +49,8 @@ TEST_CASE("the good snapshot chunk encodes and decodes bit for bit", "[cbi1]") {
   const auto& v = cbi1_vectors()["good"];
   const auto& c = v["snapshot_chunk"];
   const auto words = test::u64_list(c["words"]);
-  const auto frames = cbi1::encode_snapshot(good_format(), v["dc_id"].get<std::uint64_t>(),
-                                            c["epoch"].get<std::uint64_t>(), words);
+  const auto frames =
+      cbi1::encode_snapshot(good_format(), v["dc_id"].get<std::uint64_t>(), c["epoch"].get<std::uint64_t>(), words);
   REQUIRE(frames.has_value());
   REQUIRE(frames->size() == 1);
   CHECK(test::to_hex(frames->front()) == c["hex"].get<std::string>());
@@ -139,8 +139,10 @@ TEST_CASE("encoder errors and filter-format bounds", "[cbi1]") {
     INFO(call);
     const std::uint64_t count = std::stoull(call.substr(call.find('=') + 1));
     const auto made = cbi1::FilterFormat::make(format.seed, count);
-    if (e["error"].is_null()) CHECK(made.has_value());
-    else CHECK(cbi1::to_string(made.error().kind) == e["error"].get<std::string>());
+    if (e["error"].is_null())
+      CHECK(made.has_value());
+    else
+      CHECK(cbi1::to_string(made.error().kind) == e["error"].get<std::string>());
   }
 }
 

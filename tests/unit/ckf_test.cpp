@@ -63,13 +63,11 @@ TEST_CASE("the relocation RNG reproduces its reference stream", "[ckf]") {
 
 TEST_CASE("the tiny-table trace: placement, relocation, rollback, removal", "[ckf]") {
   const auto& v = test::vectors()["cuckoo_tiny_table"];
-  ckf::Filter filter(v["bucket_count"].get<std::uint64_t>(), test::u64(v["seed"]),
-                     v["max_kicks"].get<std::uint32_t>());
+  ckf::Filter filter(v["bucket_count"].get<std::uint64_t>(), test::u64(v["seed"]), v["max_kicks"].get<std::uint32_t>());
   REQUIRE(filter.rng_state() == test::u64(v["initial_rng_state"]));
   for (const auto& [hash, probe] : v["probes"].items()) {
     const ckf::Probe p = filter.addressing().probe(std::stoull(hash));
-    CHECK(std::vector<std::uint64_t>{p.fingerprint, p.bucket_a, p.bucket_b} ==
-          probe.get<std::vector<std::uint64_t>>());
+    CHECK(std::vector<std::uint64_t>{p.fingerprint, p.bucket_a, p.bucket_b} == probe.get<std::vector<std::uint64_t>>());
   }
   std::vector<ckf::BucketWrite> writes;
   std::set<std::uint64_t> attempted;
@@ -121,7 +119,8 @@ TEST_CASE("occupied_in counts the non-empty 16-bit slots of a bucket word", "[ck
   for (int i = 0; i < 10000; ++i) {
     std::uint64_t word = rng();
     for (unsigned s = 0; s < ckf::kSlotsPerBucket; ++s) {
-      if (rng() % 2) word = ckf::with_slot(word, s, static_cast<std::uint16_t>(rng() % 3 == 0 ? 1u << (rng() % 16) : 0));
+      if (rng() % 2)
+        word = ckf::with_slot(word, s, static_cast<std::uint16_t>(rng() % 3 == 0 ? 1u << (rng() % 16) : 0));
     }
     unsigned expected = 0;
     for (unsigned s = 0; s < ckf::kSlotsPerBucket; ++s) expected += ckf::slot(word, s) != 0;

@@ -143,8 +143,8 @@ TEST_CASE("identity explicit and default sources give different digests", "[iden
   CHECK(by_default != by_explicit);
 
   const auto scope_default = routing_ok("prod", "router", "generate", {});
-  const auto scope_explicit =
-      routing_ok("prod", "router", "generate", {{"namespace", "prod"}, {"component", "router"}, {"endpoint", "generate"}});
+  const auto scope_explicit = routing_ok("prod", "router", "generate",
+                                         {{"namespace", "prod"}, {"component", "router"}, {"endpoint", "generate"}});
   CHECK(scope_default.bytes != scope_explicit.bytes);
 
   // With explicit material the default inputs no longer matter...
@@ -234,11 +234,15 @@ TEST_CASE("identity material limits are enforced with typed errors", "[identity]
 }
 
 TEST_CASE("identity errors have distinct descriptions", "[identity]") {
-  const std::vector<IdentityError> all = {
-      IdentityError::kEmptyMaterialKey,     IdentityError::kMaterialKeyTooLong, IdentityError::kEmptyMaterialValue,
-      IdentityError::kMaterialValueTooLong, IdentityError::kTooManyMaterialEntries,
-      IdentityError::kDuplicateMaterialKey, IdentityError::kZeroBlockSize,      IdentityError::kInvalidDcId,
-      IdentityError::kFieldTooLong};
+  const std::vector<IdentityError> all = {IdentityError::kEmptyMaterialKey,
+                                          IdentityError::kMaterialKeyTooLong,
+                                          IdentityError::kEmptyMaterialValue,
+                                          IdentityError::kMaterialValueTooLong,
+                                          IdentityError::kTooManyMaterialEntries,
+                                          IdentityError::kDuplicateMaterialKey,
+                                          IdentityError::kZeroBlockSize,
+                                          IdentityError::kInvalidDcId,
+                                          IdentityError::kFieldTooLong};
   std::set<std::string_view> texts;
   for (const auto error : all) {
     CHECK_FALSE(identity::to_string(error).empty());
@@ -269,10 +273,24 @@ TEST_CASE("identity stable dc_id", "[identity]") {
     CHECK(identity::stable_dc_id("dc-a") != identity::stable_dc_id("dc-b"));
   }
   SECTION("empty or surrounding whitespace is rejected") {
-    const std::vector<std::string> whitespace = {
-        " ",        "\t",       "\n",       "\v",       "\f",       "\r",           "\xC2\x85",     "\xC2\xA0",
-        "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81", "\xE2\x80\x85", "\xE2\x80\x8A", "\xE2\x80\xA8", "\xE2\x80\xA9",
-        "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80"};
+    const std::vector<std::string> whitespace = {" ",
+                                                 "\t",
+                                                 "\n",
+                                                 "\v",
+                                                 "\f",
+                                                 "\r",
+                                                 "\xC2\x85",
+                                                 "\xC2\xA0",
+                                                 "\xE1\x9A\x80",
+                                                 "\xE2\x80\x80",
+                                                 "\xE2\x80\x81",
+                                                 "\xE2\x80\x85",
+                                                 "\xE2\x80\x8A",
+                                                 "\xE2\x80\xA8",
+                                                 "\xE2\x80\xA9",
+                                                 "\xE2\x80\xAF",
+                                                 "\xE2\x81\x9F",
+                                                 "\xE3\x80\x80"};
     CHECK(dc_error("") == IdentityError::kInvalidDcId);
     for (const auto& ws : whitespace) {
       CAPTURE(ws);
@@ -284,7 +302,7 @@ TEST_CASE("identity stable dc_id", "[identity]") {
     }
   }
   SECTION("non-whitespace non-ASCII at the ends is accepted") {
-    CHECK(identity::stable_dc_id("\xC3\xA9t\xC3\xA9").has_value());   // été
-    CHECK(identity::stable_dc_id("dc-\xE2\x80\x90").has_value());      // U+2010 hyphen
+    CHECK(identity::stable_dc_id("\xC3\xA9t\xC3\xA9").has_value());  // été
+    CHECK(identity::stable_dc_id("dc-\xE2\x80\x90").has_value());    // U+2010 hyphen
   }
 }

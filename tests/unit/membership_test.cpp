@@ -226,13 +226,12 @@ TEST_CASE("worker topology, runtime configs and roles come from valid base cards
   runtime->set_total_kv_blocks(1000);
   runtime->set_data_parallel_start_rank(4);
   runtime->set_data_parallel_size(2);
-  const auto membership = project_one(cards({worker(1, "llama", ingest_v1::WORKER_TYPE_DECODE), prefill,
-                                             worker(2, "llama", ingest_v1::WORKER_TYPE_UNSET),
-                                             worker(4, "llama", ingest_v1::WORKER_TYPE_DECODE),
-                                             worker(5, "llama", ingest_v1::WORKER_TYPE_ENCODE)}));
+  const auto membership = project_one(cards(
+      {worker(1, "llama", ingest_v1::WORKER_TYPE_DECODE), prefill, worker(2, "llama", ingest_v1::WORKER_TYPE_UNSET),
+       worker(4, "llama", ingest_v1::WORKER_TYPE_DECODE), worker(5, "llama", ingest_v1::WORKER_TYPE_ENCODE)}));
   CHECK(membership.roles == std::vector<Role>{Role::kPrefill, Role::kDecode, Role::kEncode, Role::kLegacy});
-  const WorkerTopology expected{WorkerType::kPrefill, 2, {{WorkerType::kPrefill, WorkerType::kDecode},
-                                                          {WorkerType::kAggregated}}};
+  const WorkerTopology expected{
+      WorkerType::kPrefill, 2, {{WorkerType::kPrefill, WorkerType::kDecode}, {WorkerType::kAggregated}}};
   CHECK(membership.worker_topology.at(3) == expected);
   CHECK(membership.worker_topology.size() == 5);
   CHECK(membership.runtime_configs.at(3) == RuntimeConfig{1000, 4, 2, false, std::nullopt});
@@ -323,7 +322,8 @@ TEST_CASE("cards ingest validation would refuse are left out with a ServingBindi
   too_many_ranks.mutable_card()->mutable_runtime_config()->set_data_parallel_size(4097);
   auto half_endpoint = worker(4, "llama");
   set_kv_state_endpoint(half_endpoint, {"prod", "", "kv"});
-  const auto membership = project_one(cards({unset_need, unknown_type, too_many_ranks, half_endpoint, worker(5, "llama")}));
+  const auto membership =
+      project_one(cards({unset_need, unknown_type, too_many_ranks, half_endpoint, worker(5, "llama")}));
   CHECK(scopes(membership) == std::vector<ConflictScope>(4, ConflictScope::kServingBinding));
   CHECK(mentions(membership, "worker 1: malformed card: card.needs[0].all_of[1]"));
   CHECK(mentions(membership, "worker 2: malformed card: card.worker_type"));
@@ -395,11 +395,11 @@ TEST_CASE("one served name with two targets on an endpoint is removed", "[member
   auto b = worker(2, "llama");
   add_adapter(b, "sql", "sql-lora-v2");
   const auto membership = project_one(cards({a, b}));
-  CHECK(membership.conflicts == std::vector<Conflict>{
-                                    {ConflictScope::kServingBinding,
-                                     "adapter 'sql': request-facing model resolves to conflicting runtime targets"},
-                                    {ConflictScope::kServingBinding,
-                                     "request-facing model name 'sql' resolves to conflicting targets"}});
+  CHECK(membership.conflicts ==
+        std::vector<Conflict>{
+            {ConflictScope::kServingBinding,
+             "adapter 'sql': request-facing model resolves to conflicting runtime targets"},
+            {ConflictScope::kServingBinding, "request-facing model name 'sql' resolves to conflicting targets"}});
   CHECK(membership.adapters.empty());
   CHECK(membership.registrations == std::vector<Registration>{base("llama")});
   CHECK(membership.materializable());
@@ -525,9 +525,7 @@ TEST_CASE("kv_state_endpoint is the single effective value of all workers", "[me
     CHECK_FALSE(membership.kv_state_endpoint().has_value());
     CHECK(membership.materializable());
   }
-  SECTION("no worker: nothing to bind") {
-    CHECK_FALSE(EndpointMembership{}.kv_state_endpoint().has_value());
-  }
+  SECTION("no worker: nothing to bind") { CHECK_FALSE(EndpointMembership{}.kv_state_endpoint().has_value()); }
 }
 
 // ---- materializable ----
@@ -598,8 +596,8 @@ TEST_CASE("pool_id carries the domain digests, their sources and the dc id", "[m
   CHECK(id.identity_version() == 1);
   CHECK(id.dc_id() == 0x04f110c98b1bfc48);
   const auto& cache = id.indexer_domain().cache_semantics();
-  CHECK(cache.digest() == std::string(membership.domain->cache_semantics.bytes.begin(),
-                                      membership.domain->cache_semantics.bytes.end()));
+  CHECK(cache.digest() ==
+        std::string(membership.domain->cache_semantics.bytes.begin(), membership.domain->cache_semantics.bytes.end()));
   CHECK(cache.source() == wan_v1::IDENTITY_SOURCE_DEFAULT_DERIVED);
   CHECK(id.indexer_domain().routing_scope().source() == wan_v1::IDENTITY_SOURCE_EXPLICIT);
   CHECK(id.indexer_domain().routing_scope().digest().size() == 16);
@@ -692,7 +690,7 @@ TEST_CASE("the projection does not depend on the order of its inputs", "[members
   // The fixture really exercises conflicts and collisions, so equality is not vacuous.
   CHECK(forward.at(kGolden).conflicts.size() == 2);
   CHECK(forward.at(kOther).conflicts.size() == 1);
-  CHECK(forward.at(kGolden).registrations ==
-        std::vector<Registration>{lora("chat", "llama", "chat-lora"), base("llama", {"alpha", "mid"}),
-                                  lora("sql", "llama", "sql-lora")});
+  CHECK(forward.at(kGolden).registrations == std::vector<Registration>{lora("chat", "llama", "chat-lora"),
+                                                                       base("llama", {"alpha", "mid"}),
+                                                                       lora("sql", "llama", "sql-lora")});
 }

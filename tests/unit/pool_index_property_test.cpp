@@ -34,9 +34,12 @@ class RandomWorkload {
   void step() {
     const SourceKey source{pick(1, 3), static_cast<std::uint32_t>(pick(0, 1))};
     const auto roll = pick(0, 99);
-    if (roll < 60) store(source);
-    else if (roll < 95) remove(source);
-    else clear(source);
+    if (roll < 60)
+      store(source);
+    else if (roll < 95)
+      remove(source);
+    else
+      clear(source);
   }
 
   void remove_everything() {
@@ -100,7 +103,7 @@ void check_against_model(const PoolIndex& index, const ReferenceModel& model) {
     REQUIRE(index.filter().contains(canonical));  // never a false negative
   }
   REQUIRE(index.filter().occupied_slots() == owners.size());  // one copy per held hash
-  REQUIRE(index.filter().occupied_count() == owners.size());   // the running count agrees
+  REQUIRE(index.filter().occupied_count() == owners.size());  // the running count agrees
 }
 
 // A consumer's view of the pool, built only from CBI1 frames.

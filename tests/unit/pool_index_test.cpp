@@ -146,12 +146,12 @@ TEST_CASE("a re-offered block retries a capacity omission without relocation", "
   for (const auto& block : blocks) index.store(source, std::nullopt, std::nullopt, std::span(&block, 1));
   CHECK(index.capacity_failures() == 4);
   CHECK(index.unique_blocks() == 12);
-  const auto omitted = std::find_if(blocks.begin(), blocks.end(),
-                                    [&](const auto& b) { return !index.is_resident(b.local_hash); });
+  const auto omitted =
+      std::find_if(blocks.begin(), blocks.end(), [&](const auto& b) { return !index.is_resident(b.local_hash); });
   REQUIRE(omitted != blocks.end());
   // Free a slot, then re-offer the omitted block under its known engine id.
-  const auto resident = std::find_if(blocks.begin(), blocks.end(),
-                                     [&](const auto& b) { return index.is_resident(b.local_hash); });
+  const auto resident =
+      std::find_if(blocks.begin(), blocks.end(), [&](const auto& b) { return index.is_resident(b.local_hash); });
   const std::vector<std::uint64_t> removed{resident->engine_id};
   REQUIRE_FALSE(index.remove(source, removed));
   REQUIRE_FALSE(index.store(source, std::nullopt, std::nullopt, std::span(&*omitted, 1)));

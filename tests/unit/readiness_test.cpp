@@ -70,8 +70,8 @@ void add_adapter(EndpointFacts& facts, const std::string& served_name, std::set<
 v1::KvPoolId pool(std::uint64_t dc_id) {
   v1::KvPoolId id;
   id.set_identity_version(1);
-  for (auto* digest : {id.mutable_indexer_domain()->mutable_cache_semantics(),
-                       id.mutable_indexer_domain()->mutable_routing_scope()}) {
+  for (auto* digest :
+       {id.mutable_indexer_domain()->mutable_cache_semantics(), id.mutable_indexer_domain()->mutable_routing_scope()}) {
     digest->set_digest(std::string(16, '\x5a'));
     digest->set_source(v1::IDENTITY_SOURCE_DEFAULT_DERIVED);
   }
@@ -79,16 +79,13 @@ v1::KvPoolId pool(std::uint64_t dc_id) {
   return id;
 }
 
-std::vector<int> roles(const google::protobuf::RepeatedField<int>& field) {
-  return {field.begin(), field.end()};
-}
+std::vector<int> roles(const google::protobuf::RepeatedField<int>& field) { return {field.begin(), field.end()}; }
 const std::vector<int> kNone{};
 
 std::vector<std::string> member_names(const v1::TopologyEntry& entry) {
   std::vector<std::string> names;
   for (const auto& m : entry.members()) {
-    names.push_back(m.endpoint().namespace_() + "/" + m.endpoint().component() + "/" +
-                    m.endpoint().endpoint());
+    names.push_back(m.endpoint().namespace_() + "/" + m.endpoint().component() + "/" + m.endpoint().endpoint());
   }
   return names;
 }
@@ -111,17 +108,15 @@ std::string serialized(const std::vector<v1::TopologyEntry>& entries) {
 // Example C: prefill w1 needs [[decode]] on prod/prefill/generate, decode w2 needs [[prefill]]
 // on prod/backend/generate, model llama.
 EndpointFacts prefill_endpoint(Live live, const std::string& component = "prefill", std::uint64_t id = 1) {
-  return endpoint("prod", component, "generate", "llama", {{id, worker(kPrefill, {{kDecode}})}},
-                  std::move(live));
+  return endpoint("prod", component, "generate", "llama", {{id, worker(kPrefill, {{kDecode}})}}, std::move(live));
 }
 EndpointFacts decode_endpoint(Live live, const std::string& component = "backend", std::uint64_t id = 2) {
-  return endpoint("prod", component, "generate", "llama", {{id, worker(kDecode, {{kPrefill}})}},
-                  std::move(live));
+  return endpoint("prod", component, "generate", "llama", {{id, worker(kDecode, {{kPrefill}})}}, std::move(live));
 }
 // Example D's encoder: needs [[prefill, decode], [aggregated]], no KV source so no pool link.
 EndpointFacts encode_endpoint(Live live, const std::string& component = "encoder", std::uint64_t id = 3) {
-  return endpoint("prod", component, "generate", "llama",
-                  {{id, worker(kEncode, {{kPrefill, kDecode}, {kAggregated}})}}, std::move(live));
+  return endpoint("prod", component, "generate", "llama", {{id, worker(kEncode, {{kPrefill, kDecode}, {kAggregated}})}},
+                  std::move(live));
 }
 
 }  // namespace
@@ -164,8 +159,7 @@ TEST_CASE("evaluate: duplicate live units of one role do not gate readiness (doc
   CHECK(ev.missing.empty());
 }
 
-TEST_CASE("evaluate: exact role values, dead units' needs ignored, unmet DNF names every absent role",
-          "[readiness]") {
+TEST_CASE("evaluate: exact role values, dead units' needs ignored, unmet DNF names every absent role", "[readiness]") {
   SECTION("an aggregated peer does not satisfy [[prefill, decode]]") {
     const std::vector<ReadinessUnit> units{{kAggregated, 1, {}}, {kEncode, 1, {{kPrefill, kDecode}}}};
     const auto ev = evaluate(units);
@@ -178,8 +172,7 @@ TEST_CASE("evaluate: exact role values, dead units' needs ignored, unmet DNF nam
     CHECK(ev.missing == std::set<Role>{Role::kEncode});
   }
   SECTION("one satisfied alternative is enough") {
-    const std::vector<ReadinessUnit> units{{kAggregated, 1, {}},
-                                           {kEncode, 1, {{kPrefill, kDecode}, {kAggregated}}}};
+    const std::vector<ReadinessUnit> units{{kAggregated, 1, {}}, {kEncode, 1, {{kPrefill, kDecode}, {kAggregated}}}};
     CHECK(evaluate(units).ready);
   }
   SECTION("a non-canonical worker_type is a caller bug") {
@@ -210,8 +203,7 @@ TEST_CASE("units_of groups workers by (worker_type, model_type, needs)", "[readi
     CHECK(units[0].needs == Needs{{kPrefill}});
   }
   SECTION("different needs make different units") {
-    const std::map<std::uint64_t, WorkerTopology> workers{{1, worker(kDecode, {{kPrefill}})},
-                                                          {2, worker(kDecode)}};
+    const std::map<std::uint64_t, WorkerTopology> workers{{1, worker(kDecode, {{kPrefill}})}, {2, worker(kDecode)}};
     CHECK(units_of(workers, both).size() == 2);
   }
   SECTION("dead workers still form units; unknown availability counts nothing live") {
@@ -238,8 +230,7 @@ TEST_CASE("units_of groups workers by (worker_type, model_type, needs)", "[readi
 TEST_CASE("an empty input projects no entries", "[readiness]") { CHECK(project({}).empty()); }
 
 TEST_CASE("only Base registrations create entries, a LoRA-only endpoint creates none", "[readiness]") {
-  auto facts = endpoint("prod", "backend", "generate", "llama", {{1, worker(kAggregated)}},
-                        std::set<std::uint64_t>{1});
+  auto facts = endpoint("prod", "backend", "generate", "llama", {{1, worker(kAggregated)}}, std::set<std::uint64_t>{1});
   facts.registrations = {{"tenant-a", {"llama", "tenant-a"}, {}}};
   CHECK(project(std::vector{facts}).empty());
 }
@@ -284,8 +275,8 @@ TEST_CASE("example A: one aggregated endpoint, all three availabilities", "[read
 TEST_CASE("example B: two aggregated models in one namespace are two independent entries", "[readiness]") {
   const std::vector endpoints{endpoint("prod", "mistral", "generate", "mistralai/mixtral-8x7b",
                                        {{2, worker(kAggregated)}}, std::set<std::uint64_t>{2}),
-                              endpoint("prod", "llama", "generate", "meta/llama-3-70b",
-                                       {{1, worker(kAggregated)}}, std::set<std::uint64_t>{1})};
+                              endpoint("prod", "llama", "generate", "meta/llama-3-70b", {{1, worker(kAggregated)}},
+                                       std::set<std::uint64_t>{1})};
   const auto entries = project(endpoints);
   REQUIRE(entries.size() == 2);
   CHECK(entries[0].canonical_model_id() == "meta/llama-3-70b");
@@ -300,15 +291,14 @@ TEST_CASE("example B: two aggregated models in one namespace are two independent
 
 TEST_CASE("example C: prefill/decode", "[readiness]") {
   SECTION("P {1}, D not reported: UNKNOWN") {
-    const auto entry =
-        only_entry({prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(kNotReported)});
+    const auto entry = only_entry({prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(kNotReported)});
     CHECK(entry.state() == kUnknown);
     CHECK(roles(entry.present_roles()) == kNone);
     CHECK(roles(entry.missing_roles()) == kNone);
   }
   SECTION("P {1}, D {2}: READY, members sorted by their text") {
-    const auto entry = only_entry(
-        {prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(std::set<std::uint64_t>{2})});
+    const auto entry =
+        only_entry({prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(std::set<std::uint64_t>{2})});
     CHECK(entry.state() == kReady);
     CHECK(roles(entry.present_roles()) == std::vector{P, D});
     CHECK(roles(entry.missing_roles()) == kNone);
@@ -318,8 +308,8 @@ TEST_CASE("example C: prefill/decode", "[readiness]") {
     CHECK(roles(entry.duplicate_role_endpoints()) == kNone);
   }
   SECTION("P {1}, D {}: UNAVAILABLE missing DECODE") {
-    const auto entry = only_entry(
-        {prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(std::set<std::uint64_t>{})});
+    const auto entry =
+        only_entry({prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(std::set<std::uint64_t>{})});
     CHECK(entry.state() == kUnavailable);
     CHECK(roles(entry.present_roles()) == std::vector{P});
     CHECK(roles(entry.missing_roles()) == std::vector{D});
@@ -345,8 +335,8 @@ TEST_CASE("example D: encode/prefill/decode", "[readiness]") {
     const auto entry = only_entry({prefill, decode, encoder});
     CHECK(entry.state() == kReady);
     CHECK(roles(entry.present_roles()) == std::vector{P, D, E});
-    CHECK(member_names(entry) == std::vector<std::string>{"prod/backend/generate", "prod/encoder/generate",
-                                                          "prod/prefill/generate"});
+    CHECK(member_names(entry) ==
+          std::vector<std::string>{"prod/backend/generate", "prod/encoder/generate", "prod/prefill/generate"});
     CHECK(entry.members(0).has_pool_id());
     CHECK_FALSE(entry.members(1).has_pool_id());
     CHECK(entry.members(2).has_pool_id());
@@ -414,8 +404,8 @@ TEST_CASE("example F: an adapter only on the live aggregated worker of a mixed P
   auto aggregated =
       endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10});
   add_adapter(aggregated, "tenant-a", {10});
-  const auto entry = only_entry({aggregated, prefill_endpoint(std::set<std::uint64_t>{1}),
-                                 decode_endpoint(std::set<std::uint64_t>{2})});
+  const auto entry = only_entry(
+      {aggregated, prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(std::set<std::uint64_t>{2})});
   CHECK(entry.state() == kReady);
   CHECK(roles(entry.present_roles()) == std::vector{P, D, AGG});
   REQUIRE(entry.adapters_size() == 1);
@@ -439,8 +429,7 @@ TEST_CASE("a dead carrier is not demanded: a live aggregated carrier makes the a
   CHECK(entry.adapters(0).state() == kReady);
 }
 
-TEST_CASE("example F without the P/D pair: the aggregated carrier alone makes the adapter READY",
-          "[readiness]") {
+TEST_CASE("example F without the P/D pair: the aggregated carrier alone makes the adapter READY", "[readiness]") {
   auto aggregated =
       endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10});
   add_adapter(aggregated, "tenant-a", {10});
@@ -463,7 +452,7 @@ TEST_CASE(
   CHECK(entry.state() == kUnavailable);
   CHECK(roles(entry.missing_roles()) == std::vector{E});
   REQUIRE(entry.adapters_size() == 1);
-  CHECK(entry.adapters(0).state() == kUnavailable);                  // its own P/D evaluation is ready
+  CHECK(entry.adapters(0).state() == kUnavailable);                   // its own P/D evaluation is ready
   CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{E});  // the base's missing role
 }
 
@@ -482,8 +471,7 @@ TEST_CASE("an UNAVAILABLE adapter's missing roles are the union of its own evalu
   CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{P, E});
 }
 
-TEST_CASE("adapter under an UNAVAILABLE base: its dead decode carrier and the base both name DECODE",
-          "[readiness]") {
+TEST_CASE("adapter under an UNAVAILABLE base: its dead decode carrier and the base both name DECODE", "[readiness]") {
   // The adapter's units miss DECODE (declared, nothing live) and so does the base: one DECODE.
   auto prefill = prefill_endpoint(std::set<std::uint64_t>{1});
   auto decode = decode_endpoint(std::set<std::uint64_t>{});
@@ -495,8 +483,7 @@ TEST_CASE("adapter under an UNAVAILABLE base: its dead decode carrier and the ba
   CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{D});
 }
 
-TEST_CASE("adapter authority: UNKNOWN exactly when the base is UNKNOWN, missing roles cleared",
-          "[readiness]") {
+TEST_CASE("adapter authority: UNKNOWN exactly when the base is UNKNOWN, missing roles cleared", "[readiness]") {
   // The adapter's own endpoint is authoritative and its evaluation ready, but a base member is
   // not: docs/protocol/decisions.md#d9 makes the adapter follow the base (an earlier rule judged
   // it on its own).
@@ -529,24 +516,23 @@ TEST_CASE("adapter authority: UNKNOWN exactly when the base is UNKNOWN, missing 
 
 TEST_CASE("adapters: carriers without a base card are ignored, other base models' adapters are not listed",
           "[readiness]") {
-  auto aggregated = endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}},
-                             std::set<std::uint64_t>{10, 11});
+  auto aggregated =
+      endpoint("prod", "agg", "generate", "llama", {{10, worker(kAggregated)}}, std::set<std::uint64_t>{10, 11});
   add_adapter(aggregated, "orphan-carrier", {11});  // worker 11 has no base card here
   add_adapter(aggregated, "other-base", {10}, "mistral");
   const auto entry = only_entry({aggregated});
   REQUIRE(entry.adapters_size() == 1);
   CHECK(entry.adapters(0).canonical_model_id() == "orphan-carrier");
-  CHECK(entry.adapters(0).state() == kUnavailable);  // no units: nothing can serve it
+  CHECK(entry.adapters(0).state() == kUnavailable);                     // no units: nothing can serve it
   CHECK(roles(entry.adapters(0).missing_roles()) == std::vector{AGG});  // the never-empty fallback
 }
 
-TEST_CASE("adapters on a legacy base: READY iff the base is READY and some live worker carries it",
-          "[readiness]") {
+TEST_CASE("adapters on a legacy base: READY iff the base is READY and some live worker carries it", "[readiness]") {
   // Legacy units report no missing role, so an UNAVAILABLE adapter falls back to AGGREGATED:
   // it lacks a live carrier serving requests on its own, and LEGACY may not be named.
-  auto legacy = endpoint("prod", "backend", "generate", "llama",
-                         {{1, worker(std::nullopt)}, {2, worker(std::nullopt, {}, kCompletions)}},
-                         std::set<std::uint64_t>{1});
+  auto legacy =
+      endpoint("prod", "backend", "generate", "llama",
+               {{1, worker(std::nullopt)}, {2, worker(std::nullopt, {}, kCompletions)}}, std::set<std::uint64_t>{1});
   add_adapter(legacy, "live-carrier", {1});
   add_adapter(legacy, "dead-carrier", {2});
   const auto entry = only_entry({legacy});
@@ -573,8 +559,8 @@ TEST_CASE("an adapter only on typed carriers of a legacy base is evaluated stric
           "[readiness]") {
   // The evaluator is in legacy mode only when the adapter's own units contain an untyped card:
   // a live legacy worker without the adapter does not stand in for the prefill the carrier needs.
-  auto legacy = endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}},
-                         std::set<std::uint64_t>{1});
+  auto legacy =
+      endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, std::set<std::uint64_t>{1});
   auto decode = decode_endpoint(std::set<std::uint64_t>{2});
   add_adapter(decode, "tenant-a", {2});
   const auto entry = only_entry({legacy, decode});
@@ -597,26 +583,24 @@ TEST_CASE("example H: legacy fallback", "[readiness]") {
     CHECK(roles(entry.members(0).roles()) == std::vector{LEGACY});
   }
   SECTION("(None,0,[]): UNAVAILABLE, legacy") {
-    const auto entry = only_entry({endpoint("prod", "backend", "generate", "llama",
-                                            {{1, worker(std::nullopt)}}, std::set<std::uint64_t>{})});
+    const auto entry = only_entry(
+        {endpoint("prod", "backend", "generate", "llama", {{1, worker(std::nullopt)}}, std::set<std::uint64_t>{})});
     CHECK(entry.state() == kUnavailable);
     CHECK(entry.legacy_fallback_active());
     CHECK(roles(entry.missing_roles()) == kNone);
   }
   SECTION("(None,1,[]) + (decode,0,[[prefill]]): READY, nothing missing") {
-    const auto entry =
-        only_entry({endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, live1),
-                    decode_endpoint(std::set<std::uint64_t>{})});
+    const auto entry = only_entry({endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, live1),
+                                   decode_endpoint(std::set<std::uint64_t>{})});
     CHECK(entry.state() == kReady);
     CHECK(entry.legacy_fallback_active());
     CHECK(roles(entry.present_roles()) == kNone);
     CHECK(roles(entry.missing_roles()) == kNone);
   }
   SECTION("(None,0,[]) + (aggregated,1,[]): READY, typed live roles still listed") {
-    const auto entry = only_entry({endpoint("prod", "legacy", "generate", "llama",
-                                            {{1, worker(std::nullopt)}}, std::set<std::uint64_t>{}),
-                                   endpoint("prod", "agg", "generate", "llama", {{2, worker(kAggregated)}},
-                                            std::set<std::uint64_t>{2})});
+    const auto entry = only_entry(
+        {endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, std::set<std::uint64_t>{}),
+         endpoint("prod", "agg", "generate", "llama", {{2, worker(kAggregated)}}, std::set<std::uint64_t>{2})});
     CHECK(entry.state() == kReady);
     CHECK(entry.legacy_fallback_active());
     CHECK(roles(entry.present_roles()) == std::vector{AGG});
@@ -625,19 +609,17 @@ TEST_CASE("example H: legacy fallback", "[readiness]") {
     // Judgement call: legacy mode never computes ambiguity, so dup [] could be expected; but the
     // declared-by-two-endpoints fact of docs/protocol/decisions.md#d8 does not depend on the mode
     // (docs/protocol/readiness.md#duplicate-roles).
-    const auto entry =
-        only_entry({endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, live1),
-                    prefill_endpoint(std::set<std::uint64_t>{2}, "prefill-a", 2),
-                    prefill_endpoint(std::set<std::uint64_t>{3}, "prefill-b", 3)});
+    const auto entry = only_entry({endpoint("prod", "legacy", "generate", "llama", {{1, worker(std::nullopt)}}, live1),
+                                   prefill_endpoint(std::set<std::uint64_t>{2}, "prefill-a", 2),
+                                   prefill_endpoint(std::set<std::uint64_t>{3}, "prefill-b", 3)});
     CHECK(entry.state() == kReady);
     CHECK(entry.legacy_fallback_active());
     CHECK(roles(entry.duplicate_role_endpoints()) == std::vector{P});
   }
   SECTION("a normalised old prefill card (worker_type set by the caller) takes the strict path") {
     // The caller rewrote worker_type = None + model_type Prefill bit into (prefill, [[decode]]).
-    auto old_prefill =
-        endpoint("prod", "prefill", "generate", "llama",
-                 {{1, worker(kPrefill, {{kDecode}}, kChat | kModelTypeLegacyPrefillBit)}}, live1);
+    auto old_prefill = endpoint("prod", "prefill", "generate", "llama",
+                                {{1, worker(kPrefill, {{kDecode}}, kChat | kModelTypeLegacyPrefillBit)}}, live1);
     const auto entry = only_entry({old_prefill, decode_endpoint(std::set<std::uint64_t>{2})});
     CHECK(entry.state() == kReady);
     CHECK_FALSE(entry.legacy_fallback_active());
@@ -665,8 +647,7 @@ TEST_CASE("example I adjusted per docs/protocol/decisions.md#d8: duplicates are 
     CHECK(entry.state() == kReady);
     CHECK(roles(entry.duplicate_role_endpoints()) == std::vector{P, D});
   }
-  SECTION(
-      "prefill-a live, prefill-b {}, decode live: READY, dup [PREFILL] (declared, liveness-independent)") {
+  SECTION("prefill-a live, prefill-b {}, decode live: READY, dup [PREFILL] (declared, liveness-independent)") {
     const auto entry =
         only_entry({prefill_endpoint(std::set<std::uint64_t>{1}, "prefill-a", 1),
                     prefill_endpoint(none, "prefill-b", 3), decode_endpoint(std::set<std::uint64_t>{2})});
@@ -674,29 +655,28 @@ TEST_CASE("example I adjusted per docs/protocol/decisions.md#d8: duplicates are 
     CHECK(roles(entry.duplicate_role_endpoints()) == std::vector{P});
   }
   SECTION("two aggregated endpoints live: READY, dup [], 2 members") {
-    const auto entry = only_entry({endpoint("prod", "agg-a", "generate", "llama", {{1, worker(kAggregated)}},
-                                            std::set<std::uint64_t>{1}),
-                                   endpoint("prod", "agg-b", "generate", "llama", {{2, worker(kAggregated)}},
-                                            std::set<std::uint64_t>{2})});
+    const auto entry = only_entry(
+        {endpoint("prod", "agg-a", "generate", "llama", {{1, worker(kAggregated)}}, std::set<std::uint64_t>{1}),
+         endpoint("prod", "agg-b", "generate", "llama", {{2, worker(kAggregated)}}, std::set<std::uint64_t>{2})});
     CHECK(entry.state() == kReady);
     CHECK(roles(entry.duplicate_role_endpoints()) == kNone);
     CHECK(entry.members_size() == 2);
   }
   SECTION("encode-a, encode-b, prefill, decode all live: READY, ENCODE never reported") {
-    const auto entry = only_entry({encode_endpoint(std::set<std::uint64_t>{3}, "encoder-a", 3),
-                                   encode_endpoint(std::set<std::uint64_t>{4}, "encoder-b", 4),
-                                   prefill_endpoint(std::set<std::uint64_t>{1}),
-                                   decode_endpoint(std::set<std::uint64_t>{2})});
+    const auto entry =
+        only_entry({encode_endpoint(std::set<std::uint64_t>{3}, "encoder-a", 3),
+                    encode_endpoint(std::set<std::uint64_t>{4}, "encoder-b", 4),
+                    prefill_endpoint(std::set<std::uint64_t>{1}), decode_endpoint(std::set<std::uint64_t>{2})});
     CHECK(entry.state() == kReady);
     CHECK(roles(entry.duplicate_role_endpoints()) == kNone);
   }
   SECTION(
       "one decode endpoint with Chat and Completions workers, plus prefill: two units, one endpoint, no "
       "dup") {
-    auto decode = endpoint(
-        "prod", "backend", "generate", "llama",
-        {{2, worker(kDecode, {{kPrefill}}, kChat)}, {3, worker(kDecode, {{kPrefill}}, kCompletions)}},
-        std::set<std::uint64_t>{2, 3});
+    auto decode =
+        endpoint("prod", "backend", "generate", "llama",
+                 {{2, worker(kDecode, {{kPrefill}}, kChat)}, {3, worker(kDecode, {{kPrefill}}, kCompletions)}},
+                 std::set<std::uint64_t>{2, 3});
     CHECK(units_of(decode.workers, decode.live_workers).size() == 2);
     const auto entry = only_entry({prefill_endpoint(std::set<std::uint64_t>{1}), decode});
     CHECK(entry.state() == kReady);
@@ -756,8 +736,7 @@ TEST_CASE("example J: conflicts", "[readiness]") {
 
 // ---- UNKNOWN, ordering, determinism ----------------------------------------------------------
 
-TEST_CASE("UNKNOWN clears only present/missing and adapters' missing (docs/protocol/decisions.md#d10)",
-          "[readiness]") {
+TEST_CASE("UNKNOWN clears only present/missing and adapters' missing (docs/protocol/decisions.md#d10)", "[readiness]") {
   auto legacy = endpoint("prod", "legacy", "generate", "llama", {{9, worker(std::nullopt)}}, kNotReported);
   auto prefill_a = prefill_endpoint(std::set<std::uint64_t>{1}, "prefill-a", 1);
   auto prefill_b = prefill_endpoint(std::set<std::uint64_t>{}, "prefill-b", 3);
@@ -768,8 +747,8 @@ TEST_CASE("UNKNOWN clears only present/missing and adapters' missing (docs/proto
   CHECK(entry.state() == kUnknown);
   CHECK(roles(entry.present_roles()) == kNone);
   CHECK(roles(entry.missing_roles()) == kNone);
-  CHECK(member_names(entry) == std::vector<std::string>{"prod/legacy/generate", "prod/prefill-a/generate",
-                                                        "prod/prefill-b/generate"});
+  CHECK(member_names(entry) ==
+        std::vector<std::string>{"prod/legacy/generate", "prod/prefill-a/generate", "prod/prefill-b/generate"});
   CHECK(entry.members(1).pool_id().dc_id() == 11);
   CHECK(roles(entry.duplicate_role_endpoints()) == std::vector{P});
   CHECK(entry.legacy_fallback_active());
@@ -784,24 +763,19 @@ TEST_CASE("UNKNOWN clears only present/missing and adapters' missing (docs/proto
   CHECK(roles(reported.present_roles()) == std::vector{P});
 }
 
-TEST_CASE("ordering: entries, members, roles and adapters are sorted byte-wise / in enum order",
-          "[readiness]") {
+TEST_CASE("ordering: entries, members, roles and adapters are sorted byte-wise / in enum order", "[readiness]") {
   const std::set<std::uint64_t> live{1};
   auto agg = [&](const std::string& ns, const std::string& component, const std::string& model) {
     return endpoint(ns, component, "generate", model, {{1, worker(kAggregated)}}, live);
   };
   SECTION("entries by (namespace, model), byte-wise: uppercase before lowercase, UTF-8 after ASCII") {
     const std::vector endpoints{agg("prod", "c1", "zeta"), agg("prod", "c2", "\xc3\xa9t\xc3\xa9"),
-                                agg("prod", "c3", "Zeta"), agg("dev", "c4", "zeta"),
-                                agg("prod", "c5", "alpha")};
+                                agg("prod", "c3", "Zeta"), agg("dev", "c4", "zeta"), agg("prod", "c5", "alpha")};
     std::vector<std::pair<std::string, std::string>> keys;
-    for (const auto& entry : project(endpoints))
-      keys.emplace_back(entry.namespace_(), entry.canonical_model_id());
-    CHECK(keys == std::vector<std::pair<std::string, std::string>>{{"dev", "zeta"},
-                                                                   {"prod", "Zeta"},
-                                                                   {"prod", "alpha"},
-                                                                   {"prod", "zeta"},
-                                                                   {"prod", "\xc3\xa9t\xc3\xa9"}});
+    for (const auto& entry : project(endpoints)) keys.emplace_back(entry.namespace_(), entry.canonical_model_id());
+    CHECK(keys ==
+          std::vector<std::pair<std::string, std::string>>{
+              {"dev", "zeta"}, {"prod", "Zeta"}, {"prod", "alpha"}, {"prod", "zeta"}, {"prod", "\xc3\xa9t\xc3\xa9"}});
   }
   SECTION("the same model in two namespaces is two entries, each in its endpoints' namespace") {
     const auto entries = project(std::vector{agg("b-ns", "c", "llama"), agg("a-ns", "c", "llama")});
@@ -813,10 +787,8 @@ TEST_CASE("ordering: entries, members, roles and adapters are sorted byte-wise /
   }
   SECTION("members by their \"ns/component/endpoint\" text, not field by field") {
     // Field by field "b" < "b-x"; as text "prod/b-x/..." < "prod/b/..." because '-' < '/'.
-    const auto entry =
-        only_entry({agg("prod", "b", "llama"), agg("prod", "b-x", "llama"), agg("prod", "B", "llama")});
-    CHECK(member_names(entry) ==
-          std::vector<std::string>{"prod/B/generate", "prod/b-x/generate", "prod/b/generate"});
+    const auto entry = only_entry({agg("prod", "b", "llama"), agg("prod", "b-x", "llama"), agg("prod", "B", "llama")});
+    CHECK(member_names(entry) == std::vector<std::string>{"prod/B/generate", "prod/b-x/generate", "prod/b/generate"});
   }
   SECTION("member roles are sorted in enum order and de-duplicated") {
     auto facts = agg("prod", "c", "llama");
@@ -838,8 +810,7 @@ TEST_CASE("output bytes do not depend on the input order of endpoints", "[readin
   auto prefill = prefill_endpoint(std::set<std::uint64_t>{1});
   auto decode = decode_endpoint(std::set<std::uint64_t>{2});
   auto encoder = encode_endpoint(std::set<std::uint64_t>{});
-  auto other =
-      endpoint("prod", "agg", "generate", "mistral", {{7, worker(kAggregated)}}, std::set<std::uint64_t>{7});
+  auto other = endpoint("prod", "agg", "generate", "mistral", {{7, worker(kAggregated)}}, std::set<std::uint64_t>{7});
   add_adapter(decode, "tenant-a", {2});
   add_adapter(prefill, "tenant-b", {1});
   prefill.pool_links["llama"] = pool(1);

@@ -20,8 +20,10 @@ TEST_CASE("token block hashes and sequence hashes reproduce the reference vector
     std::vector<std::optional<std::vector<std::uint64_t>>> multimodal;
     if (v.contains("mm_hashes")) {
       for (const auto& entry : v["mm_hashes"]) {
-        if (entry.is_null()) multimodal.emplace_back();
-        else multimodal.emplace_back(entry.get<std::vector<std::uint64_t>>());
+        if (entry.is_null())
+          multimodal.emplace_back();
+        else
+          multimodal.emplace_back(entry.get<std::vector<std::uint64_t>>());
       }
     }
     const std::string lora = v.value("lora_name", std::string{});

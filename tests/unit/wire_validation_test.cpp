@@ -16,8 +16,8 @@ namespace {
 // reads well in a failure message.
 std::string describe(const Status& status) {
   if (!status) return "ok";
-  return std::string(to_string(status->code)) + " " + std::string(to_string(status->error_class)) +
-         " @ " + status->field;
+  return std::string(to_string(status->code)) + " " + std::string(to_string(status->error_class)) + " @ " +
+         status->field;
 }
 
 std::string utf8(char32_t c) {
@@ -41,10 +41,9 @@ std::string utf8(char32_t c) {
 }
 
 // Every White_Space code point (the set Rust's str::trim removes upstream).
-const std::vector<char32_t> kWhiteSpace = {
-    0x09,   0x0A,   0x0B,   0x0C,   0x0D,   0x20,   0x85,   0xA0,   0x1680, 0x2000,
-    0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200A,
-    0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
+const std::vector<char32_t> kWhiteSpace = {0x09,   0x0A,   0x0B,   0x0C,   0x0D,   0x20,   0x85,   0xA0,   0x1680,
+                                           0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008,
+                                           0x2009, 0x200A, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000};
 
 // ---- valid fixtures, as the relay publishes them (docs/protocol/pools.md#producer-identity)
 
@@ -80,8 +79,7 @@ v1::ProducerIdentity valid_producer() {
   return producer;
 }
 
-v1::DynamoEndpointId endpoint(const std::string& ns, const std::string& component,
-                              const std::string& name) {
+v1::DynamoEndpointId endpoint(const std::string& ns, const std::string& component, const std::string& name) {
   v1::DynamoEndpointId id;
   id.set_namespace_(ns);
   id.set_component(component);
@@ -240,12 +238,9 @@ TEST_CASE("wire constants match the contract", "[wire]") {
 TEST_CASE("envelope: marker then version, both malformed", "[wire]") {
   CHECK(describe(check_envelope(kContractMarker, 1)) == "ok");
   CHECK(describe(check_envelope(0, 1)) == "ContractMarker malformed @ contract_marker");
-  CHECK(describe(check_envelope(kContractMarker + 1, 1)) ==
-        "ContractMarker malformed @ contract_marker");
-  CHECK(describe(check_envelope(kContractMarker, 0)) ==
-        "ProtocolVersion malformed @ protocol_version");
-  CHECK(describe(check_envelope(kContractMarker, 2)) ==
-        "ProtocolVersion malformed @ protocol_version");
+  CHECK(describe(check_envelope(kContractMarker + 1, 1)) == "ContractMarker malformed @ contract_marker");
+  CHECK(describe(check_envelope(kContractMarker, 0)) == "ProtocolVersion malformed @ protocol_version");
+  CHECK(describe(check_envelope(kContractMarker, 2)) == "ProtocolVersion malformed @ protocol_version");
   // Both wrong: the marker is checked first.
   CHECK(describe(check_envelope(0, 2)) == "ContractMarker malformed @ contract_marker");
 
@@ -263,8 +258,7 @@ TEST_CASE("subscriber_id: empty, too long, control characters", "[wire]") {
   CHECK(describe(check_subscriber_id(std::string(128, 'a'))) == "ok");
 
   CHECK(describe(check_subscriber_id("")) == "SubscriberIdEmpty malformed @ subscriber_id");
-  CHECK(describe(check_subscriber_id(std::string(129, 'a'))) ==
-        "SubscriberIdTooLong malformed @ subscriber_id");
+  CHECK(describe(check_subscriber_id(std::string(129, 'a'))) == "SubscriberIdTooLong malformed @ subscriber_id");
 
   SECTION("the limit counts UTF-8 bytes, not characters") {
     std::string two_byte;
@@ -272,8 +266,7 @@ TEST_CASE("subscriber_id: empty, too long, control characters", "[wire]") {
     CHECK(describe(check_subscriber_id(two_byte)) == "ok");
     std::string three_byte;
     for (int i = 0; i < 43; ++i) three_byte += utf8(0x8DEF);  // 43 chars, 129 bytes
-    CHECK(describe(check_subscriber_id(three_byte)) ==
-          "SubscriberIdTooLong malformed @ subscriber_id");
+    CHECK(describe(check_subscriber_id(three_byte)) == "SubscriberIdTooLong malformed @ subscriber_id");
   }
 
   SECTION("every Cc code point is refused, C1 included") {
@@ -290,16 +283,13 @@ TEST_CASE("subscriber_id: empty, too long, control characters", "[wire]") {
   }
 
   SECTION("order: empty, then length, then control characters") {
-    CHECK(describe(check_subscriber_id(std::string(129, '\n'))) ==
-          "SubscriberIdTooLong malformed @ subscriber_id");
+    CHECK(describe(check_subscriber_id(std::string(129, '\n'))) == "SubscriberIdTooLong malformed @ subscriber_id");
   }
 
   SECTION("bytes that are not UTF-8 are refused, never decoded loosely") {
-    CHECK(describe(check_subscriber_id("a\xFF")) ==
-          "SubscriberIdInvalidUtf8 malformed @ subscriber_id");
+    CHECK(describe(check_subscriber_id("a\xFF")) == "SubscriberIdInvalidUtf8 malformed @ subscriber_id");
     // An overlong NUL must not slip past the control-character check.
-    CHECK(describe(check_subscriber_id("a\xC0\x80")) ==
-          "SubscriberIdInvalidUtf8 malformed @ subscriber_id");
+    CHECK(describe(check_subscriber_id("a\xC0\x80")) == "SubscriberIdInvalidUtf8 malformed @ subscriber_id");
   }
 }
 
@@ -339,12 +329,10 @@ TEST_CASE("pool id: identity version, domain, digests, sources", "[wire]") {
   SECTION("identity_version 0 is malformed, any other non-1 value unsupported") {
     auto pool = valid_pool_id();
     pool.set_identity_version(0);
-    CHECK(describe(check_pool_id(pool, "pool_id")) ==
-          "IdentityVersion malformed @ pool_id.identity_version");
+    CHECK(describe(check_pool_id(pool, "pool_id")) == "IdentityVersion malformed @ pool_id.identity_version");
     for (const std::uint32_t version : {2u, 3u, std::numeric_limits<std::uint32_t>::max()}) {
       pool.set_identity_version(version);
-      CHECK(describe(check_pool_id(pool, "pool_id")) ==
-            "IdentityVersion unsupported @ pool_id.identity_version");
+      CHECK(describe(check_pool_id(pool, "pool_id")) == "IdentityVersion unsupported @ pool_id.identity_version");
     }
   }
 
@@ -358,8 +346,7 @@ TEST_CASE("pool id: identity version, domain, digests, sources", "[wire]") {
           "MissingField malformed @ pool_id.indexer_domain.cache_semantics");
     pool = valid_pool_id();
     pool.mutable_indexer_domain()->clear_routing_scope();
-    CHECK(describe(check_pool_id(pool, "pool_id")) ==
-          "MissingField malformed @ pool_id.indexer_domain.routing_scope");
+    CHECK(describe(check_pool_id(pool, "pool_id")) == "MissingField malformed @ pool_id.indexer_domain.routing_scope");
   }
 
   SECTION("digest length other than 16 is malformed") {
@@ -392,8 +379,7 @@ TEST_CASE("pool id: identity version, domain, digests, sources", "[wire]") {
     auto pool = valid_pool_id();
     pool.set_identity_version(0);
     pool.clear_indexer_domain();
-    CHECK(describe(check_pool_id(pool, "pool_id")) ==
-          "IdentityVersion malformed @ pool_id.identity_version");
+    CHECK(describe(check_pool_id(pool, "pool_id")) == "IdentityVersion malformed @ pool_id.identity_version");
     pool = valid_pool_id();
     auto* cache = pool.mutable_indexer_domain()->mutable_cache_semantics();
     cache->set_digest("short");
@@ -448,8 +434,8 @@ TEST_CASE("CKF format: zero fields, triple, range, power of two", "[wire]") {
   }
 
   SECTION("bucket_count above 2^24 is unsupported") {
-    for (const std::uint64_t count : {kMaxBucketCount + 1, kMaxBucketCount * 2,
-                                      std::numeric_limits<std::uint64_t>::max()}) {
+    for (const std::uint64_t count :
+         {kMaxBucketCount + 1, kMaxBucketCount * 2, std::numeric_limits<std::uint64_t>::max()}) {
       auto format = valid_format();
       format.set_bucket_count(count);
       CHECK(describe(check_ckf_format(format, "f")) == "BucketCountTooLarge unsupported @ f.bucket_count");
@@ -457,12 +443,10 @@ TEST_CASE("CKF format: zero fields, triple, range, power of two", "[wire]") {
   }
 
   SECTION("bucket_count not a power of two, or below 2, is malformed") {
-    for (const std::uint64_t count : {std::uint64_t{1}, std::uint64_t{3}, std::uint64_t{100},
-                                      kMaxBucketCount - 1}) {
+    for (const std::uint64_t count : {std::uint64_t{1}, std::uint64_t{3}, std::uint64_t{100}, kMaxBucketCount - 1}) {
       auto format = valid_format();
       format.set_bucket_count(count);
-      CHECK(describe(check_ckf_format(format, "f")) ==
-            "BucketCountNotPowerOfTwo malformed @ f.bucket_count");
+      CHECK(describe(check_ckf_format(format, "f")) == "BucketCountNotPowerOfTwo malformed @ f.bucket_count");
     }
   }
 
@@ -512,8 +496,7 @@ TEST_CASE("producer identity: parts present, generation non-zero, nested checks"
 
   producer = valid_producer();
   producer.set_layout_generation(0);
-  CHECK(describe(check_producer_identity(producer, "p")) ==
-        "LayoutGeneration malformed @ p.layout_generation");
+  CHECK(describe(check_producer_identity(producer, "p")) == "LayoutGeneration malformed @ p.layout_generation");
 
   producer = valid_producer();
   producer.set_producer_incarnation(0);  // unconstrained
@@ -532,8 +515,7 @@ TEST_CASE("producer identity: parts present, generation non-zero, nested checks"
     CHECK(describe(check_producer_identity(producer, "p")) ==
           "IdentityVersion unsupported @ p.pool_id.identity_version");
     producer.mutable_pool_id()->set_identity_version(1);
-    CHECK(describe(check_producer_identity(producer, "p")) ==
-          "LayoutGeneration malformed @ p.layout_generation");
+    CHECK(describe(check_producer_identity(producer, "p")) == "LayoutGeneration malformed @ p.layout_generation");
     producer.set_layout_generation(3);
     CHECK(describe(check_producer_identity(producer, "p")) == "MissingField malformed @ p.ckf_format");
   }
@@ -541,8 +523,7 @@ TEST_CASE("producer identity: parts present, generation non-zero, nested checks"
 
 // ============================================= requests (docs/protocol/rpcs.md#request-validation)
 
-TEST_CASE("SubscribeKvPool conformance: identity_version+1 unsupported, layout_generation=0 malformed",
-          "[wire]") {
+TEST_CASE("SubscribeKvPool conformance: identity_version+1 unsupported, layout_generation=0 malformed", "[wire]") {
   CHECK(describe(check_request(valid_pool_request())) == "ok");
 
   auto request = valid_pool_request();
@@ -562,8 +543,7 @@ TEST_CASE("SubscribeKvPool conformance: identity_version+1 unsupported, layout_g
   CHECK(request_error_reason(*error) == v1::RELAY_ERROR_REASON_INVALID_REQUEST);
 }
 
-TEST_CASE("SubscribeKvPool request order: marker, subscriber_id, producer present, producer valid",
-          "[wire]") {
+TEST_CASE("SubscribeKvPool request order: marker, subscriber_id, producer present, producer valid", "[wire]") {
   auto request = valid_pool_request();
   request.set_contract_marker(0);
   request.set_subscriber_id("");
@@ -600,8 +580,7 @@ TEST_CASE("stream and info requests: marker first, then subscriber_id", "[wire]"
     request.set_contract_marker(kContractMarker);
     CHECK(describe(check_request(request)) == "SubscriberIdEmpty malformed @ subscriber_id");
     request.set_subscriber_id("bad\tid");
-    CHECK(describe(check_request(request)) ==
-          "SubscriberIdControlCharacter malformed @ subscriber_id");
+    CHECK(describe(check_request(request)) == "SubscriberIdControlCharacter malformed @ subscriber_id");
     request.set_subscriber_id("router-1");
     CHECK(describe(check_request(request)) == "ok");
   };
@@ -615,8 +594,7 @@ TEST_CASE("stream and info requests: marker first, then subscriber_id", "[wire]"
 
 TEST_CASE("endpoint id: namespace, component and endpoint are valid text", "[wire]") {
   CHECK(describe(check_endpoint_id(valid_endpoint(), "e")) == "ok");
-  CHECK(describe(check_endpoint_id(endpoint("", "backend", "generate"), "e")) ==
-        "InvalidText malformed @ e.namespace");
+  CHECK(describe(check_endpoint_id(endpoint("", "backend", "generate"), "e")) == "InvalidText malformed @ e.namespace");
   CHECK(describe(check_endpoint_id(endpoint("prod", " backend", "generate"), "e")) ==
         "InvalidText malformed @ e.component");
   CHECK(describe(check_endpoint_id(endpoint("prod", "backend", "generate\n"), "e")) ==
@@ -630,16 +608,14 @@ TEST_CASE("model registration: text, target, aliases", "[wire]") {
 
   auto registration = base_registration();
   registration.set_canonical_model_id("llama ");
-  CHECK(describe(check_model_registration(registration, "r")) ==
-        "InvalidText malformed @ r.canonical_model_id");
+  CHECK(describe(check_model_registration(registration, "r")) == "InvalidText malformed @ r.canonical_model_id");
 
   SECTION("a missing target message is malformed, an unset alternative unsupported") {
     registration = base_registration();
     registration.clear_target();
     CHECK(describe(check_model_registration(registration, "r")) == "MissingField malformed @ r.target");
     registration.mutable_target();  // present, no alternative
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "MissingModelTarget unsupported @ r.target");
+    CHECK(describe(check_model_registration(registration, "r")) == "MissingModelTarget unsupported @ r.target");
   }
 
   SECTION("a future oneof alternative decodes as unset and is unsupported") {
@@ -648,34 +624,28 @@ TEST_CASE("model registration: text, target, aliases", "[wire]") {
     v1::ModelRegistration decoded;
     REQUIRE(decoded.ParseFromString(wire));
     REQUIRE(decoded.has_target());
-    CHECK(describe(check_model_registration(decoded, "r")) ==
-          "MissingModelTarget unsupported @ r.target");
+    CHECK(describe(check_model_registration(decoded, "r")) == "MissingModelTarget unsupported @ r.target");
   }
 
   SECTION("target texts") {
     registration = base_registration();
     registration.mutable_target()->mutable_base()->set_base_model("");
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "InvalidText malformed @ r.target.base.base_model");
+    CHECK(describe(check_model_registration(registration, "r")) == "InvalidText malformed @ r.target.base.base_model");
     registration = lora_registration();
     registration.mutable_target()->mutable_lora()->set_base_model(utf8(0x3000) + "llama");
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "InvalidText malformed @ r.target.lora.base_model");
+    CHECK(describe(check_model_registration(registration, "r")) == "InvalidText malformed @ r.target.lora.base_model");
     registration = lora_registration();
     registration.mutable_target()->mutable_lora()->set_adapter("");
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "InvalidText malformed @ r.target.lora.adapter");
+    CHECK(describe(check_model_registration(registration, "r")) == "InvalidText malformed @ r.target.lora.adapter");
   }
 
   SECTION("aliases: each valid text, none repeated") {
     registration = base_registration();
     registration.add_aliases(" chat");
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "InvalidText malformed @ r.aliases[2]");
+    CHECK(describe(check_model_registration(registration, "r")) == "InvalidText malformed @ r.aliases[2]");
     registration = base_registration();
     registration.add_aliases("chat");
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "DuplicateAlias malformed @ r.aliases[2]");
+    CHECK(describe(check_model_registration(registration, "r")) == "DuplicateAlias malformed @ r.aliases[2]");
   }
 
   SECTION("order: canonical id, target, aliases") {
@@ -683,12 +653,10 @@ TEST_CASE("model registration: text, target, aliases", "[wire]") {
     registration.set_canonical_model_id("");
     registration.clear_target();
     registration.add_aliases("");
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "InvalidText malformed @ r.canonical_model_id");
+    CHECK(describe(check_model_registration(registration, "r")) == "InvalidText malformed @ r.canonical_model_id");
     registration.set_canonical_model_id("llama");
     registration.mutable_target();
-    CHECK(describe(check_model_registration(registration, "r")) ==
-          "MissingModelTarget unsupported @ r.target");
+    CHECK(describe(check_model_registration(registration, "r")) == "MissingModelTarget unsupported @ r.target");
   }
 }
 
@@ -770,12 +738,10 @@ TEST_CASE("pool descriptor: producer, endpoint, semantics, registrations, roles 
     CHECK(describe(check_pool_descriptor(descriptor, "d")) == "MissingField malformed @ d.producer");
     descriptor = valid_descriptor();
     descriptor.clear_serving_endpoint();
-    CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
-          "MissingField malformed @ d.serving_endpoint");
+    CHECK(describe(check_pool_descriptor(descriptor, "d")) == "MissingField malformed @ d.serving_endpoint");
     descriptor = valid_descriptor();
     descriptor.clear_query_semantics();
-    CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
-          "MissingField malformed @ d.query_semantics");
+    CHECK(describe(check_pool_descriptor(descriptor, "d")) == "MissingField malformed @ d.query_semantics");
     descriptor = valid_descriptor();
     descriptor.mutable_registrations(1)->mutable_target()->clear_target();
     CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
@@ -785,8 +751,7 @@ TEST_CASE("pool descriptor: producer, endpoint, semantics, registrations, roles 
     CHECK(describe(check_pool_descriptor(descriptor, "d")) == "EmptyRoles malformed @ d.pool_roles");
     descriptor = valid_descriptor();
     descriptor.add_pool_roles(raw<v1::WorkerRole>(42));
-    CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
-          "WorkerRole unsupported @ d.pool_roles[2]");
+    CHECK(describe(check_pool_descriptor(descriptor, "d")) == "WorkerRole unsupported @ d.pool_roles[2]");
   }
 
   SECTION("order") {
@@ -799,11 +764,9 @@ TEST_CASE("pool descriptor: producer, endpoint, semantics, registrations, roles 
     CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
           "LayoutGeneration malformed @ d.producer.layout_generation");
     descriptor.mutable_producer()->set_layout_generation(1);
-    CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
-          "InvalidText malformed @ d.serving_endpoint.component");
+    CHECK(describe(check_pool_descriptor(descriptor, "d")) == "InvalidText malformed @ d.serving_endpoint.component");
     descriptor.mutable_serving_endpoint()->set_component("backend");
-    CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
-          "HashFormat unsupported @ d.query_semantics.hash_format");
+    CHECK(describe(check_pool_descriptor(descriptor, "d")) == "HashFormat unsupported @ d.query_semantics.hash_format");
     descriptor.mutable_query_semantics()->set_hash_format(v1::KV_QUERY_HASH_FORMAT_DYNAMO_EAGLE_V1);
     CHECK(describe(check_pool_descriptor(descriptor, "d")) ==
           "InvalidText malformed @ d.registrations[0].canonical_model_id");
@@ -871,23 +834,19 @@ TEST_CASE("topology entry: keys, state and role sets", "[wire]") {
     }
     auto entry = valid_entry();
     entry.add_duplicate_role_endpoints(v1::WORKER_ROLE_UNSPECIFIED);
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "WorkerRole malformed @ t.duplicate_role_endpoints[2]");
+    CHECK(describe(check_topology_entry(entry, "t")) == "WorkerRole malformed @ t.duplicate_role_endpoints[2]");
     entry = valid_entry();
     entry.add_duplicate_role_endpoints(raw<v1::WorkerRole>(99));
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "WorkerRole unsupported @ t.duplicate_role_endpoints[2]");
+    CHECK(describe(check_topology_entry(entry, "t")) == "WorkerRole unsupported @ t.duplicate_role_endpoints[2]");
     entry = valid_entry();
     entry.add_duplicate_role_endpoints(v1::WORKER_ROLE_DECODE);
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "DuplicateRole malformed @ t.duplicate_role_endpoints[2]");
+    CHECK(describe(check_topology_entry(entry, "t")) == "DuplicateRole malformed @ t.duplicate_role_endpoints[2]");
     // The set rules cover the whole list first: a later unknown role beats an earlier LEGACY.
     entry = valid_entry();
     entry.clear_duplicate_role_endpoints();
     entry.add_duplicate_role_endpoints(v1::WORKER_ROLE_LEGACY);
     entry.add_duplicate_role_endpoints(raw<v1::WorkerRole>(99));
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "WorkerRole unsupported @ t.duplicate_role_endpoints[1]");
+    CHECK(describe(check_topology_entry(entry, "t")) == "WorkerRole unsupported @ t.duplicate_role_endpoints[1]");
   }
 }
 
@@ -904,12 +863,10 @@ TEST_CASE("topology entry: members and adapters", "[wire]") {
     CHECK(describe(check_topology_entry(entry, "t")) == "MissingField malformed @ t.members[1].endpoint");
     entry = valid_entry();
     entry.mutable_members(0)->mutable_endpoint()->set_endpoint(" generate");
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "InvalidText malformed @ t.members[0].endpoint.endpoint");
+    CHECK(describe(check_topology_entry(entry, "t")) == "InvalidText malformed @ t.members[0].endpoint.endpoint");
     entry = valid_entry();
     entry.mutable_members(1)->mutable_endpoint()->set_namespace_("staging");
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "MemberNamespace malformed @ t.members[1].endpoint.namespace");
+    CHECK(describe(check_topology_entry(entry, "t")) == "MemberNamespace malformed @ t.members[1].endpoint.namespace");
   }
 
   SECTION("member roles are a non-empty valid set") {
@@ -918,8 +875,7 @@ TEST_CASE("topology entry: members and adapters", "[wire]") {
     CHECK(describe(check_topology_entry(entry, "t")) == "EmptyRoles malformed @ t.members[0].roles");
     entry = valid_entry();
     entry.mutable_members(0)->add_roles(raw<v1::WorkerRole>(77));
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "WorkerRole unsupported @ t.members[0].roles[1]");
+    CHECK(describe(check_topology_entry(entry, "t")) == "WorkerRole unsupported @ t.members[0].roles[1]");
   }
 
   SECTION("member pool id is optional but valid when present") {
@@ -940,8 +896,7 @@ TEST_CASE("topology entry: members and adapters", "[wire]") {
   SECTION("members are unique as (namespace, component, endpoint) tuples") {
     auto entry = valid_entry();
     *entry.add_members() = member("decode", v1::WORKER_ROLE_DECODE);
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "DuplicateMember malformed @ t.members[2].endpoint");
+    CHECK(describe(check_topology_entry(entry, "t")) == "DuplicateMember malformed @ t.members[2].endpoint");
     // Dots inside names must not make distinct tuples collide ("backend.a"+"generate" vs
     // "backend"+"a.generate" share the text form "prod.backend.a.generate").
     entry = valid_entry();
@@ -956,8 +911,7 @@ TEST_CASE("topology entry: members and adapters", "[wire]") {
   SECTION("adapters: id text, known state, missing_roles set, unique ids") {
     auto entry = valid_entry();
     entry.mutable_adapters(0)->set_canonical_model_id("");
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "InvalidText malformed @ t.adapters[0].canonical_model_id");
+    CHECK(describe(check_topology_entry(entry, "t")) == "InvalidText malformed @ t.adapters[0].canonical_model_id");
     entry = valid_entry();
     entry.mutable_adapters(0)->set_state(raw<v1::ServingReadinessState>(5));
     CHECK(describe(check_topology_entry(entry, "t")) == "ReadinessState unsupported @ t.adapters[0].state");
@@ -966,8 +920,7 @@ TEST_CASE("topology entry: members and adapters", "[wire]") {
     CHECK(describe(check_topology_entry(entry, "t")) == "ok");
     entry = valid_entry();
     entry.mutable_adapters(0)->add_missing_roles(v1::WORKER_ROLE_UNSPECIFIED);
-    CHECK(describe(check_topology_entry(entry, "t")) ==
-          "WorkerRole malformed @ t.adapters[0].missing_roles[1]");
+    CHECK(describe(check_topology_entry(entry, "t")) == "WorkerRole malformed @ t.adapters[0].missing_roles[1]");
     entry = valid_entry();
     *entry.add_adapters() = entry.adapters(0);
     CHECK(describe(check_topology_entry(entry, "t")) ==
@@ -1017,16 +970,13 @@ TEST_CASE("topology entry check order", "[wire]") {
   entry = valid_entry();
   *entry.add_members() = member("decode", v1::WORKER_ROLE_DECODE);
   entry.mutable_members(2)->mutable_pool_id()->set_identity_version(0);
-  CHECK(describe(check_topology_entry(entry, "")) ==
-        "IdentityVersion malformed @ members[2].pool_id.identity_version");
+  CHECK(describe(check_topology_entry(entry, "")) == "IdentityVersion malformed @ members[2].pool_id.identity_version");
 }
 
 // ===================================== unsupported list (docs/protocol/rpcs.md#unsupported-values)
 
 TEST_CASE("request errors map to the RelayErrorReason the server sends", "[wire]") {
-  const auto error_with = [](ErrorCode code, ErrorClass error_class) {
-    return Error{code, error_class, "f", "m"};
-  };
+  const auto error_with = [](ErrorCode code, ErrorClass error_class) { return Error{code, error_class, "f", "m"}; };
   CHECK(request_error_reason(error_with(ErrorCode::kContractMarker, ErrorClass::kMalformed)) ==
         v1::RELAY_ERROR_REASON_CONTRACT_MISMATCH);
   CHECK(request_error_reason(error_with(ErrorCode::kIdentityVersion, ErrorClass::kUnsupported)) ==
@@ -1048,8 +998,7 @@ TEST_CASE("producer key: equal iff every frozen field is equal", "[wire]") {
       {"identity_version", [](v1::ProducerIdentity& p) { p.mutable_pool_id()->set_identity_version(2); }},
       {"cache_semantics.digest",
        [](v1::ProducerIdentity& p) {
-         p.mutable_pool_id()->mutable_indexer_domain()->mutable_cache_semantics()->set_digest(
-             std::string(16, '\x12'));
+         p.mutable_pool_id()->mutable_indexer_domain()->mutable_cache_semantics()->set_digest(std::string(16, '\x12'));
        }},
       {"cache_semantics.source",
        [](v1::ProducerIdentity& p) {
@@ -1058,8 +1007,7 @@ TEST_CASE("producer key: equal iff every frozen field is equal", "[wire]") {
        }},
       {"routing_scope.digest",
        [](v1::ProducerIdentity& p) {
-         p.mutable_pool_id()->mutable_indexer_domain()->mutable_routing_scope()->set_digest(
-             std::string(16, '\x23'));
+         p.mutable_pool_id()->mutable_indexer_domain()->mutable_routing_scope()->set_digest(std::string(16, '\x23'));
        }},
       {"routing_scope.source",
        [](v1::ProducerIdentity& p) {
@@ -1162,8 +1110,7 @@ TEST_CASE("catalog update: snapshot present, pools identifiable and unique", "[w
     auto repeat = valid_descriptor();
     repeat.mutable_producer()->set_layout_generation(7);
     *update.mutable_snapshot()->add_pools() = repeat;
-    CHECK(describe(check_response(update)) ==
-          "DuplicatePool malformed @ snapshot.pools[2].producer.pool_id");
+    CHECK(describe(check_response(update)) == "DuplicatePool malformed @ snapshot.pools[2].producer.pool_id");
   }
 
   SECTION("unsupported pool ids are left to their entry check") {
@@ -1181,8 +1128,7 @@ TEST_CASE("catalog update: snapshot present, pools identifiable and unique", "[w
     CHECK(describe(check_response(update)) ==
           "IdentityVersion malformed @ snapshot.pools[1].producer.pool_id.identity_version");
     producer->clear_pool_id();
-    CHECK(describe(check_response(update)) ==
-          "MissingField malformed @ snapshot.pools[1].producer.pool_id");
+    CHECK(describe(check_response(update)) == "MissingField malformed @ snapshot.pools[1].producer.pool_id");
     update.mutable_snapshot()->mutable_pools(1)->clear_producer();
     CHECK(describe(check_response(update)) == "MissingField malformed @ snapshot.pools[1].producer");
   }
@@ -1195,8 +1141,8 @@ TEST_CASE("catalog update: snapshot present, pools identifiable and unique", "[w
 }
 
 TEST_CASE("filter update: producer, kind, payload and sequences", "[wire]") {
-  for (const auto kind : {v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, v1::FILTER_UPDATE_KIND_DELTA,
-                          v1::FILTER_UPDATE_KIND_HEARTBEAT}) {
+  for (const auto kind :
+       {v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, v1::FILTER_UPDATE_KIND_DELTA, v1::FILTER_UPDATE_KIND_HEARTBEAT}) {
     CHECK(describe(check_response(valid_frame(kind))) == "ok");
   }
 
@@ -1273,8 +1219,7 @@ TEST_CASE("load update and entries: producers present, supported ones unique", "
   entry.set_total_kv_blocks(100);
   CHECK(describe(check_load_entry(entry, "e")) == "ok");
   entry.mutable_producer()->set_layout_generation(0);
-  CHECK(describe(check_load_entry(entry, "e")) ==
-        "LayoutGeneration malformed @ e.producer.layout_generation");
+  CHECK(describe(check_load_entry(entry, "e")) == "LayoutGeneration malformed @ e.producer.layout_generation");
 
   v1::KvPoolLoadUpdate update;
   set_envelope(update);
@@ -1334,8 +1279,7 @@ TEST_CASE("pool serving load: status and presence rules", "[wire]") {
   // Aggregate gauges are set iff COMPLETE.
   pool = valid_pool_serving_load(true);
   pool.mutable_load()->mutable_tokens()->clear_active_decode_blocks();
-  CHECK(describe(check_pool_serving_load(pool, "p")) ==
-        "LoadViewField malformed @ p.load.tokens.active_decode_blocks");
+  CHECK(describe(check_pool_serving_load(pool, "p")) == "LoadViewField malformed @ p.load.tokens.active_decode_blocks");
   pool = valid_pool_serving_load(false);
   pool.mutable_load()->mutable_tokens()->set_active_prefill_tokens(0);
   CHECK(describe(check_pool_serving_load(pool, "p")) ==
@@ -1343,8 +1287,7 @@ TEST_CASE("pool serving load: status and presence rules", "[wire]") {
   // Model-only token fields never appear on a pool.
   pool = valid_pool_serving_load(true);
   pool.mutable_load()->mutable_tokens()->set_output_tokens_total(1);
-  CHECK(describe(check_pool_serving_load(pool, "p")) ==
-        "LoadViewField malformed @ p.load.tokens.output_tokens_total");
+  CHECK(describe(check_pool_serving_load(pool, "p")) == "LoadViewField malformed @ p.load.tokens.output_tokens_total");
 
   pool = valid_pool_serving_load(true);
   pool.clear_deployment();
@@ -1374,8 +1317,7 @@ TEST_CASE("model serving load: keys, status, presence rules, serving pools", "[w
         "LoadViewField malformed @ m.load.tokens.inflight_input_tokens");
   model = valid_model_serving_load(false);
   model.mutable_load()->mutable_tokens()->clear_input_tokens_total();
-  CHECK(describe(check_model_serving_load(model, "m")) ==
-        "LoadViewField malformed @ m.load.tokens.input_tokens_total");
+  CHECK(describe(check_model_serving_load(model, "m")) == "LoadViewField malformed @ m.load.tokens.input_tokens_total");
   model = valid_model_serving_load(true);
   model.mutable_load()->mutable_tokens()->set_active_decode_blocks(3);
   CHECK(describe(check_model_serving_load(model, "m")) ==

@@ -42,9 +42,9 @@ enum class ReplicaStatus {
 std::string_view to_string(ReplicaStatus status);
 
 struct PlaneView {
-  bool valid = false;        // holds a complete, validated snapshot/window
-  std::uint64_t opens = 0;   // streams opened so far (1 + reconnects)
-  std::string last_error;    // the last stream end or local fault, for people
+  bool valid = false;       // holds a complete, validated snapshot/window
+  std::uint64_t opens = 0;  // streams opened so far (1 + reconnects)
+  std::string last_error;   // the last stream end or local fault, for people
 };
 
 struct LoadFacts {
@@ -65,7 +65,7 @@ struct PoolView {
   std::uint64_t images_applied = 0;
   std::uint64_t occupied_slots = 0;  // fingerprints held
   std::uint64_t bucket_count = 0;
-  std::uint64_t subscriptions = 0;   // snapshots requested for this generation
+  std::uint64_t subscriptions = 0;  // snapshots requested for this generation
   std::string last_fault;
   std::optional<LoadFacts> load;
   double load_factor() const { return bucket_count ? double(occupied_slots) / double(bucket_count * 4) : 0.0; }
@@ -74,15 +74,15 @@ struct PoolView {
 struct RelayView {
   std::string target;
   std::optional<dynamo::kvrelay::v1::RelayIdentity> identity;
-  bool incompatible = false;  // contract mismatch: every stream of this relay stopped
-  std::string incompatibility;  // the mismatch, for people
+  bool incompatible = false;           // contract mismatch: every stream of this relay stopped
+  std::string incompatibility;         // the mismatch, for people
   std::uint64_t identity_changes = 0;  // relay restarts seen (new incarnations)
   PlaneView catalog, readiness, load;
   std::uint64_t catalog_revision = 0;
   std::uint64_t readiness_revision = 0;
   std::uint64_t load_window = 0;
-  std::vector<PoolView> pools;                   // supported pools of the catalog
-  std::vector<std::string> quarantined_pools;    // fault kinds of the quarantined ones
+  std::vector<PoolView> pools;                 // supported pools of the catalog
+  std::vector<std::string> quarantined_pools;  // fault kinds of the quarantined ones
   std::vector<dynamo::kvrelay::v1::TopologyEntry> readiness_entries;
   std::vector<std::string> quarantined_entries;  // "namespace/model: fault kind"
 };
@@ -104,7 +104,7 @@ struct PoolMatch {
   std::string canonical_model_id;
   std::optional<std::string> adapter;  // set when the name bound to a LoRA target
   std::uint32_t block_size = 0;
-  std::size_t prompt_blocks = 0;  // full blocks of the prompt under this pool's semantics
+  std::size_t prompt_blocks = 0;     // full blocks of the prompt under this pool's semantics
   std::optional<std::size_t> depth;  // leading blocks cached; nullopt while no replica is installed
   std::uint64_t sequence = 0;
   std::optional<dynamo::kvrelay::v1::ServingReadinessState> readiness;  // nullopt: no usable entry
