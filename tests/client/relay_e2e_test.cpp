@@ -109,7 +109,7 @@ TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch
   };
   client::Consumer consumer(consumer_opts);
   consumer.start();
-  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // attached: it gets every delta
   EventScript script(3, backend, 1, 1, 200);
   for (int round = 0; round < 40; ++round) REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::seconds(60)));

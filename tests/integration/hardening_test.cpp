@@ -260,7 +260,7 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
 
   auto stalled_client = relay.separate_wan_client();
   auto holder = subscribe_pool(relay, producer, "holder", stalled_client.get());  // never reads
-  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));                // attached: it holds the permit
   auto queued = subscribe_pool(relay, producer, "queued");
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 2));
 
@@ -339,7 +339,7 @@ TEST_CASE("a lagging stream returns its permit", "[limits]") {
   const auto producer = await_single_pool(*catalog);
   auto stalled_client = relay.separate_wan_client();
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
-  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // attached: it gets every delta
   // Deltas of a few hundred KiB in all while nothing is read: transport buffers fill, then
   // the outbox of one frame overflows.
   std::vector<ingest_v1::KvEventBatch> batches;

@@ -286,7 +286,7 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
   // ---- a subscriber that never reads lags ----
   auto stalled_client = relay.separate_wan_client();
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
-  REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
+  REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // attached: it gets every delta
   relay.publish(big_batches(3, 64));
   REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
   CHECK(ending_reason(*stalled) == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
