@@ -273,13 +273,13 @@ const std::string& RelayRuntime::metrics_address() const { return impl_->metrics
 std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 
-void RelayRuntime::inject_publication_fault() { caf::anon_send(impl_->membership, atoms::corrupt_atom_v); }
+void RelayRuntime::inject_publication_fault_for_test() { caf::anon_send(impl_->membership, atoms::corrupt_atom_v); }
 
 std::uint64_t RelayRuntime::snapshot_image_bytes() const {
   return static_cast<std::uint64_t>(impl_->metrics->snapshot_image_bytes());
 }
 
-void RelayRuntime::inject_index_fault(std::uint64_t canonical_hash) {
+void RelayRuntime::inject_index_fault_for_test(std::uint64_t canonical_hash) {
   caf::anon_send(impl_->membership, atoms::evict_atom_v, canonical_hash);
 }
 

@@ -64,11 +64,11 @@ class RelayRuntime {
 
   // Test hook: the next delta of every pool breaks the sequence of the pool's first stream.
   // That stream must refuse to forward it, and the generation must be fenced and rebuilt.
-  void inject_publication_fault();
+  void inject_publication_fault_for_test();
   // Test hook: every pool's filter loses the fingerprint of `canonical_hash` while its index
   // still counts the block resident, so removing that block violates the index invariant:
   // the generation must be fenced and rebuilt, and its sources reset.
-  void inject_index_fault(std::uint64_t canonical_hash);
+  void inject_index_fault_for_test(std::uint64_t canonical_hash);
 
   // Why the relay should stop, once something asked it to: a signal (request_stop), or a core
   // actor that failed (failed = true; health already reports NOT_SERVING). The owner then

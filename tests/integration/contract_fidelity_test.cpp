@@ -199,7 +199,7 @@ TEST_CASE("fencing: the detecting stream ends INVALID_PUBLICATION, the others PU
   Replica other_replica(producer);
   other_replica.apply(*other->next());
 
-  relay.runtime().inject_publication_fault();
+  relay.runtime().inject_publication_fault_for_test();
   relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}})});
   while (auto frame = detector->next()) replica.apply(*frame);  // never the broken delta
   CHECK(detector->finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
@@ -226,7 +226,7 @@ TEST_CASE("an index invariant violation fences and rebuilds the pool, resetting 
 
   constexpr std::uint64_t kCanonical = 0xABCDEF;  // a chain's first block: its own local hash
   relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, kCanonical}})});
-  relay.runtime().inject_index_fault(kCanonical);
+  relay.runtime().inject_index_fault_for_test(kCanonical);
   relay.publish({removed_batch(1, 1)});
 
   CHECK(stream->ending() ==
