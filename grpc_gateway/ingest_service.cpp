@@ -43,15 +43,19 @@ grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, c
     reactor->Finish(to_grpc(context, RpcStatus::invalid_argument(*problem)));
     return reactor;
   }
-  peers.system->spawn([=, membership = peers.membership](caf::event_based_actor* self) {
-    self->request(membership, kMembershipDeadline, message...)
-        .then(
-            [=](Response& answer) {
-              *response = std::move(answer);
-              reactor->Finish(grpc::Status::OK);
-            },
-            [=](const caf::error& error) { reactor->Finish(to_grpc(context, unanswerable(error))); });
-  });
+  // The handle is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
+  // when a function actor takes none (UBSan reports it).
+  peers.system->spawn(
+      [=](caf::event_based_actor* self, const MembershipActor& membership) {
+        self->request(membership, kMembershipDeadline, message...)
+            .then(
+                [=](Response& answer) {
+                  *response = std::move(answer);
+                  reactor->Finish(grpc::Status::OK);
+                },
+                [=](const caf::error& error) { reactor->Finish(to_grpc(context, unanswerable(error))); });
+      },
+      peers.membership);
   return reactor;
 }
 

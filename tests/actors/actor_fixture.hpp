@@ -85,13 +85,17 @@ struct Inbox {
 };
 
 inline caf::actor spawn_recorder(ActorFixture& fixture, std::shared_ptr<Inbox> inbox) {
-  return fixture.spawn([inbox](caf::event_based_actor* self) -> caf::behavior {
-    self->set_default_handler([inbox](caf::scheduled_actor*, caf::message_view& view) -> caf::result<caf::message> {
-      inbox->messages.push_back(view.move_content_to_message());
-      return caf::message{};
-    });
-    return {[](atoms::sample_atom) {}};
-  });
+  // The inbox is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
+  // when a function actor takes none (UBSan reports it).
+  return fixture.spawn(
+      [](caf::event_based_actor* self, std::shared_ptr<Inbox> inbox) -> caf::behavior {
+        self->set_default_handler([inbox](caf::scheduled_actor*, caf::message_view& view) -> caf::result<caf::message> {
+          inbox->messages.push_back(view.move_content_to_message());
+          return caf::message{};
+        });
+        return {[](atoms::sample_atom) {}};
+      },
+      std::move(inbox));
 }
 
 }  // namespace kvrelay::test

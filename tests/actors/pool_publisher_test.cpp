@@ -70,11 +70,13 @@ struct PublisherUnderTest {
 
   ingest_v1::PoolState state() {
     auto report = std::make_shared<std::optional<PoolStateReport>>();
-    fixture.spawn([target = publisher, report](caf::event_based_actor* self) {
-      self->request(target, caf::infinite, atoms::pool_state_atom_v).then([report](const PoolStateReport& r) {
-        *report = r;
-      });
-    });
+    fixture.spawn(
+        [report](caf::event_based_actor* self, const PoolPublisherActor& target) {
+          self->request(target, caf::infinite, atoms::pool_state_atom_v).then([report](const PoolStateReport& r) {
+            *report = r;
+          });
+        },
+        publisher);
     fixture.run();
     REQUIRE(report->has_value());
     return (*report)->state;
