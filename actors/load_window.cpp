@@ -98,6 +98,11 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
   return {
       [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
       [=](atoms::report_atom, const LoadReportBatch& batch) { apply_reports(self, batch); },
+      [=](atoms::forget_load_atom, const EndpointKey& endpoint, std::uint64_t worker_id) {
+        if (const auto pool = self->state.pools.find(endpoint); pool != self->state.pools.end()) {
+          pool->second.load.forget_worker(worker_id);
+        }
+      },
       [=](atoms::subscribe_atom, const UpdateStreamActor<v1::KvPoolLoadUpdate>& stream) {
         self->state.streams.add(self, stream);
         self->send(stream, atoms::update_atom_v, self->state.current);

@@ -23,12 +23,21 @@ RpcStatus retired_status() {
 
 // ---- pool materialization ----
 
-bool has_active_source(const membership::EndpointMembership& m, const membership::WorkerCards& cards) {
-  for (const auto& [worker_id, topology] : m.worker_topology) {
-    const auto card = cards.find(worker_id);
-    if (card != cards.end() && card->second.kv_sources_size() > 0) return true;
+// The sources of the endpoint's workers with a valid card that are active: a push source
+// while it is declared, an engine (zmq) source while it is connected
+// (docs/protocol/pools.md#materialization, condition 3).
+std::uint32_t active_sources(const MembershipState& state, const EndpointKey& endpoint) {
+  const auto cards = state.workers.find(endpoint);
+  const auto projected = state.projection.find(endpoint);
+  if (cards == state.workers.end() || projected == state.projection.end()) return 0;
+  std::uint32_t count = 0;
+  for (const auto& [worker_id, spec] : cards->second) {
+    if (!projected->second.worker_topology.contains(worker_id)) continue;
+    for (const auto& source : spec.kv_sources()) {
+      if (source.has_push() || state.feeds.connected({endpoint, worker_id, source.dp_rank()})) ++count;
+    }
   }
-  return false;
+  return count;
 }
 
 // The endpoints that should hold a pool now, with their domains. Endpoints whose domains
@@ -38,7 +47,7 @@ std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipS
   std::map<wire::PoolKey, std::vector<EndpointKey>> claims;
   for (const auto& [endpoint, m] : state.projection) {
     if (!m.materializable() || !m.kv_state_endpoint()) continue;
-    if (!has_active_source(m, state.workers.at(endpoint))) continue;
+    if (active_sources(state, endpoint) == 0) continue;
     desired.emplace(endpoint, *m.domain);
     claims[wire::pool_key(membership::pool_id(*m.domain, state.config.dc_id))].push_back(endpoint);
   }
@@ -74,7 +83,7 @@ std::shared_ptr<metrics::PoolStats> pool_stats(Self self, const EndpointKey& end
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   if (metrics == nullptr) return nullptr;
   auto stats = std::make_shared<metrics::PoolStats>();
-  metrics->pools().publish(endpoint.display(), stats);
+  metrics->pools().publish({endpoint.display()}, stats);
   metrics->generation_created();
   return stats;
 }
@@ -85,7 +94,7 @@ void generation_gone(Self self, const EndpointKey& endpoint) {
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   if (metrics == nullptr) return;
   metrics->generation_retired();
-  if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw(endpoint.display());
+  if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw({endpoint.display()});
 }
 
 MaterializedPool materialize(Self self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
@@ -149,14 +158,6 @@ std::vector<LoadPool> load_pools(const MembershipState& state) {
   return pools;
 }
 
-std::uint32_t active_sources(const MembershipState& state, const EndpointKey& endpoint) {
-  std::uint32_t count = 0;
-  if (const auto cards = state.workers.find(endpoint); cards != state.workers.end()) {
-    for (const auto& [worker_id, spec] : cards->second) count += static_cast<std::uint32_t>(spec.kv_sources_size());
-  }
-  return count;
-}
-
 // The figures only membership knows, for /metrics.
 void publish_stats(Self self) {
   auto& state = self->state;
@@ -171,6 +172,7 @@ void publish_stats(Self self) {
 // The catalog withdraws a pool before its publisher is retired.
 void reconcile(Self self) {
   auto& state = self->state;
+  state.feeds.reconcile(self, state.workers, state.peers.load);
   state.projection = membership::project(state.workers);
   const auto desired = desired_pools(state);
   std::vector<std::pair<EndpointKey, PoolPublisherActor>> retiring;
@@ -243,6 +245,7 @@ ingest_v1::PutWorkerResponse put_worker(Self self, const ingest_v1::PutWorkerReq
   *spec.mutable_card() = request.card();
   *spec.mutable_adapters() = request.adapters();
   *spec.mutable_kv_sources() = request.kv_sources();
+  if (request.has_engine_metrics()) *spec.mutable_engine_metrics() = request.engine_metrics();
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
     const auto kept = source_ranks(spec);
@@ -291,9 +294,10 @@ void set_availability(Self self, const ingest_v1::SetAvailabilityRequest& reques
 
 // ---- KV event batches ----
 
-bool declares_push_source(const ingest_v1::WorkerSpec& worker, std::uint32_t rank) {
+bool declares_source(const ingest_v1::WorkerSpec& worker, std::uint32_t rank, SourceTransport transport) {
   for (const auto& source : worker.kv_sources()) {
-    if (source.dp_rank() == rank && source.has_push()) return true;
+    if (source.dp_rank() != rank) continue;
+    return transport == SourceTransport::kPush ? source.has_push() : source.has_zmq();
   }
   return false;
 }
@@ -332,7 +336,8 @@ metrics::ResetReason reset_reason(Sequencing sequencing) {
   }
 }
 
-void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns) {
+void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns,
+              SourceTransport transport) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(batch->endpoint());
   const auto cards = state.workers.find(endpoint);
@@ -341,16 +346,23 @@ void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply,
   if (cards == state.workers.end() || pool == state.pools.end())
     return reject(self, reply, BatchResult::kUnknownSource);
   const auto worker = cards->second.find(batch->worker_id());
-  if (worker == cards->second.end() || !declares_push_source(worker->second, batch->dp_rank())) {
+  if (worker == cards->second.end() || !declares_source(worker->second, batch->dp_rank(), transport)) {
     return reject(self, reply, BatchResult::kUnknownSource);
   }
   const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
+  // A replaced engine source's last batches must not touch its successor's state.
+  if (transport == SourceTransport::kZmq && !state.feeds.is_current(self->current_sender(), source)) {
+    return reject(self, reply, BatchResult::kUnknownSource);
+  }
   const auto [cursor, inserted] = state.cursors.try_emplace(source);
   const Sequencing sequencing =
       sequence_batch(&cursor->second, !inserted, *batch, pool->second.producer.layout_generation());
   if (sequencing == Sequencing::kStale) return reject(self, reply, BatchResult::kStaleSequence);
   const bool reset = sequencing != Sequencing::kInOrder;
-  if (reset) count_reset(self, reset_reason(sequencing));
+  if (reset) {
+    ++cursor->second.resets;
+    count_reset(self, reset_reason(sequencing));
+  }
   self->send(pool->second.publisher, atoms::apply_batch_atom_v, batch, reset, reply, receipt_ns);
 }
 
@@ -371,6 +383,30 @@ void on_fenced(Self self, std::uint64_t layout_generation) {
 
 // ---- GetState ----
 
+// What membership knows of each declared source; an engine source's seq comes from its actor.
+void fill_sources(const MembershipState& state, const EndpointKey& endpoint, ingest_v1::EndpointState& out) {
+  const auto cards = state.workers.find(endpoint);
+  if (cards == state.workers.end()) return;
+  for (const auto& [worker_id, spec] : cards->second) {
+    for (const auto& source : spec.kv_sources()) {
+      const SourceId id{endpoint, worker_id, source.dp_rank()};
+      auto* s = out.add_sources();
+      s->set_worker_id(worker_id);
+      s->set_dp_rank(source.dp_rank());
+      s->set_transport(source.has_zmq() ? "zmq" : "push");
+      s->set_connected(source.has_push() || state.feeds.connected(id));
+      if (source.has_zmq()) s->set_endpoint(source.zmq().endpoint());
+      if (const auto cursor = state.cursors.find(id); cursor != state.cursors.end()) {
+        s->set_resets(cursor->second.resets);
+        if (source.has_push()) {
+          s->set_has_last_sequence(true);
+          s->set_last_sequence(cursor->second.next_sequence - 1);
+        }
+      }
+    }
+  }
+}
+
 void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
   std::set<EndpointKey> endpoints;
   for (const auto& [endpoint, cards] : state.workers) endpoints.insert(endpoint);
@@ -389,6 +425,7 @@ void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
     }
     for (auto& text : conflict_texts(state, endpoint)) e->add_conflicts(std::move(text));
     e->set_pool_materialized(state.pools.contains(endpoint));
+    fill_sources(state, endpoint, *e);
   }
 }
 
@@ -399,14 +436,33 @@ caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
   auto promise = self->make_response_promise<ingest_v1::RelayState>();
   auto response = std::make_shared<ingest_v1::RelayState>();
   fill_endpoints(state, *response);
-  if (state.pools.empty()) {
+  std::vector<std::pair<ingest_v1::SourceState*, EngineSourceActor>> engine_sources;
+  const auto actors = state.feeds.sources();
+  for (auto& e : *response->mutable_endpoints()) {
+    const EndpointKey endpoint = ingest_check::endpoint_key(e.endpoint());
+    for (auto& source : *e.mutable_sources()) {
+      const auto actor = actors.find({endpoint, source.worker_id(), source.dp_rank()});
+      if (source.transport() == "zmq" && actor != actors.end()) engine_sources.emplace_back(&source, actor->second);
+    }
+  }
+  if (state.pools.empty() && engine_sources.empty()) {
     promise.deliver(std::move(*response));
     return promise;
   }
-  auto remaining = std::make_shared<std::size_t>(state.pools.size());
+  auto remaining = std::make_shared<std::size_t>(state.pools.size() + engine_sources.size());
   auto one_done = [promise, response, remaining]() mutable {
     if (--*remaining == 0) promise.deliver(std::move(*response));
   };
+  for (const auto& [slot, actor] : engine_sources) {
+    self->request(actor, kPoolStateDeadline, atoms::get_state_atom_v)
+        .then(
+            [=](const ingest_v1::SourceState& reported) mutable {
+              slot->set_has_last_sequence(reported.has_last_sequence());
+              slot->set_last_sequence(reported.last_sequence());
+              one_done();
+            },
+            [=](const caf::error&) mutable { one_done(); });
+  }
   for (const auto& [endpoint, pool] : state.pools) {
     ingest_v1::PoolState* slot = response->add_pools();
     slot->mutable_serving_endpoint()->set_namespace_(endpoint.ns);
@@ -432,6 +488,7 @@ caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
 MembershipActor::behavior_type membership_actor(Self self, MembershipConfig config, MembershipPeers peers) {
   self->state.config = std::move(config);
   self->state.peers = std::move(peers);
+  self->state.feeds = EngineFeeds(self->state.config.feeds);
   self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kMembership));
   report_crashes(self, "membership");
   publish_stats(self);
@@ -446,11 +503,14 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         return ingest_v1::SetAvailabilityResponse{};
       },
       [=](atoms::get_state_atom) { return get_state(self); },
-      [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns) {
-        on_batch(self, batch, reply, receipt_ns);
+      [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns,
+          SourceTransport transport) { on_batch(self, batch, reply, receipt_ns, transport); },
+      [=](atoms::link_atom, const SourceId& source, bool connected) {
+        if (self->state.feeds.set_link(self->current_sender(), source, connected)) reconcile(self);
       },
       [=](atoms::generation_fenced_atom, std::uint64_t layout_generation) { on_fenced(self, layout_generation); },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
+        self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
         for (auto& [endpoint, pool] : pools) {

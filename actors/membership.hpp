@@ -9,6 +9,7 @@
 #include <set>
 
 #include "actors/catalog.hpp"
+#include "actors/engine_feeds.hpp"
 #include "actors/load_window.hpp"
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
@@ -29,6 +30,7 @@ struct MembershipConfig {
   std::size_t max_subscribers_per_pool = 64;
   std::shared_ptr<StreamLimit> hub_slots;
   metrics::RelayMetrics* metrics = nullptr;  // none: nothing is recorded
+  EngineFeedsConfig feeds;                   // where engine sources and scrapers read from
 };
 
 struct MembershipPeers {
@@ -39,34 +41,25 @@ struct MembershipPeers {
 
 // Membership, as the ingest gateway, the runtime and pool publishers see it. The unary ingest
 // calls are requests: their answer (or an error, if membership cannot answer) completes the RPC.
-using MembershipActor = FenceListenerActor::extend<
+using MembershipActor = FenceListenerActor::extend_with<SourceSinkActor>::extend<
     caf::replies_to<atoms::put_worker_atom, ingest_v1::PutWorkerRequest>::with<ingest_v1::PutWorkerResponse>,
     caf::replies_to<atoms::remove_worker_atom, ingest_v1::RemoveWorkerRequest>::with<ingest_v1::RemoveWorkerResponse>,
     caf::replies_to<atoms::availability_atom,
                     ingest_v1::SetAvailabilityRequest>::with<ingest_v1::SetAvailabilityResponse>,
     caf::replies_to<atoms::get_state_atom>::with<ingest_v1::RelayState>,
-    // A KV event batch to route to its pool; the outcome goes to the reply. receipt_ns: when
-    // it reached the relay (steady clock).
-    caf::reacts_to<atoms::batch_atom, EventBatchPtr, BatchReplyPtr, std::int64_t>,
     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,   // retire every pool with this status
     caf::reacts_to<atoms::sample_atom>,                // its mailbox sampling timer
     caf::reacts_to<atoms::corrupt_atom>,               // test hook: every pool's next delta breaks
     caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
     caf::reacts_to<atoms::crash_atom>>;                // test hook: throw, as an invariant break would
 
-// A push source's place in its stream of batches (docs/protocol/decisions.md#d16), and the pool
-// generation its last batch went to.
+// A source's place in its stream of batches (docs/protocol/decisions.md#d16), the pool
+// generation its last batch went to, and how often it was reset since it was declared.
 struct SourceCursor {
   std::uint64_t epoch = 0;
   std::uint64_t next_sequence = 0;
   std::uint64_t layout_generation = 0;
-};
-
-struct SourceId {
-  EndpointKey endpoint;
-  std::uint64_t worker_id = 0;
-  std::uint32_t dp_rank = 0;
-  friend auto operator<=>(const SourceId&, const SourceId&) = default;
+  std::uint64_t resets = 0;
 };
 
 struct MaterializedPool {
@@ -84,6 +77,7 @@ struct MembershipState {
   std::map<EndpointKey, membership::WorkerCards> workers;
   std::map<EndpointKey, std::set<std::uint64_t>> availability;  // absent: not yet reported
   std::map<SourceId, SourceCursor> cursors;
+  EngineFeeds feeds;
   std::map<EndpointKey, membership::EndpointMembership> projection;
   std::map<EndpointKey, MaterializedPool> pools;
   std::uint64_t layout_generation = 0;  // of the last attach

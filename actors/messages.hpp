@@ -24,6 +24,10 @@
 namespace kvrelay::metrics {
 struct PoolStats;
 }
+namespace kvrelay::engine_io {
+struct Multipart;  // ingest/zmq_io.hpp
+using MultipartPtr = std::shared_ptr<const Multipart>;
+}  // namespace kvrelay::engine_io
 
 namespace kvrelay {
 
@@ -103,6 +107,17 @@ struct BatchOutcome {
 using BatchReplyPtr = std::shared_ptr<Reply<BatchOutcome>>;
 using EventBatchPtr = std::shared_ptr<const ingest_v1::KvEventBatch>;
 
+// One KV event source: a dp rank of one worker of a serving endpoint.
+struct SourceId {
+  EndpointKey endpoint;
+  std::uint64_t worker_id = 0;
+  std::uint32_t dp_rank = 0;
+  friend auto operator<=>(const SourceId&, const SourceId&) = default;
+};
+
+// How a batch reached the relay: only a source declared with that transport may send it.
+enum class SourceTransport : std::uint8_t { kPush, kZmq };
+
 // The outcome of load reports (the ReportLoad stream).
 struct LoadOutcome {
   std::uint64_t applied = 0;
@@ -142,6 +157,12 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceKey)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::BatchReplyPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::EventBatchPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::LoadReportBatch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::BatchOutcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceId)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceTransport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::EndpointKey)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::engine_io::MultipartPtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SourceState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::CatalogUpdatePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ReadinessUpdatePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::LoadUpdatePtr)
@@ -186,6 +207,15 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")    // a KV event batch to route
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")  // load reports
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_load_atom, "forgetload")  // a worker's load is unknown again
+// engine sources (ZeroMQ) and scrapers
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, link_atom, "link")              // a source's connection came or went
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frames_atom, "frames")          // a message the engine published
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, replay_atom, "replay")          // a reply of the engine's replay socket
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, replay_deadline_atom, "replaydl")  // a replay ran out of time
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, outcome_atom, "outcome")        // what became of a batch sent on
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, scrape_atom, "scrape")          // a scrape is due, or its result
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, stop_atom, "stop")              // an engine feed is no longer wanted
 // what membership tells the projections
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, catalog_atom, "catalog")       // the complete set of pools
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")           // every endpoint's readiness facts
@@ -224,6 +254,13 @@ using PoolFrameSinkActor = caf::typed_actor<caf::reacts_to<PoolSnapshotMsg>, caf
 // A pool stream as the snapshot encoder permits see it.
 using PermitHolderActor = caf::typed_actor<caf::reacts_to<atoms::granted_atom>>;
 
+// Where KV sources send what they read (membership): a batch to route to its pool, with the
+// transport it came by (the outcome goes to the reply; receipt_ns: when it reached the relay,
+// steady clock), and an engine source's connection state (a connected source is active).
+using SourceSinkActor =
+    caf::typed_actor<caf::reacts_to<atoms::batch_atom, EventBatchPtr, BatchReplyPtr, std::int64_t, SourceTransport>,
+                     caf::reacts_to<atoms::link_atom, SourceId, bool>>;
+
 // Whoever rebuilds a fenced pool generation (membership), as its publisher sees it.
 using FenceListenerActor = caf::typed_actor<caf::reacts_to<atoms::generation_fenced_atom, std::uint64_t>>;
 
@@ -235,3 +272,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::Se
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolLoadUpdate>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolFrameSinkActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PermitHolderActor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceSinkActor)

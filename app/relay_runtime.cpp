@@ -125,6 +125,10 @@ struct RelayRuntime::Impl {
   std::unique_ptr<MetricsServer> metrics_server;
   caf::actor_system_config actor_config;
   std::unique_ptr<caf::actor_system> system;
+  // The engine feeds' I/O threads: stopped after every actor has finished and before the actor
+  // system goes, since their callbacks send to actors.
+  std::unique_ptr<engine_io::ZmqIo> zmq_io = std::make_unique<engine_io::ZmqIo>();
+  std::unique_ptr<engine_io::HttpScraper> http = std::make_unique<engine_io::HttpScraper>(2);
   std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
   CatalogActor catalog;
   TopologyProjectorActor topology;
@@ -211,7 +215,9 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                      std::chrono::milliseconds(options.publication_delay_ms),
                                      options.max_subscribers_per_pool,
                                      impl->hub_slots,
-                                     recorder};
+                                     recorder,
+                                     EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(),
+                                                       std::chrono::milliseconds(5000), recorder}};
   impl->membership =
       system.spawn(membership_actor, membership_config, MembershipPeers{impl->catalog, impl->topology, impl->load});
   impl->supervisor =
@@ -345,7 +351,10 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
         caf::actor_cast<caf::actor>(impl_->encoders)}) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
-  impl_->system.reset();  // waits for every actor to finish
+  impl_->system->await_all_actors_done();
+  impl_->zmq_io.reset();
+  impl_->http.reset();
+  impl_->system.reset();
   spdlog::info("relay stopped");
 }
 

@@ -12,6 +12,8 @@ namespace kvrelay::ingest_check {
 
 namespace {
 
+constexpr std::uint32_t kMaxScrapeIntervalMs = 3'600'000;
+
 Problem problem(std::string_view field, std::string_view what) { return fmt::format("{}: {}", field, what); }
 
 std::string join(std::string_view parent, std::string_view child) {
@@ -58,6 +60,15 @@ Problem card(const ingest_v1::ModelCard& card, std::string_view field) {
   return std::nullopt;
 }
 
+// A ZeroMQ address the relay can connect a socket to: tcp://host:port, ipc://path or inproc://name.
+Problem zmq_endpoint(const std::string& endpoint, std::string_view field, bool optional) {
+  if (endpoint.empty()) return optional ? std::nullopt : problem(field, "is empty");
+  for (std::string_view scheme : {"tcp://", "ipc://", "inproc://"}) {
+    if (endpoint.starts_with(scheme) && endpoint.size() > scheme.size()) return std::nullopt;
+  }
+  return problem(field, fmt::format("'{}' is not a ZeroMQ endpoint (tcp://, ipc:// or inproc://)", endpoint));
+}
+
 Problem kv_sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>& sources,
                    const ingest_v1::ModelCard& model_card, std::string_view field) {
   const auto& runtime = model_card.runtime_config();
@@ -75,8 +86,32 @@ Problem kv_sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>
     if (source.transport_case() == ingest_v1::KvSource::TRANSPORT_NOT_SET) {
       return problem(at, "names no transport (push or zmq)");
     }
-    if (source.has_zmq() && source.zmq().endpoint().empty()) return problem(join(at, "zmq.endpoint"), "is empty");
+    if (!source.has_zmq()) continue;
+    if (auto p = zmq_endpoint(source.zmq().endpoint(), join(at, "zmq.endpoint"), false)) return p;
+    if (auto p = zmq_endpoint(source.zmq().replay_endpoint(), join(at, "zmq.replay_endpoint"), true)) return p;
   }
+  return std::nullopt;
+}
+
+Problem engine_metrics(const ingest_v1::EngineMetricsSource& source, std::string_view field) {
+  const std::string& url = source.url();
+  if (!url.starts_with("http://") || url.size() == std::string_view("http://").size()) {
+    return problem(join(field, "url"), fmt::format("'{}' is not an http:// URL", url));
+  }
+  if (source.kind() != ingest_v1::ENGINE_KIND_VLLM && source.kind() != ingest_v1::ENGINE_KIND_SGLANG) {
+    return problem(join(field, "kind"), "must name the engine (ENGINE_KIND_VLLM or ENGINE_KIND_SGLANG)");
+  }
+  if (source.interval_ms() > kMaxScrapeIntervalMs) {
+    return problem(join(field, "interval_ms"), fmt::format("{} exceeds {}", source.interval_ms(), kMaxScrapeIntervalMs));
+  }
+  return std::nullopt;
+}
+
+Problem sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>& kv, bool has_metrics,
+                const ingest_v1::EngineMetricsSource& metrics, const ingest_v1::ModelCard& model_card,
+                std::string_view field_prefix) {
+  if (auto p = kv_sources(kv, model_card, join(field_prefix, "kv_sources"))) return p;
+  if (has_metrics) return engine_metrics(metrics, join(field_prefix, "engine_metrics"));
   return std::nullopt;
 }
 
@@ -95,7 +130,7 @@ Problem endpoint_ref(const ingest_v1::EndpointRef& endpoint, std::string_view fi
 Problem worker_spec(const ingest_v1::WorkerSpec& worker, std::string_view field) {
   if (!worker.has_card()) return problem(join(field, "card"), "is required");
   if (auto p = card(worker.card(), join(field, "card"))) return p;
-  return kv_sources(worker.kv_sources(), worker.card(), join(field, "kv_sources"));
+  return sources(worker.kv_sources(), worker.has_engine_metrics(), worker.engine_metrics(), worker.card(), field);
 }
 
 Problem put_worker(const ingest_v1::PutWorkerRequest& request) {
@@ -103,7 +138,7 @@ Problem put_worker(const ingest_v1::PutWorkerRequest& request) {
   if (auto p = endpoint_ref(request.endpoint(), "endpoint")) return p;
   if (!request.has_card()) return problem("card", "is required");
   if (auto p = card(request.card(), "card")) return p;
-  return kv_sources(request.kv_sources(), request.card(), "kv_sources");
+  return sources(request.kv_sources(), request.has_engine_metrics(), request.engine_metrics(), request.card(), "");
 }
 
 Problem remove_worker(const ingest_v1::RemoveWorkerRequest& request) {

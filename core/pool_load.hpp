@@ -40,6 +40,10 @@ class PoolLoad {
   // false for a rank the pool does not declare (the report is ignored).
   bool observe(RankKey rank, std::uint64_t kv_used_blocks);
   void clear_observations() { observed_.clear(); }
+  // The worker's ranks have no observation until it reports again.
+  void forget_worker(std::uint64_t worker_id) {
+    std::erase_if(observed_, [&](const auto& entry) { return entry.first.worker_id == worker_id; });
+  }
 
   PoolLoadSnapshot snapshot() const;
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/pool_publisher.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
 #include "grpc_gateway/status.hpp"
 #include "grpc_gateway/windowed_reader.hpp"
@@ -59,27 +60,6 @@ grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, c
   return reactor;
 }
 
-// Logs a rejected input at most once a second, with how many were dropped meanwhile.
-class RateLimitedLog {
- public:
-  void warn(const std::string& what) {
-    const auto now = std::chrono::steady_clock::now();
-    std::lock_guard lock(mutex_);
-    if (now - last_ < std::chrono::seconds(1)) {
-      ++suppressed_;
-      return;
-    }
-    spdlog::warn("{} ({} similar suppressed)", what, suppressed_);
-    last_ = now;
-    suppressed_ = 0;
-  }
-
- private:
-  std::mutex mutex_;
-  std::chrono::steady_clock::time_point last_{};
-  std::uint64_t suppressed_ = 0;
-};
-
 RateLimitedLog& rejected_input_log() {
   static RateLimitedLog log;
   return log;
@@ -103,7 +83,8 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
     // A batch nobody could answer (an actor on its way failed) comes back `lost`.
     auto reply = std::make_shared<Reply<BatchOutcome>>(
         [gate = gate()](const BatchOutcome& outcome) { gate->acknowledge(outcome); }, BatchOutcome{.lost = true});
-    caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), std::move(reply), receipt_ns);
+    caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), std::move(reply), receipt_ns,
+                   SourceTransport::kPush);
   }
   void tally(const BatchOutcome& outcome) override {
     if (outcome.lost) lost_ = true;

@@ -141,87 +141,92 @@ void EventTally::add(const ingest_v1::KvEvent& event, const EventResult& result)
   ++counts_[kind][result_label(result)];
 }
 
-// ---- per-pool series ----
-
-void PoolCollector::publish(const std::string& pool, std::shared_ptr<const PoolStats> stats) {
-  std::lock_guard lock(mutex_);
-  pools_[pool] = std::move(stats);
-}
-
-void PoolCollector::withdraw(const std::string& pool) {
-  std::lock_guard lock(mutex_);
-  pools_.erase(pool);
-}
+// ---- keyed series: pools, engine sources, engine scrapes ----
 
 namespace {
-
-struct PoolFamily {
-  const char* name;
-  const char* help;
-  prometheus::MetricType type;
-  double (*value)(const PoolStats&);
-};
 
 template <class T>
 double load(const std::atomic<T>& value) {
   return static_cast<double>(value.load(std::memory_order_relaxed));
 }
 
-double load_factor(const PoolStats& s) {
+double load_factor(const PoolStats& s, std::size_t) {
   const double slots = load(s.bucket_count) * 4;  // ckf::kSlotsPerBucket
   return slots > 0 ? load(s.occupied_slots) / slots : 0;
 }
 
-const std::array<PoolFamily, 8> kPoolFamilies = {{
-    {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", prometheus::MetricType::Gauge,
-     [](const PoolStats& s) { return load(s.sequence); }},
-    {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool's filter holds", prometheus::MetricType::Gauge,
-     [](const PoolStats& s) { return load(s.unique_blocks); }},
-    {"kv_relay_pool_load_factor", "Occupied filter slots / (buckets * 4)", prometheus::MetricType::Gauge, load_factor},
+template <class E>
+std::span<const std::string_view> values_of() {
+  return LabelSet<E>::names;
+}
+
+constexpr auto kGauge = prometheus::MetricType::Gauge;
+constexpr auto kCounter = prometheus::MetricType::Counter;
+
+const std::array<KeyedFamily<PoolStats>, 8> kPoolFamilies = {{
+    {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.sequence); }},
+    {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool's filter holds", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.unique_blocks); }},
+    {"kv_relay_pool_load_factor", "Occupied filter slots / (buckets * 4)", kGauge, load_factor},
     {"kv_relay_pool_capacity_failures_total",
-     "Blocks the pool's filter could not place (restarts at 0 with each generation)", prometheus::MetricType::Counter,
-     [](const PoolStats& s) { return load(s.capacity_failures); }},
-    {"kv_relay_pool_subscribers", "Open SubscribeKvPool streams of the pool", prometheus::MetricType::Gauge,
-     [](const PoolStats& s) { return load(s.subscribers); }},
-    {"kv_relay_pool_active_sources", "KV sources declared by the pool's workers", prometheus::MetricType::Gauge,
-     [](const PoolStats& s) { return load(s.active_sources); }},
-    {"kv_relay_pool_load_observed_ranks", "Ranks with a load report in the current window",
-     prometheus::MetricType::Gauge, [](const PoolStats& s) { return load(s.observed_ranks); }},
-    {"kv_relay_pool_load_expected_ranks", "Ranks the pool's workers declare", prometheus::MetricType::Gauge,
-     [](const PoolStats& s) { return load(s.expected_ranks); }},
+     "Blocks the pool's filter could not place (restarts at 0 with each generation)", kCounter,
+     [](const PoolStats& s, std::size_t) { return load(s.capacity_failures); }},
+    {"kv_relay_pool_subscribers", "Open SubscribeKvPool streams of the pool", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.subscribers); }},
+    {"kv_relay_pool_active_sources", "Active KV sources of the pool's workers", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.active_sources); }},
+    {"kv_relay_pool_load_observed_ranks", "Ranks with a load report in the current window", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.observed_ranks); }},
+    {"kv_relay_pool_load_expected_ranks", "Ranks the pool's workers declare", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.expected_ranks); }},
+}};
+
+const std::array<KeyedFamily<SourceStats>, 6> kSourceFamilies = {{
+    {"kv_relay_engine_source_connected", "1 while the engine source's SUB socket is connected to its publisher",
+     kGauge, [](const SourceStats& s, std::size_t) { return load(s.connected); }},
+    {"kv_relay_engine_source_batches_total", "Engine batches received by the source, by result", kCounter,
+     [](const SourceStats& s, std::size_t i) { return load(s.batches.elements[i]); }, "result",
+     values_of<EngineBatchResult>()},
+    {"kv_relay_engine_source_events_total", "Events of the source's decoded batches, by result", kCounter,
+     [](const SourceStats& s, std::size_t i) { return load(s.events.elements[i]); }, "result",
+     values_of<EngineEventResult>()},
+    {"kv_relay_engine_source_gaps_total", "Gaps in the engine's batch seq", kCounter,
+     [](const SourceStats& s, std::size_t) { return load(s.gaps); }},
+    {"kv_relay_engine_source_replays_total", "Replay requests sent to the engine's replay socket", kCounter,
+     [](const SourceStats& s, std::size_t) { return load(s.replays); }},
+    {"kv_relay_engine_source_resets_total", "Cold resets of the source, by cause", kCounter,
+     [](const SourceStats& s, std::size_t i) { return load(s.resets.elements[i]); }, "cause",
+     values_of<EngineResetCause>()},
+}};
+
+double scrape_age_seconds(const ScrapeStats& s, std::size_t) {
+  const std::int64_t last = s.last_success_ns.load(std::memory_order_relaxed);
+  const std::int64_t since = last != 0 ? last : s.started_ns.load(std::memory_order_relaxed);
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::chrono::duration<double>(std::chrono::nanoseconds(now - since)).count();
+}
+
+constexpr std::array<std::string_view, 2> kScrapeResults = {"ok", "failed"};
+
+const std::array<KeyedFamily<ScrapeStats>, 2> kScrapeFamilies = {{
+    {"kv_relay_engine_scrapes_total", "Scrapes of the worker's engine metrics page, by result", kCounter,
+     [](const ScrapeStats& s, std::size_t i) { return load(i == 0 ? s.succeeded : s.failed); }, "result",
+     kScrapeResults},
+    {"kv_relay_engine_scrape_age_seconds",
+     "Seconds since the last good scrape of the worker's engine metrics (since the scraper started, if none)",
+     kGauge, scrape_age_seconds},
 }};
 
 }  // namespace
 
-std::vector<prometheus::MetricFamily> PoolCollector::Collect() const {
-  std::map<std::string, std::shared_ptr<const PoolStats>> pools;
-  {
-    std::lock_guard lock(mutex_);
-    pools = pools_;
-  }
-  std::vector<prometheus::MetricFamily> families;
-  if (pools.empty()) return families;
-  for (const PoolFamily& spec : kPoolFamilies) {
-    prometheus::MetricFamily family{spec.name, spec.help, spec.type, {}};
-    for (const auto& [pool, stats] : pools) {
-      prometheus::ClientMetric metric;
-      metric.label.push_back({"pool", pool});
-      const double value = spec.value(*stats);
-      if (spec.type == prometheus::MetricType::Counter) {
-        metric.counter.value = value;
-      } else {
-        metric.gauge.value = value;
-      }
-      family.metric.push_back(std::move(metric));
-    }
-    families.push_back(std::move(family));
-  }
-  return families;
-}
-
 // ---- the registry ----
 
-RelayMetrics::RelayMetrics() {
+RelayMetrics::RelayMetrics()
+    : pools_(std::make_shared<PoolCollector>(std::vector<std::string>{"pool"}, kPoolFamilies)),
+      sources_(std::make_shared<SourceCollector>(std::vector<std::string>{"endpoint", "worker", "dp_rank"},
+                                                 kSourceFamilies)),
+      scrapes_(std::make_shared<ScrapeCollector>(std::vector<std::string>{"endpoint", "worker"}, kScrapeFamilies)) {
   auto& registry = *registry_;
   prometheus::BuildGauge()
       .Name("kv_relay_build_info")
@@ -266,7 +271,7 @@ RelayMetrics::RelayMetrics() {
 #undef KVRELAY_REGISTER_HISTOGRAM
 }
 
-std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const { return {registry_, pools_}; }
+std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const { return {registry_, pools_, sources_, scrapes_}; }
 
 void RelayMetrics::set_identity(std::uint64_t dc_id, std::uint64_t incarnation, std::uint64_t instance_id) {
   identity_

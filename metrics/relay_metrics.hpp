@@ -30,6 +30,7 @@
 
 #include "core/kv_events.hpp"
 #include "core/rpc_status.hpp"
+#include "metrics/keyed_collector.hpp"
 #include "metrics/label_sets.hpp"
 
 namespace kvrelay::metrics {
@@ -71,19 +72,32 @@ struct PoolStats {
   std::atomic<std::uint32_t> expected_ranks{0};  // by the load window
 };
 
-// The per-pool families, built from the published PoolStats at every scrape. Membership
-// publishes a pool's stats when it materializes a generation and withdraws them when the
-// pool goes, so a withdrawn pool's series disappear with it.
-class PoolCollector final : public prometheus::Collectable {
- public:
-  void publish(const std::string& pool, std::shared_ptr<const PoolStats> stats);
-  void withdraw(const std::string& pool);
-  std::vector<prometheus::MetricFamily> Collect() const override;
+// The per-pool families (key label "pool"), built from the published PoolStats at every
+// scrape. Membership publishes a pool's stats when it materializes a generation and withdraws
+// them when the pool goes, so a withdrawn pool's series disappear with it.
+using PoolCollector = KeyedCollector<PoolStats>;
 
- private:
-  mutable std::mutex mutex_;  // held only to copy or change the map, never while formatting
-  std::map<std::string, std::shared_ptr<const PoolStats>> pools_;
+// One engine (ZeroMQ) source's figures, written by its actor.
+struct SourceStats {
+  std::atomic<std::uint32_t> connected{0};
+  PerLabel<std::atomic<std::uint64_t>, EngineBatchResult> batches{};
+  PerLabel<std::atomic<std::uint64_t>, EngineEventResult> events{};
+  std::atomic<std::uint64_t> gaps{0};     // seq gaps seen (each then replayed or reset)
+  std::atomic<std::uint64_t> replays{0};  // replay requests sent
+  PerLabel<std::atomic<std::uint64_t>, EngineResetCause> resets{};
 };
+// Key labels: endpoint, worker, dp_rank.
+using SourceCollector = KeyedCollector<SourceStats>;
+
+// One engine metrics scraper's figures.
+struct ScrapeStats {
+  std::atomic<std::uint64_t> succeeded{0};
+  std::atomic<std::uint64_t> failed{0};
+  std::atomic<std::int64_t> last_success_ns{0};  // steady clock; 0 = never
+  std::atomic<std::int64_t> started_ns{0};       // steady clock, when the scraper started
+};
+// Key labels: endpoint, worker.
+using ScrapeCollector = KeyedCollector<ScrapeStats>;
 
 // Every counter and gauge family of a fixed label set: X(member, type, name, help, label
 // sets...). Each gets one series per combination of its label sets' values (one unlabelled
@@ -164,6 +178,8 @@ class RelayMetrics {
   void generation_retired() { generations_retired_->Increment(); }
   void set_pools_materialized(std::size_t count) { pools_materialized_->Set(static_cast<double>(count)); }
   PoolCollector& pools() { return *pools_; }
+  SourceCollector& sources() { return *sources_; }
+  ScrapeCollector& scrapes() { return *scrapes_; }
 
   // ---- ingest ----
   void batch(BatchResult result) { batches_[IngestRpc::kPublishKvEvents][result]->Increment(); }
@@ -183,7 +199,9 @@ class RelayMetrics {
   static double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  std::shared_ptr<PoolCollector> pools_ = std::make_shared<PoolCollector>();
+  std::shared_ptr<PoolCollector> pools_;
+  std::shared_ptr<SourceCollector> sources_;
+  std::shared_ptr<ScrapeCollector> scrapes_;
   // Families whose label values are not all known up front (relay_metrics.cpp).
   prometheus::Family<prometheus::Gauge>* identity_ = nullptr;
   prometheus::Family<prometheus::Counter>* admissions_ = nullptr;

@@ -1,0 +1,78 @@
+#pragma once
+// The engine feeds membership runs (docs/protocol/engine-sources.md): one source actor per
+// declared ZeroMQ KV source and one scraper per worker that names an engine metrics URL, each
+// restarted when its declaration changes and stopped when it goes. Membership owns this and
+// asks it which sources are connected (a connected source keeps its pool materialized) and
+// whether a message comes from a source actor that is still current.
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "actors/engine_scraper.hpp"
+#include "actors/engine_source.hpp"
+#include "actors/load_window.hpp"
+#include "core/membership.hpp"
+
+namespace kvrelay {
+
+struct EngineFeedsConfig {
+  engine_io::ZmqIo* io = nullptr;          // none: ZeroMQ sources are declared but not read
+  engine_io::HttpScraper* http = nullptr;  // none: engine metrics are declared but not scraped
+  std::chrono::milliseconds replay_timeout{5000};
+  metrics::RelayMetrics* metrics = nullptr;  // none: a private stats object per feed
+};
+
+class EngineFeeds {
+ public:
+  explicit EngineFeeds(EngineFeedsConfig config = {}) : config_(std::move(config)) {}
+
+  // Starts, restarts and stops feeds to match the workers' cards. Feeds are linked to `owner`.
+  void reconcile(caf::local_actor* owner, const std::map<EndpointKey, membership::WorkerCards>& workers,
+                 const LoadWindowActor& load);
+  void stop_all();
+
+  // A source's connection report; false when nothing changed or the sender is not current.
+  bool set_link(const caf::strong_actor_ptr& sender, const SourceId& id, bool connected);
+  bool is_current(const caf::strong_actor_ptr& sender, const SourceId& id) const;
+  bool connected(const SourceId& id) const;
+
+  // GetState: every running source actor, by source.
+  std::map<SourceId, EngineSourceActor> sources() const;
+
+ private:
+  struct SourceSpec {
+    ingest_v1::ZmqSource zmq;
+    engine::DecoderConfig decoder;
+    bool operator==(const SourceSpec& other) const;
+  };
+  struct RunningSource {
+    SourceSpec spec;
+    EngineSourceActor actor;
+    bool connected = false;
+  };
+  struct ScraperSpec {
+    std::string url;
+    std::chrono::milliseconds interval{1000};
+    engine_load::OccupancyQuery query;
+    bool operator==(const ScraperSpec& other) const;
+  };
+  struct RunningScraper {
+    ScraperSpec spec;
+    EngineScraperActor actor;
+  };
+  using ScraperId = std::pair<EndpointKey, std::uint64_t>;
+
+  void start_source(caf::local_actor* owner, const SourceId& id, SourceSpec spec);
+  void stop_source(const SourceId& id);
+  void start_scraper(caf::local_actor* owner, const ScraperId& id, ScraperSpec spec, const LoadWindowActor& load);
+  void stop_scraper(const ScraperId& id);
+
+  EngineFeedsConfig config_;
+  std::uint64_t incarnations_ = 0;
+  std::map<SourceId, RunningSource> sources_;
+  std::map<ScraperId, RunningScraper> scrapers_;
+};
+
+}  // namespace kvrelay

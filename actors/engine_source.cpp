@@ -1,0 +1,222 @@
+#include "actors/engine_source.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "actors/crash_report.hpp"
+#include "actors/rate_limited_log.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using Self = EngineSourceActor::stateful_pointer<EngineSourceState>;
+using metrics::EngineBatchResult;
+using metrics::EngineEventResult;
+
+RateLimitedLog& engine_input_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
+std::string describe(const EngineSourceState& state) {
+  return fmt::format("engine source {} worker={} rank={} ({})", state.config.source.endpoint.display(),
+                     state.config.source.worker_id, state.config.source.dp_rank, state.config.zmq.endpoint());
+}
+
+void count(Self self, EngineBatchResult result) {
+  self->state.config.stats->batches[result].fetch_add(1, std::memory_order_relaxed);
+}
+
+// A live message is done with: its credit goes back to the I/O thread unless the sink is
+// behind, in which case it waits for the sink's answers (end-to-end flow control).
+void release_credit(Self self) {
+  auto& state = self->state;
+  if (state.in_flight < state.config.batches_in_flight) {
+    state.config.io->return_credit(state.subscription);
+  } else {
+    ++state.withheld_credit;
+  }
+}
+
+ingest_v1::EndpointRef endpoint_ref(const EndpointKey& key) {
+  ingest_v1::EndpointRef ref;
+  ref.set_namespace_(key.ns);
+  ref.set_component(key.component);
+  ref.set_endpoint(key.endpoint);
+  return ref;
+}
+
+// Sends one batch of the source's own numbering on; an empty one only carries a reset.
+void send_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
+  auto& state = self->state;
+  *batch->mutable_endpoint() = endpoint_ref(state.config.source.endpoint);
+  batch->set_worker_id(state.config.source.worker_id);
+  batch->set_dp_rank(state.config.source.dp_rank);
+  batch->set_source_epoch((state.config.incarnation << 32) | state.resets);
+  batch->set_sequence(state.next_sequence++);
+  ++state.in_flight;
+  auto reply = std::make_shared<Reply<BatchOutcome>>(
+      [self = EngineSourceActor(self)](const BatchOutcome& outcome) {
+        caf::anon_send(self, atoms::outcome_atom_v, outcome);
+      },
+      BatchOutcome{false, false, 0, true});
+  const std::int64_t receipt_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+  self->send(state.config.sink, atoms::batch_atom_v, EventBatchPtr(std::move(batch)), std::move(reply), receipt_ns,
+             SourceTransport::kZmq);
+}
+
+void count_decode(Self self, const engine::DecodeResult& result) {
+  auto& events = self->state.config.stats->events;
+  for (std::size_t i = 0; i < result.rejected.size(); ++i) {
+    events.elements[i].fetch_add(result.rejected[i], std::memory_order_relaxed);
+  }
+  events[EngineEventResult::kEmitted].fetch_add(result.emitted, std::memory_order_relaxed);
+  events[EngineEventResult::kIgnoredTier].fetch_add(result.ignored, std::memory_order_relaxed);
+  events[EngineEventResult::kTruncated].fetch_add(result.truncated, std::memory_order_relaxed);
+}
+
+void apply(Self self, const HeldBatch& held) {
+  auto& state = self->state;
+  auto batch = std::make_shared<ingest_v1::KvEventBatch>();
+  const engine::DecodeResult result = state.decoder->decode(held.payload, *batch);
+  count_decode(self, result);
+  if (!result.detail.empty()) engine_input_log().warn(fmt::format("{}: {}", describe(state), result.detail));
+  switch (result.batch) {
+    case engine::DecodeResult::Batch::kMalformed:
+      return count(self, EngineBatchResult::kMalformedPayload);
+    case engine::DecodeResult::Batch::kOtherRank:
+      return count(self, EngineBatchResult::kOtherRank);
+    case engine::DecodeResult::Batch::kDecoded:
+      break;
+  }
+  send_on(self, std::move(batch));
+}
+
+void arm_replay_deadline(Self self) {
+  const std::uint64_t attempt = ++self->state.replay_attempt;
+  self->delayed_send(self, self->state.config.replay_timeout, atoms::replay_deadline_atom_v, attempt);
+}
+
+// Carries out what the sequencer decided, in its order.
+void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
+  auto& state = self->state;
+  if (step.reset) {
+    ++state.resets;
+    state.next_sequence = 0;
+    state.decoder->reset();
+    state.config.stats->resets.elements[static_cast<std::size_t>(*step.reset)].fetch_add(1,
+                                                                                         std::memory_order_relaxed);
+    spdlog::info("{}: cold reset ({})", describe(state), engine::to_string(*step.reset));
+  }
+  if (step.cancel_replay) state.config.io->cancel_replay(state.subscription);
+  if (step.request_replay) {
+    state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
+    state.config.stats->replays.fetch_add(1, std::memory_order_relaxed);
+    state.config.io->request_replay(state.subscription, state.config.zmq.replay_endpoint(), *step.request_replay);
+    arm_replay_deadline(self);
+  } else if (step.reset == engine::ResetCause::kSequenceGap) {
+    state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
+  }
+  // A reset with nothing to apply still has to reach the pool now, not with the next batch.
+  if (step.reset && step.apply.empty()) send_on(self, std::make_shared<ingest_v1::KvEventBatch>());
+  for (const HeldBatch& held : step.apply) apply(self, held);
+}
+
+void on_frames(Self self, const engine_io::MultipartPtr& frames) {
+  const auto views = frames->views();
+  const auto message = engine::parse_live(views);
+  if (!message) {
+    count(self, EngineBatchResult::kMalformedFrames);
+    engine_input_log().warn(fmt::format("{}: dropped a message: {}", describe(self->state), message.error()));
+  } else {
+    carry_out(self, self->state.sequencer->on_live(message->seq, HeldBatch{frames, message->payload}));
+  }
+  release_credit(self);
+}
+
+void on_replay(Self self, const engine_io::MultipartPtr& frames) {
+  auto& sequencer = *self->state.sequencer;
+  const auto views = frames->views();
+  const auto message = engine::parse_replay(views);
+  if (!message) {
+    count(self, EngineBatchResult::kMalformedFrames);
+    engine_input_log().warn(fmt::format("{}: dropped a replay reply: {}", describe(self->state), message.error()));
+    return;
+  }
+  if (message->seq == engine::kEndOfReplay) return carry_out(self, sequencer.on_replay_end());
+  carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload}));
+}
+
+void on_outcome(Self self, const BatchOutcome& outcome) {
+  auto& state = self->state;
+  --state.in_flight;
+  count(self, outcome.applied ? EngineBatchResult::kApplied : EngineBatchResult::kRefused);
+  while (state.withheld_credit > 0 && state.in_flight < state.config.batches_in_flight) {
+    --state.withheld_credit;
+    state.config.io->return_credit(state.subscription);
+  }
+}
+
+void on_link(Self self, bool connected) {
+  auto& state = self->state;
+  if (state.connected == connected) return;
+  state.connected = connected;
+  state.config.stats->connected.store(connected ? 1 : 0, std::memory_order_relaxed);
+  spdlog::info("{}: {}", describe(state), connected ? "connected" : "disconnected");
+  self->send(state.config.sink, atoms::link_atom_v, state.config.source, connected);
+}
+
+ingest_v1::SourceState source_state(const EngineSourceState& state) {
+  ingest_v1::SourceState out;
+  out.set_worker_id(state.config.source.worker_id);
+  out.set_dp_rank(state.config.source.dp_rank);
+  out.set_transport("zmq");
+  out.set_connected(state.connected);
+  out.set_endpoint(state.config.zmq.endpoint());
+  if (const auto last = state.sequencer->last_seq()) {
+    out.set_has_last_sequence(true);
+    out.set_last_sequence(*last);
+  }
+  out.set_resets(state.resets);
+  return out;
+}
+
+engine_io::SourceCallbacks callbacks(Self self) {
+  EngineSourceActor handle(self);
+  return {
+      [handle](bool connected) { caf::anon_send(handle, atoms::link_atom_v, connected); },
+      [handle](engine_io::MultipartPtr frames) { caf::anon_send(handle, atoms::frames_atom_v, std::move(frames)); },
+      [handle](engine_io::MultipartPtr frames) { caf::anon_send(handle, atoms::replay_atom_v, std::move(frames)); },
+  };
+}
+
+}  // namespace
+
+EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig config) {
+  auto& state = self->state;
+  state.config = std::move(config);
+  state.sequencer.emplace(!state.config.zmq.replay_endpoint().empty(), state.config.max_buffered_batches);
+  state.decoder.emplace(state.config.decoder);
+  report_crashes(self, "engine-source");
+  engine_io::SubscriptionConfig subscription{state.config.zmq.endpoint(), state.config.zmq.topic()};
+  subscription.credit = state.config.batches_in_flight;
+  state.subscription = state.config.io->subscribe(std::move(subscription), callbacks(self));
+  self->attach_functor([io = state.config.io, id = state.subscription] { io->unsubscribe(id); });
+  return {
+      [=](atoms::link_atom, bool connected) { on_link(self, connected); },
+      [=](atoms::frames_atom, const engine_io::MultipartPtr& frames) { on_frames(self, frames); },
+      [=](atoms::replay_atom, const engine_io::MultipartPtr& frames) { on_replay(self, frames); },
+      [=](atoms::replay_deadline_atom, std::uint64_t attempt) {
+        if (attempt == self->state.replay_attempt) carry_out(self, self->state.sequencer->on_replay_timeout());
+      },
+      [=](atoms::outcome_atom, const BatchOutcome& outcome) { on_outcome(self, outcome); },
+      [=](atoms::get_state_atom) { return source_state(self->state); },
+      [=](atoms::stop_atom) {
+        // Its pool forgets the source through membership; the sink hears it is gone.
+        if (self->state.connected) on_link(self, false);
+        self->quit();
+      },
+  };
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,68 @@
+#pragma once
+// One engine KV-event source (docs/protocol/engine-sources.md): a dp rank's ZeroMQ publisher.
+// The I/O thread hands it the messages; it orders them by the engine's seq (replaying or
+// cold-resetting on gaps), decodes each batch into ingest events and sends them on as the
+// source's own contiguous batches, exactly as a push feeder would.
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/messages.hpp"
+#include "core/engine_events.hpp"
+#include "core/engine_sequencer.hpp"
+#include "ingest/zmq_io.hpp"
+#include "metrics/relay_metrics.hpp"
+
+namespace kvrelay {
+
+struct EngineSourceConfig {
+  SourceId source;
+  ingest_v1::ZmqSource zmq;
+  engine::DecoderConfig decoder;
+  // Unique per source actor the relay starts: the high half of the epochs it sends, so a
+  // replacement's batches never continue a predecessor's sequence.
+  std::uint64_t incarnation = 0;
+  std::chrono::milliseconds replay_timeout{5000};
+  std::size_t max_buffered_batches = 10000;  // live batches held while a replay runs
+  std::size_t batches_in_flight = 16;        // sent on and not yet answered
+  engine_io::ZmqIo* io = nullptr;            // outlives every source actor
+  SourceSinkActor sink;
+  std::shared_ptr<metrics::SourceStats> stats;  // never null
+};
+
+using EngineSourceActor =
+    caf::typed_actor<caf::reacts_to<atoms::link_atom, bool>,                         // from the I/O thread
+                     caf::reacts_to<atoms::frames_atom, engine_io::MultipartPtr>,     // from the I/O thread
+                     caf::reacts_to<atoms::replay_atom, engine_io::MultipartPtr>,     // from the I/O thread
+                     caf::reacts_to<atoms::replay_deadline_atom, std::uint64_t>,      // its own timer
+                     caf::reacts_to<atoms::outcome_atom, BatchOutcome>,               // the sink's answer
+                     caf::replies_to<atoms::get_state_atom>::with<ingest_v1::SourceState>,
+                     caf::reacts_to<atoms::stop_atom>>;
+
+// A batch the engine published, held until the sequencer hands it out.
+struct HeldBatch {
+  engine_io::MultipartPtr frames;  // owns the payload's bytes
+  engine::Frame payload;
+};
+
+struct EngineSourceState {
+  EngineSourceConfig config;
+  engine_io::ZmqIo::Id subscription = 0;
+  std::optional<engine::Sequencer<HeldBatch>> sequencer;
+  std::optional<engine::EventDecoder> decoder;
+  bool connected = false;
+  std::uint64_t resets = 0;          // since this actor started
+  std::uint64_t next_sequence = 0;   // of the next batch sent on, in the current epoch
+  std::uint64_t replay_attempt = 0;  // the replay a deadline belongs to
+  std::size_t in_flight = 0;         // batches sent on and not yet answered
+  std::size_t withheld_credit = 0;   // live messages whose credit waits for in_flight to fall
+  static inline const char* name = "engine-source";
+};
+
+EngineSourceActor::behavior_type engine_source(EngineSourceActor::stateful_pointer<EngineSourceState> self,
+                                               EngineSourceConfig config);
+
+}  // namespace kvrelay

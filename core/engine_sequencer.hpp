@@ -1,0 +1,175 @@
+#pragma once
+// Ordering of one engine source's batches (docs/protocol/engine-sources.md#sequencing): the
+// engine numbers its batches seq 0, 1, 2, ... per process. A gap is filled from the engine's
+// replay socket when it has one and still holds the range, otherwise the source is cold-reset
+// and goes on from the batch after the gap; a seq that goes back is an engine restart.
+//
+// Pure: the caller feeds it what arrived and carries out each Step in this order: reset,
+// cancel the replay in flight, request a replay, apply every batch in order.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace kvrelay::engine {
+
+enum class ResetCause : std::uint8_t {
+  kSequenceGap,     // a gap and no replay socket
+  kEngineRestart,   // seq went back
+  kReplayEvicted,   // the replay began above the requested seq, or held nothing of it
+  kReplayGap,       // the replay itself skipped a seq
+  kReplayTimeout,   // no end of replay in time
+  kReplayOverflow,  // too many live batches arrived while the replay ran
+  kCount
+};
+std::string_view to_string(ResetCause cause);
+
+template <class Batch>
+class Sequencer {
+ public:
+  struct Step {
+    std::optional<ResetCause> reset;                // drop the source's blocks before applying
+    std::optional<std::uint64_t> request_replay;    // ask the replay socket from this seq
+    bool cancel_replay = false;                     // stop listening to the replay in flight
+    std::vector<Batch> apply;                       // in this order
+  };
+
+  // A fresh source with a replay socket first asks it from seq 0: an engine younger than its
+  // replay buffer then gives its complete state.
+  Sequencer(bool has_replay, std::size_t max_buffered)
+      : has_replay_(has_replay), bootstrap_(has_replay), max_buffered_(max_buffered) {}
+
+  Step on_live(std::uint64_t seq, Batch batch) {
+    Step step;
+    if (replay_) {
+      buffered_.push_back({seq, std::move(batch)});
+      if (buffered_.size() > max_buffered_) abandon_replay(step, ResetCause::kReplayOverflow);
+      return step;
+    }
+    admit(step, seq, std::move(batch));
+    return step;
+  }
+
+  Step on_replay(std::uint64_t seq, Batch batch) {
+    Step step;
+    if (!replay_) return step;  // a late reply of a replay already given up
+    if (!replay_->answered && seq > expected_) {
+      abandon_replay(step, ResetCause::kReplayEvicted);
+      return step;
+    }
+    replay_->answered = true;
+    if (seq < expected_) return step;
+    if (seq > expected_) {
+      abandon_replay(step, ResetCause::kReplayGap);
+      return step;
+    }
+    apply(step, seq, std::move(batch));
+    return step;
+  }
+
+  Step on_replay_end() {
+    Step step;
+    if (!replay_) return step;
+    if (!replay_->answered) {
+      abandon_replay(step, ResetCause::kReplayEvicted);
+      return step;
+    }
+    replay_.reset();
+    drain_buffered(step);
+    return step;
+  }
+
+  Step on_replay_timeout() {
+    Step step;
+    if (replay_) abandon_replay(step, ResetCause::kReplayTimeout);
+    return step;
+  }
+
+  bool replaying() const { return replay_.has_value(); }
+  // The seq of the last batch handed out to apply, if any since the source started.
+  std::optional<std::uint64_t> last_seq() const { return last_seq_; }
+
+ private:
+  struct Held {
+    std::uint64_t seq;
+    Batch batch;
+  };
+  struct Replay {
+    bool answered = false;  // a reply at or below the requested seq arrived
+  };
+
+  void admit(Step& step, std::uint64_t seq, Batch batch) {
+    if (!started_) {
+      if (bootstrap_ && seq > 0) {
+        bootstrap_ = false;
+        start_replay(step, 0, seq, std::move(batch));
+        return;
+      }
+      apply(step, seq, std::move(batch));
+      return;
+    }
+    if (seq == expected_) return apply(step, seq, std::move(batch));
+    if (seq < expected_) {
+      reset(step, ResetCause::kEngineRestart);
+      return apply(step, seq, std::move(batch));
+    }
+    if (has_replay_) return start_replay(step, expected_, seq, std::move(batch));
+    reset(step, ResetCause::kSequenceGap);
+    apply(step, seq, std::move(batch));
+  }
+
+  void start_replay(Step& step, std::uint64_t from, std::uint64_t seq, Batch batch) {
+    started_ = true;
+    expected_ = from;
+    replay_ = Replay{};
+    step.request_replay = from;
+    buffered_.push_back({seq, std::move(batch)});
+  }
+
+  // The replay cannot close the gap: the source starts over from the live batches that
+  // arrived meanwhile.
+  void abandon_replay(Step& step, ResetCause cause) {
+    replay_.reset();
+    step.cancel_replay = true;
+    reset(step, cause);
+    drain_buffered(step);
+  }
+
+  void drain_buffered(Step& step) {
+    while (!buffered_.empty() && !replay_) {
+      Held held = std::move(buffered_.front());
+      buffered_.pop_front();
+      admit(step, held.seq, std::move(held.batch));
+    }
+  }
+
+  // The next batch starts the source over, whatever its seq. A step resets before all of its
+  // batches, so batches handed out earlier in this step are dropped: the reset would drop
+  // their blocks anyway.
+  void reset(Step& step, ResetCause cause) {
+    started_ = false;
+    bootstrap_ = false;
+    step.apply.clear();
+    step.reset = cause;
+  }
+
+  void apply(Step& step, std::uint64_t seq, Batch batch) {
+    started_ = true;
+    expected_ = seq + 1;
+    last_seq_ = seq;
+    step.apply.push_back(std::move(batch));
+  }
+
+  bool has_replay_;
+  bool bootstrap_;
+  std::size_t max_buffered_;
+  bool started_ = false;
+  std::uint64_t expected_ = 0;  // next seq to apply, once started
+  std::optional<std::uint64_t> last_seq_;
+  std::optional<Replay> replay_;
+  std::deque<Held> buffered_;
+};
+
+}  // namespace kvrelay::engine

@@ -1,0 +1,33 @@
+#pragma once
+// The Prometheus text exposition format (0.0.4), as engines serve it on /metrics: the samples
+// of a page, for reading engine load from it (docs/protocol/decisions.md#d26). Comments (HELP,
+// TYPE and any other), blank lines and CRLF line ends are accepted and dropped; an OpenMetrics
+// `# EOF` ends the page. Families are not interpreted: every sample is kept, in page order.
+#include <cstdint>
+#include <expected>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvrelay::prometheus_text {
+
+struct Sample {
+  std::string name;                                         // incl. any suffix (foo_total, foo_bucket)
+  std::vector<std::pair<std::string, std::string>> labels;  // unescaped values, in page order
+  double value = 0;                                         // NaN, +Inf and -Inf included
+  std::optional<std::int64_t> timestamp_ms;
+
+  // nullptr when the sample has no such label.
+  const std::string* label(std::string_view key) const;
+};
+
+struct Page {
+  std::vector<Sample> samples;
+};
+
+// The page, or why it is not one ("line 12: ...", lines counted from 1).
+std::expected<Page, std::string> parse(std::string_view text);
+
+}  // namespace kvrelay::prometheus_text

@@ -1,0 +1,75 @@
+#include "ingest/http_scrape.hpp"
+
+#include <httplib.h>
+
+namespace kvrelay::engine_io {
+
+std::optional<HttpUrl> parse_http_url(const std::string& url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme)) return std::nullopt;
+  const auto path_start = url.find('/', kScheme.size());
+  HttpUrl parsed{url.substr(0, path_start), path_start == std::string::npos ? "/" : url.substr(path_start)};
+  if (parsed.origin.size() == kScheme.size()) return std::nullopt;  // no host
+  return parsed;
+}
+
+HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout) {
+  const auto parsed = parse_http_url(url);
+  if (!parsed) return {false, {}, "not an http:// URL"};
+  httplib::Client client(parsed->origin);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(timeout - seconds);
+  client.set_connection_timeout(seconds.count(), micros.count());
+  client.set_read_timeout(seconds.count(), micros.count());
+  client.set_write_timeout(seconds.count(), micros.count());
+  HttpResult result;
+  bool too_big = false;
+  const auto response = client.Get(parsed->path, [&](const char* data, std::size_t length) {
+    result.body.append(data, length);
+    too_big = result.body.size() > HttpScraper::kMaxBodyBytes;
+    return !too_big;
+  });
+  if (too_big) return {false, {}, "the page is larger than 16 MiB"};
+  if (!response) return {false, {}, httplib::to_string(response.error())};
+  if (response->status != 200) return {false, {}, "HTTP status " + std::to_string(response->status)};
+  result.ok = true;
+  return result;
+}
+
+HttpScraper::HttpScraper(std::size_t threads) {
+  for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i) threads_.emplace_back([this] { run(); });
+}
+
+HttpScraper::~HttpScraper() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    jobs_.clear();
+  }
+  wake_.notify_all();
+  for (auto& thread : threads_) thread.join();
+}
+
+void HttpScraper::get(std::string url, std::chrono::milliseconds timeout, std::function<void(HttpResult)> done) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back({std::move(url), timeout, std::move(done)});
+  }
+  wake_.notify_one();
+}
+
+void HttpScraper::run() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job.done(http_get(job.url, job.timeout));
+  }
+}
+
+}  // namespace kvrelay::engine_io

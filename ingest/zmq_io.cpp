@@ -1,0 +1,260 @@
+#include "ingest/zmq_io.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <variant>
+
+namespace kvrelay::engine_io {
+
+std::vector<engine::Frame> Multipart::views() const {
+  std::vector<engine::Frame> views;
+  views.reserve(frames.size());
+  for (const zmq::message_t& frame : frames) views.emplace_back(frame.data<std::byte>(), frame.size());
+  return views;
+}
+
+struct ZmqIo::Source {
+  Id id = 0;
+  SourceCallbacks callbacks;
+  std::shared_ptr<std::atomic<long>> credit;
+  zmq::socket_t sub;
+  zmq::socket_t monitor;  // PAIR end of the SUB socket's monitor
+  std::optional<zmq::socket_t> replay;
+};
+
+struct ZmqIo::Command {
+  struct Subscribe {
+    Id id;
+    SubscriptionConfig config;
+    SourceCallbacks callbacks;
+  };
+  struct Unsubscribe {
+    Id id;
+  };
+  struct Replay {
+    Id id;
+    std::string endpoint;
+    std::uint64_t from;
+  };
+  struct CancelReplay {
+    Id id;
+  };
+  std::variant<Subscribe, Unsubscribe, Replay, CancelReplay> what;
+};
+
+namespace {
+
+constexpr int kConnectionEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED;
+
+// Receives every frame of one message that is waiting; nullopt when none is.
+std::optional<Multipart> receive(zmq::socket_t& socket) {
+  Multipart message;
+  do {
+    zmq::message_t frame;
+    if (!socket.recv(frame, zmq::recv_flags::dontwait)) {
+      if (message.frames.empty()) return std::nullopt;
+      throw std::logic_error("zmq: a message ended without its last frame");  // cannot happen: atomic delivery
+    }
+    message.frames.push_back(std::move(frame));
+  } while (message.frames.back().more());
+  return message;
+}
+
+}  // namespace
+
+ZmqIo::ZmqIo() : context_(1), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  thread_ = std::thread([this] { run(); });
+}
+
+ZmqIo::~ZmqIo() {
+  stopping_ = true;
+  wake();
+  thread_.join();
+  close(wake_fd_);
+}
+
+ZmqIo::Id ZmqIo::subscribe(SubscriptionConfig config, SourceCallbacks callbacks) {
+  const Id id = next_id_++;
+  post({Command::Subscribe{id, std::move(config), std::move(callbacks)}});
+  return id;
+}
+
+void ZmqIo::unsubscribe(Id id) { post({Command::Unsubscribe{id}}); }
+
+void ZmqIo::request_replay(Id id, std::string endpoint, std::uint64_t from) {
+  post({Command::Replay{id, std::move(endpoint), from}});
+}
+
+void ZmqIo::cancel_replay(Id id) { post({Command::CancelReplay{id}}); }
+
+void ZmqIo::return_credit(Id id, std::size_t count) {
+  std::shared_ptr<std::atomic<long>> credit;
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = credits_.find(id);
+    if (it == credits_.end()) return;
+    credit = it->second;
+  }
+  // Only a socket that ran out of credit is left out of the poll: only then is a wake-up owed.
+  if (credit->fetch_add(static_cast<long>(count)) <= 0) wake();
+}
+
+void ZmqIo::post(Command command) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto* subscribe = std::get_if<Command::Subscribe>(&command.what)) {
+      credits_[subscribe->id] = std::make_shared<std::atomic<long>>(static_cast<long>(subscribe->config.credit));
+    } else if (auto* unsubscribe = std::get_if<Command::Unsubscribe>(&command.what)) {
+      credits_.erase(unsubscribe->id);
+    }
+    commands_.push_back(std::move(command));
+  }
+  wake();
+}
+
+void ZmqIo::wake() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto written = write(wake_fd_, &one, sizeof one);  // full counter: already awake
+}
+
+void ZmqIo::open(Id id, SubscriptionConfig config, SourceCallbacks callbacks) {
+  auto source = std::make_unique<Source>();
+  source->id = id;
+  source->callbacks = std::move(callbacks);
+  {
+    std::lock_guard lock(mutex_);
+    const auto credit = credits_.find(id);
+    if (credit == credits_.end()) return;  // unsubscribed before it was opened
+    source->credit = credit->second;
+  }
+  source->sub = zmq::socket_t(context_, zmq::socket_type::sub);
+  source->sub.set(zmq::sockopt::linger, 0);
+  source->sub.set(zmq::sockopt::rcvhwm, config.receive_hwm);
+  source->sub.set(zmq::sockopt::reconnect_ivl, 100);
+  source->sub.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(config.reconnect_max.count()));
+  // ZMTP heartbeats notice an engine that vanished without closing its connection.
+  source->sub.set(zmq::sockopt::heartbeat_ivl, 2000);
+  source->sub.set(zmq::sockopt::heartbeat_timeout, 6000);
+  source->sub.set(zmq::sockopt::subscribe, config.topic);
+  const std::string monitor_endpoint = "inproc://kvrelay-source-monitor-" + std::to_string(id);
+  if (zmq_socket_monitor(source->sub.handle(), monitor_endpoint.c_str(), kConnectionEvents) != 0) {
+    throw zmq::error_t();
+  }
+  source->monitor = zmq::socket_t(context_, zmq::socket_type::pair);
+  source->monitor.connect(monitor_endpoint);
+  try {
+    source->sub.connect(config.endpoint);
+  } catch (const zmq::error_t& error) {
+    // Validation refuses malformed endpoints; this is an address ZeroMQ cannot use here.
+    spdlog::error("engine source {}: cannot connect to {}: {}", id, config.endpoint, error.what());
+  }
+  sources_.emplace(id, std::move(source));
+}
+
+void ZmqIo::carry_out(std::vector<Command>& commands) {
+  for (Command& command : commands) {
+    std::visit(
+        [this](auto& c) {
+          using T = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<T, Command::Subscribe>) {
+            open(c.id, std::move(c.config), std::move(c.callbacks));
+          } else if constexpr (std::is_same_v<T, Command::Unsubscribe>) {
+            if (const auto it = sources_.find(c.id); it != sources_.end()) {
+              zmq_socket_monitor(it->second->sub.handle(), nullptr, 0);
+              sources_.erase(it);
+            }
+          } else {
+            const auto it = sources_.find(c.id);
+            if (it == sources_.end()) return;
+            Source& source = *it->second;
+            source.replay.reset();
+            if constexpr (std::is_same_v<T, Command::Replay>) {
+              source.replay.emplace(context_, zmq::socket_type::dealer);
+              source.replay->set(zmq::sockopt::linger, 0);
+              source.replay->connect(c.endpoint);
+              const std::string request = engine::replay_request(c.from);
+              source.replay->send(zmq::message_t(), zmq::send_flags::sndmore);
+              source.replay->send(zmq::buffer(request), zmq::send_flags::none);
+            }
+          }
+        },
+        command.what);
+  }
+}
+
+void ZmqIo::read_monitor(Source& source) {
+  while (auto event = receive(source.monitor)) {
+    if (event->frames.empty() || event->frames[0].size() < sizeof(std::uint16_t)) continue;
+    std::uint16_t id = 0;
+    std::memcpy(&id, event->frames[0].data(), sizeof id);
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) source.callbacks.connection(true);
+    if (id == ZMQ_EVENT_DISCONNECTED) source.callbacks.connection(false);
+  }
+}
+
+void ZmqIo::read_live(Source& source) {
+  while (source.credit->load() > 0) {
+    auto message = receive(source.sub);
+    if (!message) return;
+    source.credit->fetch_sub(1);
+    source.callbacks.live(std::make_shared<const Multipart>(std::move(*message)));
+  }
+}
+
+void ZmqIo::read_replay(Source& source) {
+  while (source.replay) {
+    auto message = receive(*source.replay);
+    if (!message) return;
+    // A DEALER receives the ROUTER's reply behind one empty delimiter frame.
+    if (!message->frames.empty() && message->frames.front().size() == 0) message->frames.erase(message->frames.begin());
+    source.callbacks.replay(std::make_shared<const Multipart>(std::move(*message)));
+  }
+}
+
+void ZmqIo::run() {
+  enum class Socket { kMonitor, kLive, kReplay };
+  std::vector<zmq::pollitem_t> items;
+  std::vector<std::pair<Source*, Socket>> owners;  // of items[1..]
+  std::vector<Command> commands;
+  while (!stopping_) {
+    items.assign(1, zmq::pollitem_t{nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    owners.clear();
+    const auto poll_on = [&](Source* source, zmq::socket_t& socket, Socket kind) {
+      items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
+      owners.emplace_back(source, kind);
+    };
+    for (auto& [id, source] : sources_) {
+      poll_on(source.get(), source->monitor, Socket::kMonitor);
+      if (source->credit->load() > 0) poll_on(source.get(), source->sub, Socket::kLive);
+      if (source->replay) poll_on(source.get(), *source->replay, Socket::kReplay);
+    }
+    zmq::poll(items, std::chrono::milliseconds(-1));
+    if (items[0].revents & ZMQ_POLLIN) {
+      std::uint64_t count = 0;
+      [[maybe_unused]] const auto read_bytes = read(wake_fd_, &count, sizeof count);
+      {
+        std::lock_guard lock(mutex_);
+        commands.swap(commands_);
+      }
+      carry_out(commands);
+      commands.clear();
+      continue;  // the set of sockets may have changed: poll again
+    }
+    for (std::size_t i = 0; i < owners.size(); ++i) {
+      if ((items[i + 1].revents & ZMQ_POLLIN) == 0) continue;
+      auto [source, kind] = owners[i];
+      if (kind == Socket::kMonitor) read_monitor(*source);
+      if (kind == Socket::kLive) read_live(*source);
+      if (kind == Socket::kReplay) read_replay(*source);
+    }
+  }
+  sources_.clear();
+}
+
+}  // namespace kvrelay::engine_io
