@@ -396,9 +396,23 @@ std::string_view salt_candidate(const Object& first_entry, std::string_view lora
 struct StoredEvent {
   std::optional<std::uint64_t> parent;
   std::string_view lora_name;
-  std::string_view cache_salt;         // the top-level salt, else the first block's candidate
+  std::string_view cache_salt;         // the top-level one (TensorRT-LLM)
   const Object* extra_keys = nullptr;  // an array with one entry per block, or null
 };
+
+std::expected<StoredEvent, Refusal> read_stored_values(const EventFields& fields) {
+  StoredEvent stored;
+  const auto parent = read_parent(fields.parent_block_hash);
+  if (!parent) return std::unexpected(parent.error());
+  stored.parent = *parent;
+  const auto lora_name = read_text(fields.lora_name, "lora_name");
+  if (!lora_name) return std::unexpected(lora_name.error());
+  stored.lora_name = *lora_name;
+  const auto cache_salt = read_text(fields.cache_salt, "cache_salt");
+  if (!cache_salt) return std::unexpected(cache_salt.error());
+  stored.cache_salt = *cache_salt;
+  return stored;
+}
 
 // Blocks whose whole token window lies inside the token list; a window overrunning it ends the event.
 std::size_t complete_blocks(std::size_t blocks, std::size_t tokens, std::uint32_t stride, std::size_t width) {
@@ -485,36 +499,35 @@ class EventDecoder::EventReader {
     return {};
   }
 
+  // Reads the hashes and tokens into the decoder's scratch buffers; every check happens here.
   std::expected<StoredEvent, Refusal> read_stored(const EventFields& fields) {
     const DecoderConfig& config = decoder_.config_;
-    StoredEvent stored;
     if (auto read = read_hashes(*fields.block_hashes, decoder_.hashes_); !read) return std::unexpected(read.error());
-    const auto parent = read_parent(fields.parent_block_hash);
-    if (!parent) return std::unexpected(parent.error());
-    stored.parent = *parent;
-    if (auto read = read_block_size(*fields.block_size, config.block_size); !read) {
-      return std::unexpected(read.error());
-    }
-    const auto lora_name = read_text(fields.lora_name, "lora_name");
-    if (!lora_name) return std::unexpected(lora_name.error());
-    stored.lora_name = *lora_name;
-    const auto cache_salt = read_text(fields.cache_salt, "cache_salt");
-    if (!cache_salt) return std::unexpected(cache_salt.error());
+    auto stored = read_stored_values(fields);
+    if (!stored) return stored;
     const auto extra_keys = read_extra_keys(fields.extra_keys, decoder_.hashes_.size());
     if (!extra_keys) return std::unexpected(extra_keys.error());
-    stored.extra_keys = *extra_keys;
+    stored->extra_keys = *extra_keys;
+    if (auto read = read_block_size(*fields.block_size, config.block_size); !read) return std::unexpected(read.error());
     if (auto read = read_tokens(*fields.token_ids, config.format, decoder_.tokens_); !read) {
       return std::unexpected(read.error());
     }
-    if (has_duplicate(decoder_.hashes_, stored.parent, decoder_.sorted_hashes_)) {
+    if (has_duplicate(decoder_.hashes_, stored->parent, decoder_.sorted_hashes_)) {
       return refuse(EventRejection::kDuplicateBlock,
-                    "a block hash repeated in one stored event (or equal to its parent)");
-    }
-    stored.cache_salt = *cache_salt;
-    if (stored.cache_salt.empty() && stored.extra_keys != nullptr && stored.extra_keys->via.array.size > 0) {
-      stored.cache_salt = salt_candidate(stored.extra_keys->via.array.ptr[0], stored.lora_name);
+                    "a block hash repeated in one stored event, or equal to its parent");
     }
     return stored;
+  }
+
+  // The top-level salt (TensorRT-LLM), else the salt vLLM puts on a request's first block, else the
+  // namespace of the parent: a request's salt holds for every block that descends from its first.
+  std::string_view cache_namespace_of(const StoredEvent& event) const {
+    if (!event.cache_salt.empty()) return event.cache_salt;
+    const std::string_view first_block_salt = event.extra_keys != nullptr && event.extra_keys->via.array.size > 0
+                                                  ? salt_candidate(event.extra_keys->via.array.ptr[0], event.lora_name)
+                                                  : std::string_view();
+    if (!first_block_salt.empty() || !event.parent) return first_block_salt;
+    return decoder_.namespace_of(*event.parent);
   }
 
   const ingest_v1::BlocksStored& emit_stored(const StoredEvent& event, std::span<const std::uint64_t> hashes) {
@@ -523,9 +536,7 @@ class EventDecoder::EventReader {
     ingest_v1::BlocksStored& stored = *emitted.mutable_stored();
     if (event.parent) stored.set_parent_block_hash(*event.parent);
     stored.set_lora_name(std::string(event.lora_name));
-    // The salt a request carried on its first block holds for every block that descends from it.
-    stored.set_cache_namespace(std::string(
-        event.cache_salt.empty() && event.parent ? decoder_.namespace_of(*event.parent) : event.cache_salt));
+    stored.set_cache_namespace(std::string(cache_namespace_of(event)));
     stored.mutable_blocks()->Reserve(static_cast<int>(hashes.size()));
     const std::size_t width = window_width(decoder_.config_);
     for (std::size_t i = 0; i < hashes.size(); ++i) {
@@ -534,8 +545,9 @@ class EventDecoder::EventReader {
       ingest_v1::TokenBlock& tokens = *block.mutable_tokens();
       const std::uint32_t* window = decoder_.tokens_.data() + i * decoder_.config_.block_size;
       tokens.mutable_token_ids()->Add(window, window + width);
-      if (event.extra_keys != nullptr)
+      if (event.extra_keys != nullptr) {
         add_multimodal_hashes(event.extra_keys->via.array.ptr[i], *tokens.mutable_mm_hashes());
+      }
     }
     return stored;
   }

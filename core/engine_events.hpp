@@ -13,7 +13,6 @@
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
-#include <msgpack/object_fwd_decl.hpp>
 
 #include "core/token_hashing.hpp"
 #include "kvrelay/ingest/v1/ingest.pb.h"

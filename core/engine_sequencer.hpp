@@ -137,10 +137,16 @@ class Sequencer {
     drain_buffered(step);
   }
 
+  // Live batches that waited for a replay: those the replay already gave are skipped, unless
+  // the live seq went back meanwhile (the engine restarted during the replay).
   void drain_buffered(Step& step) {
+    std::optional<std::uint64_t> previous;
     while (!buffered_.empty() && !replay_) {
       Held held = std::move(buffered_.front());
       buffered_.pop_front();
+      const bool went_back = previous && held.seq <= *previous;
+      previous = held.seq;
+      if (started_ && held.seq < expected_ && !went_back) continue;
       admit(step, held.seq, std::move(held.batch));
     }
   }

@@ -651,11 +651,12 @@ TEST_CASE("garbage payloads are malformed batches and append nothing", "[engine_
 
   SECTION("wrong envelopes") {
     const Array events{cleared_map()};
+    std::size_t index = 0;
     for (const Value& envelope : std::vector<Value>{
              5, "batch", Nil{}, Array{}, Array{kTimestamp}, Array{kTimestamp, "events"}, Array{"ts", events},
              Array{kTimestamp, events, -1}, Array{kTimestamp, events, "0"}, Map{{"ts", kTimestamp}},
              Map{{"ts", kTimestamp}, {"events", Map{}}}, Map{{"events", events}}, Bin{"\x91\xc0"}}) {
-      INFO(pack(envelope).size());
+      INFO("envelope " << index++);
       check_malformed(pack(envelope));
     }
     check_malformed("");

@@ -1,0 +1,171 @@
+// Ordering of an engine source's batches: gaps, replays, restarts (core/engine_sequencer.hpp).
+#include <catch2/catch.hpp>
+
+#include "core/engine_frames.hpp"
+#include "core/engine_sequencer.hpp"
+
+namespace kvrelay::engine {
+namespace {
+
+using Seq = Sequencer<std::uint64_t>;  // each batch is its own seq, to see what is applied
+
+std::vector<std::uint64_t> applied(const Seq::Step& step) { return step.apply; }
+
+TEST_CASE("contiguous batches apply in order; a fresh source without replay starts anywhere", "[engine_sequencer]") {
+  Seq sequencer(false, 100);
+  CHECK(applied(sequencer.on_live(7, 7)) == std::vector<std::uint64_t>{7});
+  const auto step = sequencer.on_live(8, 8);
+  CHECK(applied(step) == std::vector<std::uint64_t>{8});
+  CHECK_FALSE(step.reset);
+  CHECK(sequencer.last_seq() == 8u);
+}
+
+TEST_CASE("a gap without a replay socket cold-resets and goes on from the batch after it", "[engine_sequencer]") {
+  Seq sequencer(false, 100);
+  sequencer.on_live(0, 0);
+  const auto step = sequencer.on_live(5, 5);
+  REQUIRE(step.reset == ResetCause::kSequenceGap);
+  CHECK_FALSE(step.request_replay);
+  CHECK(applied(step) == std::vector<std::uint64_t>{5});
+  CHECK(applied(sequencer.on_live(6, 6)) == std::vector<std::uint64_t>{6});
+}
+
+TEST_CASE("a seq that goes back is an engine restart", "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  sequencer.on_live(0, 0);
+  sequencer.on_live(1, 1);
+  const auto step = sequencer.on_live(0, 100);
+  CHECK(step.reset == ResetCause::kEngineRestart);
+  CHECK_FALSE(step.request_replay);
+  CHECK(applied(step) == std::vector<std::uint64_t>{100});
+}
+
+TEST_CASE("a gap is replayed in order while live batches wait, then live goes on", "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  sequencer.on_live(0, 0);
+  auto step = sequencer.on_live(4, 4);
+  REQUIRE(step.request_replay == 1u);
+  CHECK(step.apply.empty());
+  CHECK(sequencer.replaying());
+  CHECK(sequencer.on_live(5, 5).apply.empty());  // buffered
+  CHECK(applied(sequencer.on_replay(1, 1)) == std::vector<std::uint64_t>{1});
+  CHECK(applied(sequencer.on_replay(2, 2)) == std::vector<std::uint64_t>{2});
+  CHECK(applied(sequencer.on_replay(3, 3)) == std::vector<std::uint64_t>{3});
+  CHECK(applied(sequencer.on_replay(4, 4)) == std::vector<std::uint64_t>{4});
+  step = sequencer.on_replay_end();
+  CHECK_FALSE(step.reset);
+  CHECK(applied(step) == std::vector<std::uint64_t>{5});  // 4 came by replay: the live copy is skipped
+  CHECK_FALSE(sequencer.replaying());
+  CHECK(applied(sequencer.on_live(6, 6)) == std::vector<std::uint64_t>{6});
+}
+
+TEST_CASE("a replay that starts above the requested seq was evicted: cold reset, live goes on", "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  sequencer.on_live(0, 0);
+  REQUIRE(sequencer.on_live(9, 9).request_replay == 1u);
+  sequencer.on_live(10, 10);
+  const auto step = sequencer.on_replay(3, 3);
+  CHECK(step.reset == ResetCause::kReplayEvicted);
+  CHECK(step.cancel_replay);
+  CHECK(applied(step) == std::vector<std::uint64_t>{9, 10});
+  CHECK(sequencer.on_replay(4, 4).apply.empty());  // late replies of the abandoned replay
+  CHECK(sequencer.on_replay_end().apply.empty());
+}
+
+TEST_CASE("a replay that ends without the requested seq is an eviction too", "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  sequencer.on_live(0, 0);
+  sequencer.on_live(3, 3);
+  const auto step = sequencer.on_replay_end();
+  CHECK(step.reset == ResetCause::kReplayEvicted);
+  CHECK(applied(step) == std::vector<std::uint64_t>{3});
+}
+
+TEST_CASE("a replay that skips a seq, times out or overflows resets the source", "[engine_sequencer]") {
+  SECTION("gap inside the replay") {
+    Seq sequencer(true, 100);
+    sequencer.on_live(0, 0);
+    sequencer.on_live(5, 5);
+    CHECK(applied(sequencer.on_replay(1, 1)) == std::vector<std::uint64_t>{1});
+    const auto step = sequencer.on_replay(3, 3);
+    CHECK(step.reset == ResetCause::kReplayGap);
+    CHECK(applied(step) == std::vector<std::uint64_t>{5});
+  }
+  SECTION("timeout") {
+    Seq sequencer(true, 100);
+    sequencer.on_live(0, 0);
+    sequencer.on_live(5, 5);
+    const auto step = sequencer.on_replay_timeout();
+    CHECK(step.reset == ResetCause::kReplayTimeout);
+    CHECK(step.cancel_replay);
+    CHECK(applied(step) == std::vector<std::uint64_t>{5});
+    CHECK_FALSE(sequencer.on_replay_timeout().reset);  // nothing in flight any more
+  }
+  SECTION("too many live batches while replaying") {
+    Seq sequencer(true, 2);
+    sequencer.on_live(0, 0);
+    sequencer.on_live(5, 5);
+    sequencer.on_live(6, 6);
+    const auto step = sequencer.on_live(7, 7);
+    CHECK(step.reset == ResetCause::kReplayOverflow);
+    CHECK(applied(step) == std::vector<std::uint64_t>{5, 6, 7});
+  }
+}
+
+TEST_CASE("a fresh source with a replay socket first asks for everything from seq 0", "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  auto step = sequencer.on_live(3, 3);
+  REQUIRE(step.request_replay == 0u);
+  CHECK_FALSE(step.reset);
+  for (std::uint64_t seq = 0; seq < 3; ++seq) CHECK(applied(sequencer.on_replay(seq, seq)) == std::vector{seq});
+  step = sequencer.on_replay(3, 3);
+  CHECK(applied(step) == std::vector<std::uint64_t>{3});
+  CHECK(sequencer.on_replay_end().apply.empty());
+  SECTION("a fresh source whose first batch is seq 0 needs no replay") {
+    Seq fresh(true, 100);
+    const auto first = fresh.on_live(0, 0);
+    CHECK_FALSE(first.request_replay);
+    CHECK(applied(first) == std::vector<std::uint64_t>{0});
+  }
+}
+
+TEST_CASE("a gap found among the batches buffered during a replay starts another replay", "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  sequencer.on_live(0, 0);
+  REQUIRE(sequencer.on_live(2, 2).request_replay == 1u);
+  sequencer.on_live(5, 5);  // 3 and 4 were lost too
+  sequencer.on_replay(1, 1);
+  sequencer.on_replay(2, 2);
+  const auto step = sequencer.on_replay_end();
+  CHECK_FALSE(step.reset);
+  CHECK(step.request_replay == 3u);
+  CHECK(step.apply.empty());
+}
+
+TEST_CASE("engine frames: live, replay and the end-of-replay marker", "[engine_sequencer]") {
+  const std::string topic = "kv", seq = replay_request(258), payload = "\x93\x01\x90\xc0";
+  const auto frame = [](const std::string& s) { return Frame(reinterpret_cast<const std::byte*>(s.data()), s.size()); };
+  std::vector<Frame> live{frame(topic), frame(seq), frame(payload)};
+  const auto parsed = parse_live(live);
+  REQUIRE(parsed);
+  CHECK(parsed->seq == 258);
+  CHECK(parsed->payload.size() == payload.size());
+  CHECK_FALSE(parse_live(std::span(live).first(2)));
+  const std::string short_seq = "\x01\x02";
+  std::vector<Frame> bad_seq{frame(topic), frame(short_seq), frame(payload)};
+  CHECK_FALSE(parse_live(bad_seq));
+  const std::string end = replay_request(kEndOfReplay), empty;
+  std::vector<Frame> vllm_end{frame(end), frame(empty)};
+  REQUIRE(parse_replay(vllm_end));
+  CHECK(parse_replay(vllm_end)->seq == kEndOfReplay);
+  std::vector<Frame> trtllm_reply{frame(topic), frame(seq), frame(payload)};
+  REQUIRE(parse_replay(trtllm_reply));
+  CHECK(parse_replay(trtllm_reply)->seq == 258);
+  std::vector<Frame> live_end{frame(topic), frame(end), frame(payload)};
+  CHECK_FALSE(parse_live(live_end));
+  std::vector<Frame> empty_payload{frame(seq), frame(empty)};
+  CHECK_FALSE(parse_replay(empty_payload));
+}
+
+}  // namespace
+}  // namespace kvrelay::engine
