@@ -60,9 +60,11 @@ void EngineFeeds::reconcile(caf::local_actor* owner, const std::map<EndpointKey,
       }
       if (spec.has_engine_metrics() && config_.http != nullptr) {
         const auto& metrics = spec.engine_metrics();
-        wanted_scrapers[{endpoint, worker_id}] = ScraperSpec{
-            metrics.url(), scrape_interval(metrics),
-            {engine_kind(metrics.kind()), card.runtime_config().data_parallel_start_rank(), card.kv_cache_block_size()}};
+        wanted_scrapers[{endpoint, worker_id}] =
+            ScraperSpec{metrics.url(),
+                        scrape_interval(metrics),
+                        {engine_kind(metrics.kind()), card.runtime_config().data_parallel_start_rank(),
+                         card.kv_cache_block_size()}};
       }
     }
   }
@@ -95,9 +97,10 @@ void EngineFeeds::start_source(caf::local_actor* owner, const SourceId& id, Sour
   config.replay_timeout = config_.replay_timeout;
   config.io = config_.io;
   config.sink = caf::actor_cast<SourceSinkActor>(owner);
-  config.stats = published_stats<metrics::SourceStats>(config_.metrics, &metrics::RelayMetrics::sources, source_key(id));
-  spdlog::info("engine source started: {} worker={} rank={} endpoint={} replay={}", id.endpoint.display(),
-               id.worker_id, id.dp_rank, spec.zmq.endpoint(),
+  config.stats =
+      published_stats<metrics::SourceStats>(config_.metrics, &metrics::RelayMetrics::sources, source_key(id));
+  spdlog::info("engine source started: {} worker={} rank={} endpoint={} replay={}", id.endpoint.display(), id.worker_id,
+               id.dp_rank, spec.zmq.endpoint(),
                spec.zmq.replay_endpoint().empty() ? "none" : spec.zmq.replay_endpoint());
   // Linked: a source actor that fails is a bug, and takes the relay down loudly.
   auto actor = owner->spawn<caf::linked>(engine_source, std::move(config));
@@ -144,7 +147,8 @@ void EngineFeeds::stop_all() {
 
 bool EngineFeeds::is_current(const caf::strong_actor_ptr& sender, const SourceId& id) const {
   const auto it = sources_.find(id);
-  return it != sources_.end() && sender != nullptr && sender == caf::actor_cast<caf::strong_actor_ptr>(it->second.actor);
+  return it != sources_.end() && sender != nullptr &&
+         sender == caf::actor_cast<caf::strong_actor_ptr>(it->second.actor);
 }
 
 bool EngineFeeds::set_link(const caf::strong_actor_ptr& sender, const SourceId& id, bool connected) {

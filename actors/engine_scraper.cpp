@@ -34,7 +34,7 @@ void scrape(Self self) {
 }
 
 std::expected<std::vector<engine_load::RankOccupancy>, std::string> occupancy(const EngineScraperConfig& config,
-                                                                             const std::string& page) {
+                                                                              const std::string& page) {
   const auto parsed = prometheus_text::parse(page);
   if (!parsed) return std::unexpected("unreadable page: " + parsed.error());
   return engine_load::read_occupancy(*parsed, config.query);

@@ -29,10 +29,10 @@ struct EngineScraperConfig {
   std::shared_ptr<metrics::ScrapeStats> stats;  // never null
 };
 
-using EngineScraperActor = caf::typed_actor<caf::reacts_to<atoms::scrape_atom>,  // the next scrape is due
-                                            // a scrape's result: the page, or why there is none
-                                            caf::reacts_to<atoms::scrape_atom, bool, std::string>,
-                                            caf::reacts_to<atoms::stop_atom>>;
+using EngineScraperActor =
+    caf::typed_actor<caf::reacts_to<atoms::scrape_atom>,  // the next scrape is due
+                                                          // a scrape's result: the page, or why there is none
+                     caf::reacts_to<atoms::scrape_atom, bool, std::string>, caf::reacts_to<atoms::stop_atom>>;
 
 struct EngineScraperState {
   EngineScraperConfig config;

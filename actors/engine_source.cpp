@@ -104,8 +104,7 @@ void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
     ++state.resets;
     state.next_sequence = 0;
     state.decoder->reset();
-    state.config.stats->resets.elements[static_cast<std::size_t>(*step.reset)].fetch_add(1,
-                                                                                         std::memory_order_relaxed);
+    state.config.stats->resets.elements[static_cast<std::size_t>(*step.reset)].fetch_add(1, std::memory_order_relaxed);
     spdlog::info("{}: cold reset ({})", describe(state), engine::to_string(*step.reset));
   }
   if (step.cancel_replay) state.config.io->cancel_replay(state.subscription);

@@ -18,7 +18,7 @@ namespace kvrelay {
 using LoadWindowActor = caf::typed_actor<
     // The set of pools; a pool keeps its observations while its producer identity is unchanged.
     caf::reacts_to<atoms::load_pools_atom, std::vector<LoadPool>>,
-    caf::reacts_to<atoms::report_atom, LoadReportBatch>,  // the outcome goes to the batch's reply
+    caf::reacts_to<atoms::report_atom, LoadReportBatch>,                  // the outcome goes to the batch's reply
     caf::reacts_to<atoms::forget_load_atom, EndpointKey, std::uint64_t>,  // that worker's ranks: unobserved
     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::KvPoolLoadUpdate>>,
     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status

@@ -240,12 +240,7 @@ std::vector<std::string> conflict_texts(const MembershipState& state, const Endp
 ingest_v1::PutWorkerResponse put_worker(Self self, const ingest_v1::PutWorkerRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
-  ingest_v1::WorkerSpec spec;
-  spec.set_worker_id(request.worker_id());
-  *spec.mutable_card() = request.card();
-  *spec.mutable_adapters() = request.adapters();
-  *spec.mutable_kv_sources() = request.kv_sources();
-  if (request.has_engine_metrics()) *spec.mutable_engine_metrics() = request.engine_metrics();
+  ingest_v1::WorkerSpec spec = membership::worker_spec(request);
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
     const auto kept = source_ranks(spec);

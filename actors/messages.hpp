@@ -205,17 +205,17 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")    // a KV event batch to route
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")  // load reports
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")             // a KV event batch to route
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")           // load reports
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_load_atom, "forgetload")  // a worker's load is unknown again
 // engine sources (ZeroMQ) and scrapers
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, link_atom, "link")              // a source's connection came or went
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frames_atom, "frames")          // a message the engine published
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, replay_atom, "replay")          // a reply of the engine's replay socket
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, link_atom, "link")                 // a source's connection came or went
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frames_atom, "frames")             // a message the engine published
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, replay_atom, "replay")             // a reply of the engine's replay socket
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, replay_deadline_atom, "replaydl")  // a replay ran out of time
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, outcome_atom, "outcome")        // what became of a batch sent on
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, scrape_atom, "scrape")          // a scrape is due, or its result
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, stop_atom, "stop")              // an engine feed is no longer wanted
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, outcome_atom, "outcome")           // what became of a batch sent on
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, scrape_atom, "scrape")             // a scrape is due, or its result
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, stop_atom, "stop")                 // an engine feed is no longer wanted
 // what membership tells the projections
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, catalog_atom, "catalog")       // the complete set of pools
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, facts_atom, "facts")           // every endpoint's readiness facts

@@ -216,6 +216,7 @@ PoolStateReport state_report(Self self) {
   pool.set_capacity_failures(state.index->capacity_failures());
   pool.set_subscribers(static_cast<std::uint32_t>(state.streams.size()));
   pool.set_filter_digest(state.index->published_digest());
+  pool.set_publication_pending(state.pending_events > 0);
   *pool.mutable_producer() = state.config.spec.producer;
   publish_stats(self);
   return report;

@@ -60,13 +60,8 @@ std::expected<void, std::string> load_topology(caf::actor_system& system, const 
   auto fail = [&](const caf::error& error) { failure = "topology: " + caf::to_string(error); };
   for (const auto& spec : file.endpoints()) {
     for (const auto& worker : spec.workers()) {
-      ingest_v1::PutWorkerRequest request;
-      *request.mutable_endpoint() = spec.endpoint();
-      request.set_worker_id(worker.worker_id());
-      *request.mutable_card() = worker.card();
-      *request.mutable_adapters() = worker.adapters();
-      *request.mutable_kv_sources() = worker.kv_sources();
-      self->request(membership, caf::infinite, atoms::put_worker_atom_v, std::move(request))
+      self->request(membership, caf::infinite, atoms::put_worker_atom_v,
+                    membership::put_worker_request(spec.endpoint(), worker))
           .receive([](const ingest_v1::PutWorkerResponse&) {}, fail);
     }
     if (spec.has_live_workers()) {
@@ -207,17 +202,17 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders,
                                 metrics::mailbox_gauge(recorder, metrics::ActorKind::kSnapshotEncoders));
   impl->hub_slots = std::make_shared<StreamLimit>("initialized publication hub", options.max_initialized_pool_hubs);
-  MembershipConfig membership_config{impl->relay,
-                                     impl->dc_id,
-                                     *bucket_count,
-                                     ckf::kDefaultSeed,
-                                     options.publication_threshold,
-                                     std::chrono::milliseconds(options.publication_delay_ms),
-                                     options.max_subscribers_per_pool,
-                                     impl->hub_slots,
-                                     recorder,
-                                     EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(),
-                                                       std::chrono::milliseconds(5000), recorder}};
+  MembershipConfig membership_config{
+      impl->relay,
+      impl->dc_id,
+      *bucket_count,
+      ckf::kDefaultSeed,
+      options.publication_threshold,
+      std::chrono::milliseconds(options.publication_delay_ms),
+      options.max_subscribers_per_pool,
+      impl->hub_slots,
+      recorder,
+      EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(), std::chrono::milliseconds(5000), recorder}};
   impl->membership =
       system.spawn(membership_actor, membership_config, MembershipPeers{impl->catalog, impl->topology, impl->load});
   impl->supervisor =

@@ -37,7 +37,8 @@ std::expected<EngineMessage, std::string> parse_replay(std::span<const Frame> fr
 
 std::string replay_request(std::uint64_t start_seq) {
   std::string bytes(8, '\0');
-  for (int i = 7; i >= 0; --i, start_seq >>= 8) bytes[static_cast<std::size_t>(i)] = static_cast<char>(start_seq & 0xff);
+  for (int i = 7; i >= 0; --i, start_seq >>= 8)
+    bytes[static_cast<std::size_t>(i)] = static_cast<char>(start_seq & 0xff);
   return bytes;
 }
 

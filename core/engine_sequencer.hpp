@@ -30,10 +30,10 @@ template <class Batch>
 class Sequencer {
  public:
   struct Step {
-    std::optional<ResetCause> reset;                // drop the source's blocks before applying
-    std::optional<std::uint64_t> request_replay;    // ask the replay socket from this seq
-    bool cancel_replay = false;                     // stop listening to the replay in flight
-    std::vector<Batch> apply;                       // in this order
+    std::optional<ResetCause> reset;              // drop the source's blocks before applying
+    std::optional<std::uint64_t> request_replay;  // ask the replay socket from this seq
+    bool cancel_replay = false;                   // stop listening to the replay in flight
+    std::vector<Batch> apply;                     // in this order
   };
 
   // A fresh source with a replay socket first asks it from seq 0: an engine younger than its

@@ -102,7 +102,8 @@ Problem engine_metrics(const ingest_v1::EngineMetricsSource& source, std::string
     return problem(join(field, "kind"), "must name the engine (ENGINE_KIND_VLLM or ENGINE_KIND_SGLANG)");
   }
   if (source.interval_ms() > kMaxScrapeIntervalMs) {
-    return problem(join(field, "interval_ms"), fmt::format("{} exceeds {}", source.interval_ms(), kMaxScrapeIntervalMs));
+    return problem(join(field, "interval_ms"),
+                   fmt::format("{} exceeds {}", source.interval_ms(), kMaxScrapeIntervalMs));
   }
   return std::nullopt;
 }

@@ -401,4 +401,26 @@ std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& mem
   return out;
 }
 
+ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
+  ingest_v1::WorkerSpec spec;
+  spec.set_worker_id(request.worker_id());
+  *spec.mutable_card() = request.card();
+  *spec.mutable_adapters() = request.adapters();
+  *spec.mutable_kv_sources() = request.kv_sources();
+  if (request.has_engine_metrics()) *spec.mutable_engine_metrics() = request.engine_metrics();
+  return spec;
+}
+
+ingest_v1::PutWorkerRequest put_worker_request(const ingest_v1::EndpointRef& endpoint,
+                                               const ingest_v1::WorkerSpec& worker) {
+  ingest_v1::PutWorkerRequest request;
+  *request.mutable_endpoint() = endpoint;
+  request.set_worker_id(worker.worker_id());
+  *request.mutable_card() = worker.card();
+  *request.mutable_adapters() = worker.adapters();
+  *request.mutable_kv_sources() = worker.kv_sources();
+  if (worker.has_engine_metrics()) *request.mutable_engine_metrics() = worker.engine_metrics();
+  return request;
+}
+
 }  // namespace kvrelay::membership

@@ -73,6 +73,11 @@ using MembershipView = std::map<EndpointKey, EndpointMembership>;
 // but still gets here is left out of its endpoint with a ServingBinding conflict, never guessed at.
 MembershipView project(const EndpointCards& endpoints);
 
+// A worker as PutWorker declares it, and back: the same card, adapters and feeds.
+ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request);
+ingest_v1::PutWorkerRequest put_worker_request(const ingest_v1::EndpointRef& endpoint,
+                                               const ingest_v1::WorkerSpec& worker);
+
 // The runtime-config facts the relay keeps: data_parallel_size 0 becomes 1 and total_kv_blocks 0
 // becomes unknown. Expects a config that passed ingest validation.
 RuntimeConfig to_runtime_config(const ingest_v1::RuntimeConfig& config);

@@ -79,7 +79,7 @@ class ZmqIo {
   zmq::context_t context_;
   int wake_fd_ = -1;  // eventfd: commands or returned credit are waiting
   std::mutex mutex_;
-  std::vector<Command> commands_;             // guarded by mutex_
+  std::vector<Command> commands_;                             // guarded by mutex_
   std::map<Id, std::shared_ptr<std::atomic<long>>> credits_;  // guarded by mutex_
   std::atomic<Id> next_id_{1};
   std::atomic<bool> stopping_{false};

@@ -130,23 +130,23 @@ KVRELAY_LABEL_SET(EventResultLabel, "result", KVRELAY_EVENT_RESULTS);
 KVRELAY_LABEL_SET(ReadinessLabel, "state", KVRELAY_READINESS_STATES);
 
 // What became of a batch an engine (ZeroMQ) source received.
-#define KVRELAY_ENGINE_BATCH_RESULTS(X)                                               \
-  X(kApplied, "applied")             /* handed to its pool */                         \
-  X(kMalformedFrames, "malformed_frames") /* not [topic, 8-byte seq, payload] */      \
-  X(kMalformedPayload, "malformed_payload") /* not an engine batch */                  \
-  X(kOtherRank, "other_rank")        /* for another data-parallel rank */             \
-  X(kRefused, "refused")             /* the pool did not take it (e.g. no pool yet) */
+#define KVRELAY_ENGINE_BATCH_RESULTS(X)                                            \
+  X(kApplied, "applied")                    /* handed to its pool */               \
+  X(kMalformedFrames, "malformed_frames")   /* not [topic, 8-byte seq, payload] */ \
+  X(kMalformedPayload, "malformed_payload") /* not an engine batch */              \
+  X(kOtherRank, "other_rank")               /* for another data-parallel rank */   \
+  X(kRefused, "refused")                    /* the pool did not take it (e.g. no pool yet) */
 KVRELAY_LABEL_SET(EngineBatchResult, "result", KVRELAY_ENGINE_BATCH_RESULTS);
 
 // What became of one event of an engine batch (positions match engine::EventRejection first).
-#define KVRELAY_ENGINE_EVENT_RESULTS(X)              \
-  X(kMalformedEvent, "malformed_event")              \
-  X(kUnknownEventType, "unknown_event_type")         \
-  X(kBlockSizeMismatch, "block_size_mismatch")       \
-  X(kHashFormatMismatch, "hash_format_mismatch")     \
-  X(kDuplicateBlock, "duplicate_block")              \
-  X(kEmitted, "emitted")     /* handed to the pool */ \
-  X(kIgnoredTier, "ignored_tier")                    \
+#define KVRELAY_ENGINE_EVENT_RESULTS(X)           \
+  X(kMalformedEvent, "malformed_event")           \
+  X(kUnknownEventType, "unknown_event_type")      \
+  X(kBlockSizeMismatch, "block_size_mismatch")    \
+  X(kHashFormatMismatch, "hash_format_mismatch")  \
+  X(kDuplicateBlock, "duplicate_block")           \
+  X(kEmitted, "emitted") /* handed to the pool */ \
+  X(kIgnoredTier, "ignored_tier")                 \
   X(kTruncated, "truncated") /* lost blocks whose tokens were incomplete */
 KVRELAY_LABEL_SET(EngineEventResult, "result", KVRELAY_ENGINE_EVENT_RESULTS);
 

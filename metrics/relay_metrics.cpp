@@ -183,8 +183,8 @@ const std::array<KeyedFamily<PoolStats>, 8> kPoolFamilies = {{
 }};
 
 const std::array<KeyedFamily<SourceStats>, 6> kSourceFamilies = {{
-    {"kv_relay_engine_source_connected", "1 while the engine source's SUB socket is connected to its publisher",
-     kGauge, [](const SourceStats& s, std::size_t) { return load(s.connected); }},
+    {"kv_relay_engine_source_connected", "1 while the engine source's SUB socket is connected to its publisher", kGauge,
+     [](const SourceStats& s, std::size_t) { return load(s.connected); }},
     {"kv_relay_engine_source_batches_total", "Engine batches received by the source, by result", kCounter,
      [](const SourceStats& s, std::size_t i) { return load(s.batches.elements[i]); }, "result",
      values_of<EngineBatchResult>()},
@@ -214,8 +214,8 @@ const std::array<KeyedFamily<ScrapeStats>, 2> kScrapeFamilies = {{
      [](const ScrapeStats& s, std::size_t i) { return load(i == 0 ? s.succeeded : s.failed); }, "result",
      kScrapeResults},
     {"kv_relay_engine_scrape_age_seconds",
-     "Seconds since the last good scrape of the worker's engine metrics (since the scraper started, if none)",
-     kGauge, scrape_age_seconds},
+     "Seconds since the last good scrape of the worker's engine metrics (since the scraper started, if none)", kGauge,
+     scrape_age_seconds},
 }};
 
 }  // namespace
@@ -271,7 +271,9 @@ RelayMetrics::RelayMetrics()
 #undef KVRELAY_REGISTER_HISTOGRAM
 }
 
-std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const { return {registry_, pools_, sources_, scrapes_}; }
+std::vector<std::weak_ptr<prometheus::Collectable>> RelayMetrics::collectables() const {
+  return {registry_, pools_, sources_, scrapes_};
+}
 
 void RelayMetrics::set_identity(std::uint64_t dc_id, std::uint64_t incarnation, std::uint64_t instance_id) {
   identity_

@@ -1,0 +1,177 @@
+// Engine (ZeroMQ) sources against tools/fake_engine.py, which publishes vLLM's exact bytes on
+// loopback (docs/protocol/engine-sources.md). Every wait is on an engine's answer or on the
+// relay's GetState; nothing sleeps.
+#include <catch2/catch.hpp>
+
+#include "tests/engines/engine_support.hpp"
+#include "tests/integration/replica.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Publishes every batch; returns the seq of the last.
+std::uint64_t publish_all(FakeEngineProcess& engine, const EngineWorkload& workload,
+                          const std::vector<EngineBatch>& batches) {
+  std::uint64_t seq = 0;
+  for (const EngineBatch& batch : batches) seq = engine.batch(workload.engine_events(batch));
+  return seq;
+}
+
+struct Encoding {
+  std::vector<std::string> args;
+  WorkloadShape shape;
+};
+
+}  // namespace
+
+TEST_CASE("engines: a pool fed over ZeroMQ and a pool fed by push with the same workload are bit-identical",
+          "[engines]") {
+  const Encoding encoding = GENERATE(
+      Encoding{{"--encoding", "map", "--hashes", "int"}, {4, false, true, true, "extra_keys"}},
+      Encoding{{"--encoding", "map", "--hashes", "bytes", "--envelope", "map"}, {4, false, true, false, "cache_salt"}},
+      Encoding{{"--encoding", "positional", "--hashes", "signed"}, {4, false, false, true, ""}},
+      Encoding{{"--encoding", "positional", "--envelope", "legacy", "--positional-fields", "6"}, {4, false, false, false, ""}},
+      Encoding{{"--encoding", "map"}, {4, true, false, true, ""}});
+  INFO("engine " << Json(encoding.args).dump() << (encoding.shape.eagle ? " eagle" : ""));
+  FakeEngineProcess engine(encoding.args);
+  WorkerShape shape;
+  shape.block_size = encoding.shape.block_size;
+  auto request = engine_worker(1, {&engine}, shape);
+  request.mutable_card()->mutable_runtime_config()->set_enable_eagle(encoding.shape.eagle);
+  EngineWorkload workload(7, encoding.shape);
+  const auto batches = workload.next(120);
+  // First, and on its own: a relay in this process stops cleanly only once the other is gone.
+  const auto twin = push_twin(request, workload, batches);
+
+  TestRelay relay;
+  relay.put_worker(request);
+  engine.await_subscribers(1);
+  const std::uint64_t last = publish_all(engine, workload, batches);
+  const auto pool = settled_pool(relay, last);
+  CHECK(pool.unique_blocks() > 0);
+  CHECK(twin.unique_blocks() == pool.unique_blocks());
+  CHECK(twin.filter_digest() == pool.filter_digest());
+
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->transport() == "zmq");
+  CHECK(source->connected());
+  CHECK(source->endpoint() == engine.pub());
+  CHECK(source->resets() == 0);
+}
+
+TEST_CASE("engines: a gap is filled from the replay socket in order and nothing is reset", "[engines]") {
+  FakeEngineProcess engine({"--replay"});
+  EngineWorkload workload(11, {});
+  const auto batches = workload.next(30);
+  const auto twin = push_twin(engine_worker(1, {&engine}), workload, batches);
+  TestRelay relay;
+  relay.put_worker(engine_worker(1, {&engine}));
+  engine.await_subscribers(1);
+  publish_all(engine, workload, std::vector(batches.begin(), batches.begin() + 10));
+  // Batches 10..19 are missed by the relay but held by the engine's replay buffer.
+  Json missed = Json::array();
+  for (std::size_t i = 10; i < 20; ++i) missed.push_back(workload.engine_events(batches[i]));
+  engine.command({{"op", "skip"}, {"batches", missed}});
+  const std::uint64_t last = publish_all(engine, workload, std::vector(batches.begin() + 20, batches.end()));
+  REQUIRE(last == 29);
+  const auto pool = settled_pool(relay, last);
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->resets() == 0);
+  CHECK(twin.filter_digest() == pool.filter_digest());
+}
+
+TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine restart cold-resets the source",
+          "[engines]") {
+  const bool with_replay = GENERATE(false, true);
+  std::vector<std::string> args;
+  if (with_replay) args.push_back("--replay");
+  FakeEngineProcess engine(args);
+  TestRelay relay;
+  relay.put_worker(engine_worker(1, {&engine}));
+  engine.await_subscribers(1);
+  const Json first = Json::array({{{"kind", "stored"}, {"hashes", {1, 2}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 4}}});
+  std::uint64_t seq = engine.batch(first);
+  CHECK(settled_pool(relay, seq).unique_blocks() == 2);
+
+  SECTION("gap") {
+    engine.command({{"op", "drop"}, {"count", 2}});  // neither sent nor replayable
+    if (with_replay) engine.command({{"op", "evict"}});
+  }
+  SECTION("restart") { engine.command({{"op", "restart"}}); }
+
+  const Json after = Json::array({{{"kind", "stored"}, {"hashes", {9}}, {"token_ids", {9, 9, 9, 9}}, {"block_size", 4}}});
+  seq = engine.batch(after);
+  const auto pool = settled_pool(relay, seq);
+  CHECK(pool.unique_blocks() == 1);  // blocks 1 and 2 left with the reset
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->resets() == 1);
+}
+
+TEST_CASE("engines: malformed frames and payloads are dropped and the source keeps going", "[engines]") {
+  FakeEngineProcess engine({});
+  TestRelay relay;
+  relay.put_worker(engine_worker(1, {&engine}));
+  engine.await_subscribers(1);
+  // Frames that are not [topic, 8-byte seq, payload] never reach the sequencing.
+  engine.command({{"op", "raw"}, {"frames", {"", "0000000000000000"}}});
+  engine.command({{"op", "raw"}, {"frames", {"", "0001", "90"}}});
+  // Payloads that are no batch take their seq (the engine then skips it) and nothing else.
+  engine.command({{"op", "raw"}, {"frames", {"", "0000000000000000", "c1c1c1"}}});
+  engine.command({{"op", "drop"}, {"count", 1}});
+  engine.command({{"op", "raw"}, {"frames", {"", "0000000000000001", "93cb00000000000000009100c0"}}});  // event 0
+  engine.command({{"op", "drop"}, {"count", 1}});
+  const Json good = Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}},
+                                 {{"kind", "stored"}, {"hashes", {6}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 8}}});
+  const std::uint64_t seq = engine.batch(good);
+  REQUIRE(seq == 2);
+  CHECK(settled_pool(relay, seq).unique_blocks() == 1);  // the 8-token block has the wrong block_size
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->resets() == 0);
+}
+
+TEST_CASE("engines: each dp rank has its own engine and a batch for another rank is dropped", "[engines]") {
+  FakeEngineProcess rank0({"--dp-rank", "0"});
+  FakeEngineProcess rank1({"--dp-rank", "1"});
+  TestRelay relay;
+  relay.put_worker(engine_worker(1, {&rank0, &rank1}));
+  rank0.await_subscribers(1);
+  rank1.await_subscribers(1);
+  const Json block = Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}}});
+  const Json other = Json::array({{{"kind", "stored"}, {"hashes", {6}}, {"token_ids", {4, 3, 2, 1}}, {"block_size", 4}}});
+  const Json stray = Json::array({{{"kind", "stored"}, {"hashes", {7}}, {"token_ids", {7, 7, 7, 7}}, {"block_size", 4}}});
+  rank0.batch(block);
+  const std::uint64_t seq0 = rank0.batch(stray, 1);  // labelled for rank 1: not rank 0's
+  const std::uint64_t seq1 = rank1.batch(other);
+  await_engine_seq(relay, 1, 0, seq0);
+  const auto pool = settled_pool(relay, seq1, 1);
+  CHECK(pool.unique_blocks() == 2);  // rank 0's block, rank 1's block; not the stray one
+  const auto state = relay.get_state();
+  CHECK(engine_pool(state).active_sources() == 2);
+}
+
+TEST_CASE("engines: a pool exists while an engine is connected and is withdrawn when it goes", "[engines]") {
+  auto engine = std::make_unique<FakeEngineProcess>(std::vector<std::string>{});
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  await_catalog(*catalog, 0);
+  relay.put_worker(engine_worker(1, {engine.get()}));
+  const auto producer = await_single_pool(*catalog);
+  CHECK(producer.layout_generation() >= 1);
+  engine->kill_now();
+  await_catalog(*catalog, 0);
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK_FALSE(source->connected());
+}
