@@ -297,8 +297,16 @@ bool declares_source(const ingest_v1::WorkerSpec& worker, std::uint32_t rank, So
   return false;
 }
 
-void reject(Self self, const BatchReplyPtr& reply, metrics::BatchResult why) {
-  if (self->state.config.metrics != nullptr) self->state.config.metrics->batch(why);
+// kv_relay_ingest_batches_total counts what came through the ingest API; an engine source
+// counts its own batches (kv_relay_engine_source_batches_total).
+void count_batch(Self self, SourceTransport transport, metrics::BatchResult result) {
+  if (transport == SourceTransport::kPush && self->state.config.metrics != nullptr) {
+    self->state.config.metrics->batch(result);
+  }
+}
+
+void reject(Self self, const BatchReplyPtr& reply, SourceTransport transport, metrics::BatchResult why) {
+  count_batch(self, transport, why);
   (*reply)(BatchOutcome{false, false, 0});
 }
 
@@ -339,25 +347,26 @@ void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply,
   const auto pool = state.pools.find(endpoint);
   using metrics::BatchResult;
   if (cards == state.workers.end() || pool == state.pools.end())
-    return reject(self, reply, BatchResult::kUnknownSource);
+    return reject(self, reply, transport, BatchResult::kUnknownSource);
   const auto worker = cards->second.find(batch->worker_id());
   if (worker == cards->second.end() || !declares_source(worker->second, batch->dp_rank(), transport)) {
-    return reject(self, reply, BatchResult::kUnknownSource);
+    return reject(self, reply, transport, BatchResult::kUnknownSource);
   }
   const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
   // A replaced engine source's last batches must not touch its successor's state.
   if (transport == SourceTransport::kZmq && !state.feeds.is_current(self->current_sender(), source)) {
-    return reject(self, reply, BatchResult::kUnknownSource);
+    return reject(self, reply, transport, BatchResult::kUnknownSource);
   }
   const auto [cursor, inserted] = state.cursors.try_emplace(source);
   const Sequencing sequencing =
       sequence_batch(&cursor->second, !inserted, *batch, pool->second.producer.layout_generation());
-  if (sequencing == Sequencing::kStale) return reject(self, reply, BatchResult::kStaleSequence);
+  if (sequencing == Sequencing::kStale) return reject(self, reply, transport, BatchResult::kStaleSequence);
   const bool reset = sequencing != Sequencing::kInOrder;
   if (reset) {
     ++cursor->second.resets;
     count_reset(self, reset_reason(sequencing));
   }
+  count_batch(self, transport, BatchResult::kAccepted);
   self->send(pool->second.publisher, atoms::apply_batch_atom_v, batch, reset, reply, receipt_ns);
 }
 

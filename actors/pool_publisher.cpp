@@ -154,10 +154,7 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
     }
     count_event(self, receipt_ns);
   }
-  if (state.config.metrics != nullptr) {
-    state.config.metrics->batch(metrics::BatchResult::kAccepted);
-    state.config.metrics->events(tally);
-  }
+  if (state.config.metrics != nullptr) state.config.metrics->events(tally);
   if (!state.fenced) publish_or_arm_delay(self);
 }
 

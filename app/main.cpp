@@ -59,6 +59,16 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // The demo's engines come up first, as real engines would be running before their relay.
+  std::unique_ptr<kvrelay::DemoWorkload> demo;
+  if (options->demo) {
+    kvrelay::DemoOptions demo_options;
+    demo_options.topology = options->relay.topology.value_or(kvrelay::ingest::v1::TopologyFile{});
+    demo_options.events_per_second = options->demo_events_per_second;
+    demo = std::make_unique<kvrelay::DemoWorkload>(std::move(demo_options));
+    demo->start();
+  }
+
   if (options->metrics_listen != "off") options->relay.metrics_listen = options->metrics_listen;
   auto relay = kvrelay::RelayRuntime::start(options->relay);
   if (!relay) return fail(relay.error());
@@ -68,16 +78,6 @@ int main(int argc, char** argv) {
   }
   spdlog::info("ready: wan={} ingest={} metrics={}", (*relay)->wan_address(), (*relay)->ingest_address(),
                metrics.empty() ? "off" : metrics);
-
-  std::unique_ptr<kvrelay::DemoWorkload> demo;
-  if (options->demo) {
-    kvrelay::DemoOptions demo_options;
-    demo_options.ingest_address = (*relay)->ingest_address();
-    demo_options.topology = options->relay.topology.value_or(kvrelay::ingest::v1::TopologyFile{});
-    demo_options.events_per_second = options->demo_events_per_second;
-    demo = std::make_unique<kvrelay::DemoWorkload>(std::move(demo_options));
-    demo->start();
-  }
 
   // A signal asks the relay to stop; so does a core actor's failure (the supervisor).
   std::thread([&stop_signals, runtime = relay->get()] {

@@ -137,9 +137,9 @@ const std::vector<Flag>& flags() {
          o.log_level = v;
          return std::nullopt;
        }},
-      {"demo", "", "run the built-in demo workload against this relay's ingest API", "off",
-       [](AppOptions& o, const std::string& v) { return parse_bool(v, o.demo); }},
-      {"demo-events-per-second", "N", "KV events per second the demo pushes", "2000",
+      {"demo", "", "run the built-in demo: fake vLLM engines on the topology's loopback ZeroMQ and metrics addresses",
+       "off", [](AppOptions& o, const std::string& v) { return parse_bool(v, o.demo); }},
+      {"demo-events-per-second", "N", "KV events per second the demo's engines publish", "2000",
        [](AppOptions& o, const std::string& v) {
          return parse_uint<std::uint32_t>(v, 1, 10'000'000, o.demo_events_per_second);
        }},

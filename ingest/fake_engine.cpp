@@ -1,7 +1,6 @@
 #include "ingest/fake_engine.hpp"
 
 #include <fmt/format.h>
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <msgpack.hpp>
@@ -132,24 +131,6 @@ std::uint64_t from_big_endian(const zmq::message_t& frame) {
   return value;
 }
 
-// ---- the Prometheus page ----------------------------------------------------------------------
-
-// Python's float repr, as vLLM's prometheus_client writes sample values: "1.0", not "1".
-std::string prometheus_value(double value) {
-  std::string text = fmt::format("{}", value);
-  if (text.find_first_of(".eni") == std::string::npos) text += ".0";
-  return text;
-}
-
-std::string escape_label(std::string_view value) {
-  std::string escaped;
-  for (char c : value) {
-    if (c == '\\' || c == '"') escaped += '\\';
-    escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
-  }
-  return escaped;
-}
-
 }  // namespace
 
 std::string encode_vllm_batch(double ts, std::span<const EngineEvent> events, std::optional<std::uint32_t> dp_rank) {
@@ -205,30 +186,19 @@ FakeEngine::FakeEngine(FakeEngineOptions options)
   pub_.set(zmq::sockopt::linger, 0);
   pub_.set(zmq::sockopt::sndhwm, kPublishHighWaterMark);
   pub_.set(zmq::sockopt::xpub_verboser, 1);
-  pub_.bind(fmt::format("tcp://{}:*", options_.host));
+  pub_.bind(options_.endpoint);
   pub_endpoint_ = pub_.get(zmq::sockopt::last_endpoint);
-
-  // Everything is bound before any thread starts, so a failure throws with nothing to stop.
-  std::optional<zmq::socket_t> router;
-  if (options_.replay) {
-    router.emplace(context_, zmq::socket_type::router);
-    router->set(zmq::sockopt::linger, 0);
-    router->bind(fmt::format("tcp://{}:*", options_.host));
-    replay_endpoint_ = router->get(zmq::sockopt::last_endpoint);
+  if (options_.replay_endpoint) {
+    // Bound before the thread starts, so a failure throws with nothing to stop.
+    zmq::socket_t router(context_, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.bind(*options_.replay_endpoint);
+    replay_endpoint_ = router.get(zmq::sockopt::last_endpoint);
+    replay_thread_ = std::thread([this, socket = std::move(router)]() mutable { serve_replays(std::move(socket)); });
   }
-  if (options_.metrics) bind_metrics();
-
-  if (router) {
-    replay_thread_ = std::thread([this, socket = std::move(*router)]() mutable { serve_replays(std::move(socket)); });
-  }
-  if (http_) start_metrics();
 }
 
 FakeEngine::~FakeEngine() {
-  if (http_) {
-    http_->stop();
-    http_thread_.join();
-  }
   context_.shutdown();  // the replay thread's blocking receive ends with ETERM
   if (replay_thread_.joinable()) replay_thread_.join();
   pub_.close();
@@ -236,7 +206,11 @@ FakeEngine::~FakeEngine() {
 }
 
 std::uint64_t FakeEngine::publish(std::span<const EngineEvent> events) {
-  auto payload = std::make_shared<const std::string>(encode_vllm_batch(unix_seconds_now(), events, options_.dp_rank));
+  return publish_payload(
+      std::make_shared<const std::string>(encode_vllm_batch(unix_seconds_now(), events, options_.dp_rank)));
+}
+
+std::uint64_t FakeEngine::publish_payload(std::shared_ptr<const std::string> payload) {
   const std::uint64_t seq = next_seq_++;
   // Buffered before it is sent, so that a subscriber asking for a replay of a batch it has
   // just received always finds it (vLLM answers replays on its publishing thread).
@@ -321,52 +295,6 @@ void FakeEngine::answer_replay(zmq::socket_t& router) {
   };
   for (const BufferedBatch& batch : buffered_from(from_big_endian(request[2]))) send(batch.seq, *batch.payload);
   send(kEndOfReplay, {});
-}
-
-void FakeEngine::bind_metrics() {
-  http_ = std::make_unique<httplib::Server>();
-  http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics_page(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  const int port = http_->bind_to_any_port(options_.host);
-  if (port < 0) throw std::runtime_error(fmt::format("fake engine: cannot bind an HTTP port on {}", options_.host));
-  metrics_url_ = fmt::format("http://{}:{}/metrics", options_.host, port);
-}
-
-void FakeEngine::start_metrics() {
-  http_thread_ = std::thread([this] {
-    http_->listen_after_bind();
-    http_stopped_ = true;
-  });
-  // httplib's stop() does nothing before its accept loop runs, so the destructor could
-  // otherwise wait forever: the constructor returns once the loop is running (or over).
-  while (!http_->is_running() && !http_stopped_) std::this_thread::yield();
-}
-
-// What vLLM's API server exposes for one engine (label names sorted, as prometheus_client
-// writes them), with an unrelated family among them as on a real page.
-std::string FakeEngine::metrics_page() const {
-  const std::string labels =
-      fmt::format(R"(engine="{}",model_name="{}")", options_.dp_rank, escape_label(options_.model_name));
-  std::string page;
-  page += "# HELP vllm:num_requests_running Number of requests in model execution batches.\n";
-  page += "# TYPE vllm:num_requests_running gauge\n";
-  page += fmt::format("vllm:num_requests_running{{{}}} 0.0\n", labels);
-  page += "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n";
-  page += "# TYPE vllm:kv_cache_usage_perc gauge\n";
-  page += fmt::format("vllm:kv_cache_usage_perc{{{}}} {}\n", labels,
-                      prometheus_value(usage_.load(std::memory_order_relaxed)));
-  page += "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n";
-  page += "# TYPE vllm:prompt_tokens_total counter\n";
-  page += fmt::format("vllm:prompt_tokens_total{{{}}} 0.0\n", labels);
-  page += "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n";
-  page += "# TYPE vllm:cache_config_info gauge\n";
-  page += fmt::format(
-      "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",engine=\"{}\","
-      "gpu_memory_utilization=\"0.9\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{}\"}} 1.0\n",
-      options_.block_size, options_.dp_rank, options_.num_gpu_blocks);
-  return page;
 }
 
 }  // namespace kvrelay::demo

@@ -1,15 +1,14 @@
 #pragma once
-// An in-process fake vLLM engine for the demo and the ingest benchmark: it publishes KV-event
-// batches on a ZeroMQ socket in vLLM's wire format, answers replay requests from its buffer of
-// recent batches, and serves a Prometheus page with vLLM's KV occupancy gauges
-// (docs/protocol/engine-sources.md). tools/fake_engine.py, the tests' fake, produces the same
-// payload bytes for the same events.
+// An in-process fake vLLM engine core for the demo and the engine-source benchmark: it
+// publishes KV-event batches on a ZeroMQ socket in vLLM's wire format and answers replay
+// requests from its buffer of recent batches (docs/protocol/engine-sources.md). The worker's
+// Prometheus page is fake_metrics.hpp. tools/fake_engine.py, the tests' fake, produces the
+// same payload bytes for the same events.
 #include <absl/base/thread_annotations.h>
 
 #include <zmq.hpp>
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -23,10 +22,6 @@
 #include <thread>
 #include <variant>
 #include <vector>
-
-namespace httplib {
-class Server;
-}
 
 namespace kvrelay::demo {
 
@@ -68,12 +63,9 @@ BlockStored stored_blocks(std::span<const std::uint32_t> tokens, std::uint32_t b
                           std::optional<std::uint64_t> parent, std::optional<std::string> lora_name = std::nullopt);
 
 struct FakeEngineOptions {
-  std::string host = "127.0.0.1";  // every socket binds here, on an ephemeral port
-  bool replay = true;              // bind the replay ROUTER
-  bool metrics = true;             // serve /metrics
-  std::string model_name = "fake/model";
-  std::uint64_t num_gpu_blocks = 4096;
-  std::uint32_t block_size = 16;  // reported by vllm:cache_config_info
+  std::string endpoint = "tcp://127.0.0.1:*";  // where the PUB socket binds (`*`: an ephemeral port)
+  // Where the replay ROUTER binds; none: the engine serves no replays.
+  std::optional<std::string> replay_endpoint = "tcp://127.0.0.1:*";
   std::uint32_t dp_rank = 0;
   std::size_t buffer_steps = 10000;  // batches kept for replay
   std::string topic;
@@ -81,7 +73,7 @@ struct FakeEngineOptions {
 
 // Threads: publish() and await_subscribers() belong to one thread, the owner's, which also
 // owns the publishing socket; the replay socket lives on a thread of its own and reads the
-// batch buffer under a mutex; the HTTP server runs its own threads.
+// batch buffer under a mutex. The constructor throws zmq::error_t when a socket cannot bind.
 class FakeEngine {
  public:
   explicit FakeEngine(FakeEngineOptions options);
@@ -91,15 +83,14 @@ class FakeEngine {
 
   const std::string& pub_endpoint() const { return pub_endpoint_; }
   const std::string& replay_endpoint() const { return replay_endpoint_; }  // empty without replay
-  const std::string& metrics_url() const { return metrics_url_; }          // empty without metrics
 
   // Publishes one batch stamped now and returns its seq (0 for the first, then one more each).
   std::uint64_t publish(std::span<const EngineEvent> events);
+  // Publishes an already encoded payload (encode_vllm_batch) and returns its seq.
+  std::uint64_t publish_payload(std::shared_ptr<const std::string> payload);
   // Whether `count` subscriptions to the topic are connected within `timeout`, so that a
   // caller can publish knowing its first batches reach them.
   bool await_subscribers(std::size_t count, std::chrono::milliseconds timeout);
-  // The fraction of the KV cache in use that /metrics reports for this engine's rank.
-  void set_usage(double fraction) { usage_.store(fraction, std::memory_order_relaxed); }
 
  private:
   struct BufferedBatch {
@@ -107,31 +98,23 @@ class FakeEngine {
     std::shared_ptr<const std::string> payload;  // shared with replies in flight, never copied
   };
 
-  void bind_metrics();
-  void start_metrics();
   void keep_for_replay(std::uint64_t seq, std::shared_ptr<const std::string> payload);
   std::vector<BufferedBatch> buffered_from(std::uint64_t start_seq);
   void serve_replays(zmq::socket_t router);
   void answer_replay(zmq::socket_t& router);
   void read_subscriptions();
-  std::string metrics_page() const;
 
   FakeEngineOptions options_;
   zmq::context_t context_;
   zmq::socket_t pub_;  // the owner's thread only
   std::string pub_endpoint_;
   std::string replay_endpoint_;
-  std::string metrics_url_;
   std::uint64_t next_seq_ = 0;     // the owner's thread only
   std::size_t subscriptions_ = 0;  // the owner's thread only
 
   std::mutex buffer_mutex_;
   std::deque<BufferedBatch> buffer_ ABSL_GUARDED_BY(buffer_mutex_);
 
-  std::atomic<double> usage_{0.0};
-  std::unique_ptr<httplib::Server> http_;
-  std::atomic<bool> http_stopped_{false};
-  std::thread http_thread_;
   std::thread replay_thread_;
 };
 

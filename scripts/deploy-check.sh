@@ -145,6 +145,8 @@ render fixed-id --set instanceId.source=value --set instanceId.value=4242
 render metrics-off --set metrics.enabled=false --set serviceMonitor.enabled=true --set prometheusRule.enabled=true
 render mtls-clusterip --set mtls.enabled=true --set mtls.secretName=wan-tls --set 'relay.drain_timeout_ms=2500'
 render topology-file --set-file topology=deploy/demo/topology.yaml
+# Scale-out on engine sources: each replica subscribes to every engine itself, no feeder fan-out.
+render engine-replicas --set replicaCount=2 --set-file topology=deploy/demo/topology.yaml
 render plaintext-lb --set wanService.type=LoadBalancer --set wanService.allowUnauthenticated=true \
   --set networkPolicy.wanFrom=null
 say "helm template: $(find "$work/rendered" -name "*.yaml" | wc -l) renders ($(cat "$work"/rendered/*.yaml | grep -c '^kind:') manifests)"
@@ -210,6 +212,13 @@ for name in sorted(os.listdir(os.path.join(work, "rendered"))):
                 elif key.endswith(".json"):
                     json.loads(text)
                     metric_names |= set(re.findall(r"\bkv_relay_\w+", text))
+        if name == "engine-replicas.yaml" and kind == "ConfigMap" and "topology.yaml" in (doc.get("data") or {}):
+            sources = [source for endpoint in yaml.safe_load(doc["data"]["topology.yaml"])["endpoints"]
+                       for worker in endpoint["workers"] for source in worker.get("kvSources", [])]
+            if not sources or any("zmq" not in source for source in sources):
+                problems.append(f"{where}: the engine-replicas topology must feed every source over ZeroMQ")
+        if name == "engine-replicas.yaml" and kind == "StatefulSet" and doc["spec"].get("replicas") != 2:
+            problems.append(f"{where}: replicaCount=2 rendered {doc['spec'].get('replicas')} replicas")
         if kind == "PrometheusRule":
             for group in doc["spec"]["groups"]:
                 for rule in group["rules"]:

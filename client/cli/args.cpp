@@ -22,7 +22,7 @@ const char* const kUsage =
     "                       per relay and pool, how many leading blocks of the prompt are\n"
     "                       cached, and whether the pool's topology is READY\n"
     "Ingest API (default target localhost:50052):\n"
-    "  state                what the relay holds: endpoints, pools, sequences, filter digests\n"
+    "  state                what the relay holds: pools, sequences, filter digests, KV sources\n"
     "Offline tools:\n"
     "  hash --block-size N [--eagle] [--lora NAME] --tokens FILE\n"
     "                       block and sequence hashes of a prompt\n"

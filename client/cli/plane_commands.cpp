@@ -156,6 +156,23 @@ void print_load(const std::string& target, const v1::KvPoolLoadUpdate& update) {
   table.print();
 }
 
+// Every declared KV source: how it is fed, whether it is connected, where its sequence is.
+void print_sources(const ingest_v1::RelayState& state) {
+  Table table({"ENDPOINT", "WORKER", "RANK", "TRANSPORT", "CONNECTED", "LAST SEQ", "RESETS", "PUBLISHER"});
+  for (const auto& endpoint : state.endpoints()) {
+    const auto& e = endpoint.endpoint();
+    for (const auto& source : endpoint.sources()) {
+      table.add({fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint()),
+                 std::to_string(source.worker_id()), std::to_string(source.dp_rank()), source.transport(),
+                 source.connected() ? "yes" : "no",
+                 source.has_last_sequence() ? std::to_string(source.last_sequence()) : "-",
+                 std::to_string(source.resets()), source.endpoint().empty() ? "-" : source.endpoint()});
+    }
+  }
+  std::printf("\n");
+  table.print();
+}
+
 }  // namespace
 
 int run_info(const Args& args) {
@@ -229,6 +246,7 @@ int run_state(const Args& args) {
                  std::to_string(pool.active_sources()), fmt::format("{:016x}", pool.filter_digest())});
     }
     table.print();
+    print_sources(state);
   }
   return worst;
 }

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "tests/app/demo_topology.hpp"
 #include "tests/app/process.hpp"
 
 using namespace kvrelay::test;
@@ -47,7 +48,7 @@ TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary
   unlink(ready.c_str());
   Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
                              "--ready-file", ready, "--drain-timeout-ms", "500", "--topology",
-                             std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
+                             write_demo_topology("drain", fed_by_push)});
   REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
   const std::string wan = wan_of(ready);
 

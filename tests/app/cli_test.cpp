@@ -9,6 +9,7 @@
 
 #include "core/cbi1.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+#include "tests/app/demo_topology.hpp"
 #include "tests/app/process.hpp"
 
 using namespace kvrelay::test;
@@ -18,14 +19,13 @@ namespace {
 
 const std::string kTmp = KVRELAY_TEST_TMP_DIR;
 
-// The relay on the demo topology (no generated workload: the test sends the events).
+// The relay on the demo deployment fed by push (no generated workload: the test sends the events).
 class DemoRelay {
  public:
   explicit DemoRelay(const std::string& name) : ready_(kTmp + "/ready-" + name + ".json") {
     unlink(ready_.c_str());
     process_ = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                            "--ready-file", ready_, "--topology",
-                            std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml"});
+                            "--ready-file", ready_, "--topology", write_demo_topology("cli-" + name, fed_by_push)});
     REQUIRE_THAT(read_until(process_.output, "ready: "), Catch::Contains("ready: "));
     wan_ = wan_of(ready_);
     ingest_ = address_in(ready_, "ingest");

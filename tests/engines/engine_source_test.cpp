@@ -33,7 +33,8 @@ TEST_CASE("engines: a pool fed over ZeroMQ and a pool fed by push with the same 
       Encoding{{"--encoding", "map", "--hashes", "int"}, {4, false, true, true, "extra_keys"}},
       Encoding{{"--encoding", "map", "--hashes", "bytes", "--envelope", "map"}, {4, false, true, false, "cache_salt"}},
       Encoding{{"--encoding", "positional", "--hashes", "signed"}, {4, false, false, true, ""}},
-      Encoding{{"--encoding", "positional", "--envelope", "legacy", "--positional-fields", "6"}, {4, false, false, false, ""}},
+      Encoding{{"--encoding", "positional", "--envelope", "legacy", "--positional-fields", "6"},
+               {4, false, false, false, ""}},
       Encoding{{"--encoding", "map"}, {4, true, false, true, ""}});
   INFO("engine " << Json(encoding.args).dump() << (encoding.shape.eagle ? " eagle" : ""));
   FakeEngineProcess engine(encoding.args);
@@ -96,7 +97,8 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   TestRelay relay;
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
-  const Json first = Json::array({{{"kind", "stored"}, {"hashes", {1, 2}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 4}}});
+  const Json first = Json::array(
+      {{{"kind", "stored"}, {"hashes", {1, 2}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 4}}});
   std::uint64_t seq = engine.batch(first);
   CHECK(settled_pool(relay, seq).unique_blocks() == 2);
 
@@ -106,7 +108,8 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   }
   SECTION("restart") { engine.command({{"op", "restart"}}); }
 
-  const Json after = Json::array({{{"kind", "stored"}, {"hashes", {9}}, {"token_ids", {9, 9, 9, 9}}, {"block_size", 4}}});
+  const Json after =
+      Json::array({{{"kind", "stored"}, {"hashes", {9}}, {"token_ids", {9, 9, 9, 9}}, {"block_size", 4}}});
   seq = engine.batch(after);
   const auto pool = settled_pool(relay, seq);
   CHECK(pool.unique_blocks() == 1);  // blocks 1 and 2 left with the reset
@@ -129,8 +132,9 @@ TEST_CASE("engines: malformed frames and payloads are dropped and the source kee
   engine.command({{"op", "drop"}, {"count", 1}});
   engine.command({{"op", "raw"}, {"frames", {"", "0000000000000001", "93cb00000000000000009100c0"}}});  // event 0
   engine.command({{"op", "drop"}, {"count", 1}});
-  const Json good = Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}},
-                                 {{"kind", "stored"}, {"hashes", {6}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 8}}});
+  const Json good =
+      Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}},
+                   {{"kind", "stored"}, {"hashes", {6}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 8}}});
   const std::uint64_t seq = engine.batch(good);
   REQUIRE(seq == 2);
   CHECK(settled_pool(relay, seq).unique_blocks() == 1);  // the 8-token block has the wrong block_size
@@ -147,9 +151,12 @@ TEST_CASE("engines: each dp rank has its own engine and a batch for another rank
   relay.put_worker(engine_worker(1, {&rank0, &rank1}));
   rank0.await_subscribers(1);
   rank1.await_subscribers(1);
-  const Json block = Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}}});
-  const Json other = Json::array({{{"kind", "stored"}, {"hashes", {6}}, {"token_ids", {4, 3, 2, 1}}, {"block_size", 4}}});
-  const Json stray = Json::array({{{"kind", "stored"}, {"hashes", {7}}, {"token_ids", {7, 7, 7, 7}}, {"block_size", 4}}});
+  const Json block =
+      Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}}});
+  const Json other =
+      Json::array({{{"kind", "stored"}, {"hashes", {6}}, {"token_ids", {4, 3, 2, 1}}, {"block_size", 4}}});
+  const Json stray =
+      Json::array({{{"kind", "stored"}, {"hashes", {7}}, {"token_ids", {7, 7, 7, 7}}, {"block_size", 4}}});
   rank0.batch(block);
   const std::uint64_t seq0 = rank0.batch(stray, 1);  // labelled for rank 1: not rank 0's
   const std::uint64_t seq1 = rank1.batch(other);

@@ -1,16 +1,15 @@
 // kv-relay processes started with nothing but a topology file of engine endpoints: two
 // replicas subscribed to the same fake engines hold the same blocks and publish the same
 // load, with no feeder (docs/protocol/engine-sources.md#scale-out).
-#include <catch2/catch.hpp>
 #include <grpcpp/grpcpp.h>
+#include <catch2/catch.hpp>
 
 #include <signal.h>
 
 #include <fstream>
 
-#include "tests/app/process.hpp"
 #include "tests/engines/fake_engine_process.hpp"
-#include "tests/integration/harness.hpp"
+#include "tests/engines/relay_process.hpp"
 
 using namespace kvrelay::test;
 
@@ -43,68 +42,16 @@ std::string write_topology(const std::string& name, const FakeEngineProcess& ran
   return path;
 }
 
-// One relay process and clients of both its APIs.
-class RelayProcess {
- public:
-  RelayProcess(const std::string& name, const std::string& topology) {
-    const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".ready";
-    unlink(ready.c_str());
-    child_ = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--ready-file", ready,
-                          "--metrics-listen", "127.0.0.1:0", "--drain-timeout-ms", "500", "--topology", topology, "--load-window-ms", "100"});
-    REQUIRE_THAT(read_until(child_.output, "ready: "), Catch::Contains("ready: "));
-    ingest_ = ingest_v1::RelayIngest::NewStub(
-        grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
-    wan_ = v1::KvEventRelay::NewStub(grpc::CreateChannel(wan_of(ready), grpc::InsecureChannelCredentials()));
-  }
-  ~RelayProcess() {
-    kill(child_.pid, SIGTERM);
-    wait_exit(child_.pid);
-    close(child_.output);
-  }
-
-  ingest_v1::RelayState state() {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    ingest_v1::RelayState state;
-    REQUIRE(ingest_->GetState(&context, {}, &state).ok());
-    return state;
-  }
-
-  // GetState once both ranks have applied the engines' batch `seq` and it is published.
-  ingest_v1::PoolState settled(std::uint64_t seq) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (;;) {
-      const auto s = state();
-      if (s.pools_size() == 1 && !s.pools(0).publication_pending() && s.endpoints_size() == 1) {
-        int done = 0;
-        for (const auto& source : s.endpoints(0).sources()) done += source.last_sequence() == seq ? 1 : 0;
-        if (done == 2) return s.pools(0);
-      }
-      INFO(s.DebugString());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-    }
-  }
-
-  // The first load window that covers both ranks.
-  v1::KvPoolLoadEntry complete_load() {
-    v1::SubscribeKvPoolLoadRequest request;
-    request.set_subscriber_id("test");
-    request.set_contract_marker(kMarker);
-    StreamReader<v1::KvPoolLoadUpdate> load(
-        request, [&](grpc::ClientContext* c, const auto& r) { return wan_->SubscribeKvPoolLoad(c, r); });
-    const auto window = load.until([](const v1::KvPoolLoadUpdate& update) {
-      return update.pools_size() == 1 && update.pools(0).kv_observed_ranks() == 2;
-    });
-    REQUIRE(window.has_value());
-    load.cancel();
-    return window->pools(0);
-  }
-
- private:
-  Child child_;
-  std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
-  std::unique_ptr<v1::KvEventRelay::Stub> wan_;
-};
+// GetState once both ranks have applied the engines' batch `seq` and it is published.
+ingest_v1::PoolState settled(RelayProcess& relay, std::uint64_t seq) {
+  const auto state = relay.state_until([&](const ingest_v1::RelayState& s) {
+    if (s.pools_size() != 1 || s.pools(0).publication_pending() || s.endpoints_size() != 1) return false;
+    int done = 0;
+    for (const auto& source : s.endpoints(0).sources()) done += source.last_sequence() == seq ? 1 : 0;
+    return done == 2;
+  });
+  return state.pools(0);
+}
 
 }  // namespace
 
@@ -120,19 +67,32 @@ TEST_CASE("engines: two relay processes on one set of fake engines hold the same
   rank1.await_subscribers(2);
 
   const auto random = [](int seed) {
-    return nlohmann::json{{"op", "random"}, {"seed", seed}, {"batches", 100}, {"events_per_batch", 4}, {"blocks_per_store", 2}};
+    return nlohmann::json{
+        {"op", "random"}, {"seed", seed}, {"batches", 100}, {"events_per_batch", 4}, {"blocks_per_store", 2}};
   };
+  rank0.command({{"op", "raw"}, {"frames", {"", "00"}}});  // dropped: no seq, no payload
   const std::uint64_t seq = FakeEngineProcess::seq_of(rank0.command(random(1)));
   REQUIRE(FakeEngineProcess::seq_of(rank1.command(random(2))) == seq);
-  const auto a = first.settled(seq);
-  const auto b = second.settled(seq);
+  const auto a = settled(first, seq);
+  const auto b = settled(second, seq);
   CHECK(a.unique_blocks() > 0);
   CHECK(a.unique_blocks() == b.unique_blocks());
   CHECK(a.filter_digest() == b.filter_digest());
   CHECK(a.active_sources() == 2);
 
+  const std::string rank0_source = R"({endpoint="prod/engines/generate",worker="1",dp_rank="0")";
   for (RelayProcess* relay : {&first, &second}) {
-    const auto load = relay->complete_load();
+    CHECK(relay->sample("kv_relay_engine_source_connected" + rank0_source + "}") == 1);
+    CHECK(relay->sample("kv_relay_engine_source_batches_total" + rank0_source + R"(,result="applied"})") == 100);
+    CHECK(relay->sample("kv_relay_engine_source_batches_total" + rank0_source + R"(,result="malformed_frames"})") == 1);
+    CHECK(relay->sample("kv_relay_engine_source_resets_total" + rank0_source + R"(,cause="sequence_gap"})") == 0);
+    CHECK(relay->sample(R"(kv_relay_engine_scrapes_total{endpoint="prod/engines/generate",worker="1",result="ok"})") >=
+          1);
+    const auto load = relay
+                          ->load_until([](const v1::KvPoolLoadUpdate& update) {
+                            return update.pools_size() == 1 && update.pools(0).kv_observed_ranks() == 2;
+                          })
+                          .pools(0);
     CHECK(load.kv_used_blocks() == 1024 + 2048);  // round(0.25 x 4096) + round(0.5 x 4096)
     CHECK(load.total_kv_blocks() == 2 * 4096);
   }

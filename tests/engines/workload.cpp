@@ -61,7 +61,8 @@ nlohmann::json EngineWorkload::engine_events(const EngineBatch& batch) const {
       e["parent"] = stored->parent ? nlohmann::json(*stored->parent) : nlohmann::json(nullptr);
       if (shape_.eagle) {
         nlohmann::json pairs = nlohmann::json::array();
-        for (std::size_t i = 0; i + 1 < stored->tokens.size(); ++i) pairs.push_back({stored->tokens[i], stored->tokens[i + 1]});
+        for (std::size_t i = 0; i + 1 < stored->tokens.size(); ++i)
+          pairs.push_back({stored->tokens[i], stored->tokens[i + 1]});
         e["token_ids"] = pairs;
       } else {
         e["token_ids"] = stored->tokens;

@@ -28,10 +28,10 @@ using EngineBatch = std::vector<EngineEvent>;
 
 struct WorkloadShape {
   std::uint32_t block_size = 4;
-  bool eagle = false;       // token ids as (token, next token) pairs; windows of block_size + 1
-  bool salts = false;       // some chains carry a cache salt
-  bool lora = false;        // some chains belong to a LoRA adapter
-  std::string salt_field;   // "extra_keys" (vLLM) or "cache_salt" (TensorRT-LLM)
+  bool eagle = false;      // token ids as (token, next token) pairs; windows of block_size + 1
+  bool salts = false;      // some chains carry a cache salt
+  bool lora = false;       // some chains belong to a LoRA adapter
+  std::string salt_field;  // "extra_keys" (vLLM) or "cache_salt" (TensorRT-LLM)
 };
 
 class EngineWorkload {

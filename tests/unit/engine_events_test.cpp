@@ -330,7 +330,7 @@ TEST_CASE("Eagle token pairs flatten into windows one token wider than the block
   }
 }
 
-TEST_CASE("lora_name salts the event; lora_id is ignored", "[engine_events]") {
+TEST_CASE("lora_name salts the event and lora_id is ignored", "[engine_events]") {
   EventDecoder decoder(standard_config());
   Value event = stored_map({.block_hashes = {1}, .token_ids = token_run(0, 4), .lora_name = "adapter-a"});
   std::get<Map>(event.data)[5].second = 7;  // lora_id
@@ -612,7 +612,7 @@ TEST_CASE("blocks whose token window overruns token_ids are dropped, keeping the
   }
 }
 
-TEST_CASE("medium maps to a storage tier; only device-tier events are emitted", "[engine_events]") {
+TEST_CASE("medium maps to a storage tier and only device-tier events are emitted", "[engine_events]") {
   const auto decode_with_medium = [](const Value& medium) {
     EventDecoder decoder(standard_config());
     return decode(decoder, batch({stored_map({.block_hashes = {1}, .token_ids = token_run(0, 4), .medium = medium}),

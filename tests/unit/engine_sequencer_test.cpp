@@ -11,7 +11,7 @@ using Seq = Sequencer<std::uint64_t>;  // each batch is its own seq, to see what
 
 std::vector<std::uint64_t> applied(const Seq::Step& step) { return step.apply; }
 
-TEST_CASE("contiguous batches apply in order; a fresh source without replay starts anywhere", "[engine_sequencer]") {
+TEST_CASE("contiguous batches apply in order and a fresh source without replay starts anywhere", "[engine_sequencer]") {
   Seq sequencer(false, 100);
   CHECK(applied(sequencer.on_live(7, 7)) == std::vector<std::uint64_t>{7});
   const auto step = sequencer.on_live(8, 8);

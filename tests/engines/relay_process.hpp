@@ -1,0 +1,95 @@
+#pragma once
+// A kv-relay process for the engine tests, with clients of both its APIs and of /metrics.
+#include <grpcpp/grpcpp.h>
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ingest/http_scrape.hpp"
+#include "tests/app/process.hpp"
+#include "tests/integration/harness.hpp"
+
+namespace kvrelay::test {
+
+// One relay process and clients of both its APIs.
+class RelayProcess {
+ public:
+  RelayProcess(const std::string& name, const std::string& topology, std::vector<std::string> extra_args = {}) {
+    const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".ready";
+    unlink(ready.c_str());
+    std::vector<std::string> args = {"--listen",           "127.0.0.1:0", "--ingest-listen",  "127.0.0.1:0",
+                                     "--ready-file",       ready,         "--metrics-listen", "127.0.0.1:0",
+                                     "--drain-timeout-ms", "500",         "--topology",       topology,
+                                     "--load-window-ms",   "100"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    child_ = spawn_relay(std::move(args));
+    REQUIRE_THAT(read_until(child_.output, "ready: "), Catch::Contains("ready: "));
+    ingest_address_ = address_in(ready, "ingest");
+    wan_address_ = wan_of(ready);
+    ingest_ = ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(ingest_address_, grpc::InsecureChannelCredentials()));
+    wan_ = v1::KvEventRelay::NewStub(grpc::CreateChannel(wan_address_, grpc::InsecureChannelCredentials()));
+    metrics_ = address_in(ready, "metrics");
+  }
+  ~RelayProcess() {
+    kill(child_.pid, SIGTERM);
+    wait_exit(child_.pid);
+    close(child_.output);
+  }
+
+  const std::string& wan_address() const { return wan_address_; }
+  const std::string& ingest_address() const { return ingest_address_; }
+
+  ingest_v1::RelayState state() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ingest_v1::RelayState state;
+    REQUIRE(ingest_->GetState(&context, {}, &state).ok());
+    return state;
+  }
+
+  // GetState, asked again until `accept` accepts it (REQUIREd within 30 s).
+  ingest_v1::RelayState state_until(const std::function<bool(const ingest_v1::RelayState&)>& accept) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      auto s = state();
+      if (accept(s)) return s;
+      INFO(s.DebugString());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+    }
+  }
+
+  // The value of one sample of /metrics, e.g. `kv_relay_pools_materialized`; REQUIREs it.
+  double sample(const std::string& series) {
+    const auto page = kvrelay::engine_io::http_get("http://" + metrics_ + "/metrics", std::chrono::seconds(5));
+    REQUIRE(page.ok);
+    const auto at = page.body.find("\n" + series + " ");
+    INFO(series);
+    REQUIRE(at != std::string::npos);
+    return std::stod(page.body.substr(at + series.size() + 2));
+  }
+
+  // The first load window that `accept` accepts.
+  v1::KvPoolLoadUpdate load_until(const std::function<bool(const v1::KvPoolLoadUpdate&)>& accept) {
+    v1::SubscribeKvPoolLoadRequest request;
+    request.set_subscriber_id("test");
+    request.set_contract_marker(kMarker);
+    StreamReader<v1::KvPoolLoadUpdate> load(
+        request, [&](grpc::ClientContext* c, const auto& r) { return wan_->SubscribeKvPoolLoad(c, r); });
+    const auto window = load.until(accept);
+    REQUIRE(window.has_value());
+    load.cancel();
+    return *window;
+  }
+
+ private:
+  Child child_;
+  std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
+  std::unique_ptr<v1::KvEventRelay::Stub> wan_;
+  std::string wan_address_, ingest_address_, metrics_;
+};
+
+}  // namespace kvrelay::test
