@@ -153,7 +153,10 @@ std::vector<readiness::EndpointFacts> readiness_facts(const MembershipState& sta
 std::vector<LoadPool> load_pools(const MembershipState& state) {
   std::vector<LoadPool> pools;
   for (const auto& [endpoint, pool] : state.pools) {
-    pools.push_back({endpoint, pool.producer, state.projection.at(endpoint).runtime_configs, pool.stats});
+    const auto& projected = state.projection.at(endpoint);
+    std::vector<std::string> models;
+    for (const Registration& r : projected.registrations) models.push_back(r.canonical_model_id);
+    pools.push_back({endpoint, pool.producer, projected.runtime_configs, std::move(models), pool.stats});
   }
   return pools;
 }
@@ -200,7 +203,9 @@ void reconcile(Self self) {
     generation_gone(self, endpoint);
   }
   self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
-  self->send(state.peers.load, atoms::load_pools_atom_v, load_pools(state));
+  const auto pools = load_pools(state);
+  self->send(state.peers.load, atoms::load_pools_atom_v, pools);
+  self->send(state.peers.serving_load, atoms::load_pools_atom_v, pools);
 }
 
 // ---- ingest calls ----

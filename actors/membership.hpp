@@ -14,6 +14,7 @@
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_publisher.hpp"
+#include "actors/serving_load_window.hpp"
 #include "actors/topology_projector.hpp"
 #include "core/membership.hpp"
 #include "metrics/relay_metrics.hpp"
@@ -37,6 +38,7 @@ struct MembershipPeers {
   CatalogActor catalog;
   TopologyProjectorActor topology;
   LoadWindowActor load;
+  ServingLoadWindowActor serving_load;
 };
 
 // Membership, as the ingest gateway, the runtime and pool publishers see it. The unary ingest

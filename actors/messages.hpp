@@ -133,6 +133,7 @@ struct LoadReportBatch {
 using CatalogUpdatePtr = std::shared_ptr<const v1::KvPoolCatalogUpdate>;
 using ReadinessUpdatePtr = std::shared_ptr<const v1::ServingReadinessUpdate>;
 using LoadUpdatePtr = std::shared_ptr<const v1::KvPoolLoadUpdate>;
+using ServingLoadUpdatePtr = std::shared_ptr<const v1::ServingLoadUpdate>;
 using FilterUpdatePtr = std::shared_ptr<const v1::FilterUpdate>;
 
 // A pool as the load window sees it.
@@ -140,6 +141,7 @@ struct LoadPool {
   EndpointKey endpoint;
   v1::ProducerIdentity producer;
   std::map<std::uint64_t, RuntimeConfig> runtime_configs;
+  std::vector<std::string> models;            // canonical ids of its base and LoRA registrations
   std::shared_ptr<metrics::PoolStats> stats;  // where its load coverage is published (may be null)
 };
 
@@ -176,6 +178,15 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RemoveWorkerResponse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetAvailabilityRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetAvailabilityResponse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RelayState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ServingLoadUpdatePtr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::FrontendLoadReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::ReportFrontendLoadResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SchedulerLoadReport)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::ReportSchedulerLoadResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetFrontendsRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetFrontendsResponse)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetSchedulersRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetSchedulersResponse)
 
 // One atom means one thing, whichever actor receives it.
 CAF_BEGIN_TYPE_ID_BLOCK(kvrelay, caf::first_custom_type_id)
@@ -205,9 +216,13 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")             // a KV event batch to route
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")           // load reports
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_load_atom, "forgetload")  // a worker's load is unknown again
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")               // a KV event batch to route
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")             // load reports
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_load_atom, "forgetload")    // a worker's load is unknown again
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frontend_load_atom, "feload")      // one frontend's serving-load report
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, scheduler_load_atom, "schedload")  // one router's scheduler report
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frontends_atom, "frontends")       // a namespace's declared frontends
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, schedulers_atom, "schedulers")     // an endpoint's declared routers
 // engine sources (ZeroMQ) and scrapers
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, link_atom, "link")                 // a source's connection came or went
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frames_atom, "frames")             // a message the engine published
@@ -270,6 +285,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::StreamTransportActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolCatalogUpdate>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::ServingReadinessUpdate>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolLoadUpdate>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::ServingLoadUpdate>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolFrameSinkActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PermitHolderActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceSinkActor)

@@ -110,6 +110,13 @@ const std::vector<Flag>& flags() {
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_readiness_subscribers)},
       {"max-load-subscribers", "N", "open SubscribeKvPoolLoad streams at most", "64",
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_load_subscribers)},
+      {"max-serving-load-subscribers", "N", "open SubscribeServingLoad streams at most", "64",
+       uint_field<std::size_t>(1, szmax, &RelayOptions::max_serving_load_subscribers)},
+      {"serving-load-freshness-ms", "MS", "a frontend or router report counts for this long", "3000",
+       uint_field<std::uint32_t>(1, u32max, &RelayOptions::serving_load_freshness_ms)},
+      {"serving-load-retention-ms", "MS",
+       "a silent undeclared frontend (and a router's sequence progress) is forgotten after this long", "600000",
+       uint_field<std::uint32_t>(1, u32max, &RelayOptions::serving_load_retention_ms)},
       {"max-pool-streams-total", "N", "open SubscribeKvPool streams at most, all pools together", "64",
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_pool_streams_total)},
       {"max-subscribers-per-pool", "N", "open SubscribeKvPool streams at most per pool", "64",
@@ -246,6 +253,11 @@ std::expected<AppOptions, std::string> parse_options(const std::vector<std::stri
   }
   for (const auto& [flag, value] : line->values) {
     if (auto error = flag->apply(options, value)) return std::unexpected(fmt::format("--{}: {}", flag->name, *error));
+  }
+  if (options.relay.serving_load_retention_ms < options.relay.serving_load_freshness_ms) {
+    return std::unexpected(fmt::format("--serving-load-retention-ms: {} is below --serving-load-freshness-ms ({})",
+                                       options.relay.serving_load_retention_ms,
+                                       options.relay.serving_load_freshness_ms));
   }
   return options;
 }

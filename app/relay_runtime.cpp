@@ -54,7 +54,8 @@ std::string host_of(const std::string& address) {
 // Feeds the topology file through the same requests as PutWorker / SetAvailability calls,
 // before the listeners open: a relay that starts serves its topology from its first call.
 std::expected<void, std::string> load_topology(caf::actor_system& system, const ingest_v1::TopologyFile& file,
-                                               const MembershipActor& membership) {
+                                               const MembershipActor& membership,
+                                               const ServingLoadWindowActor& serving_load) {
   caf::scoped_actor self{system};
   std::optional<std::string> failure;
   auto fail = [&](const caf::error& error) { failure = "topology: " + caf::to_string(error); };
@@ -71,8 +72,23 @@ std::expected<void, std::string> load_topology(caf::actor_system& system, const 
       self->request(membership, caf::infinite, atoms::availability_atom_v, std::move(request))
           .receive([](const ingest_v1::SetAvailabilityResponse&) {}, fail);
     }
+    if (spec.scheduler_router_ids_size() > 0) {
+      ingest_v1::SetSchedulersRequest request;
+      *request.mutable_endpoint() = spec.endpoint();
+      *request.mutable_router_ids() = spec.scheduler_router_ids();
+      self->request(serving_load, caf::infinite, atoms::schedulers_atom_v, std::move(request))
+          .receive([](const ingest_v1::SetSchedulersResponse&) {}, fail);
+    }
     if (failure) return std::unexpected(*failure);
   }
+  for (const auto& frontends : file.frontends()) {
+    ingest_v1::SetFrontendsRequest request;
+    request.set_namespace_(frontends.namespace_());
+    *request.mutable_frontend_ids() = frontends.frontend_ids();
+    self->request(serving_load, caf::infinite, atoms::frontends_atom_v, std::move(request))
+        .receive([](const ingest_v1::SetFrontendsResponse&) {}, fail);
+  }
+  if (failure) return std::unexpected(*failure);
   return {};
 }
 
@@ -128,6 +144,7 @@ struct RelayRuntime::Impl {
   CatalogActor catalog;
   TopologyProjectorActor topology;
   LoadWindowActor load;
+  ServingLoadWindowActor serving_load;
   MembershipActor membership;
   SnapshotEncodersActor encoders;
   SupervisorActor supervisor;
@@ -199,6 +216,12 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                metrics::mailbox_gauge(recorder, metrics::ActorKind::kCatalog));
   impl->topology = system.spawn(topology_projector, impl->relay, recorder);
   impl->load = system.spawn(load_window, impl->relay, std::chrono::milliseconds(options.load_window_ms), recorder);
+  impl->serving_load = system.spawn(
+      serving_load_window,
+      ServingLoadWindowConfig{impl->relay, std::chrono::milliseconds(options.load_window_ms),
+                              serving_load::Config{std::chrono::milliseconds(options.serving_load_freshness_ms),
+                                                   std::chrono::milliseconds(options.serving_load_retention_ms)},
+                              recorder});
   impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders,
                                 metrics::mailbox_gauge(recorder, metrics::ActorKind::kSnapshotEncoders));
   impl->hub_slots = std::make_shared<StreamLimit>("initialized publication hub", options.max_initialized_pool_hubs);
@@ -213,18 +236,19 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
       impl->hub_slots,
       recorder,
       EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(), std::chrono::milliseconds(5000), recorder}};
-  impl->membership =
-      system.spawn(membership_actor, membership_config, MembershipPeers{impl->catalog, impl->topology, impl->load});
-  impl->supervisor =
-      system.spawn(supervisor,
-                   std::vector<SupervisedActor>{{"membership", caf::actor_cast<caf::actor>(impl->membership)},
-                                                {"catalog", caf::actor_cast<caf::actor>(impl->catalog)},
-                                                {"topology projector", caf::actor_cast<caf::actor>(impl->topology)},
-                                                {"load window", caf::actor_cast<caf::actor>(impl->load)},
-                                                {"snapshot encoders", caf::actor_cast<caf::actor>(impl->encoders)}},
-                   [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
+  impl->membership = system.spawn(membership_actor, membership_config,
+                                  MembershipPeers{impl->catalog, impl->topology, impl->load, impl->serving_load});
+  impl->supervisor = system.spawn(
+      supervisor,
+      std::vector<SupervisedActor>{{"membership", caf::actor_cast<caf::actor>(impl->membership)},
+                                   {"catalog", caf::actor_cast<caf::actor>(impl->catalog)},
+                                   {"topology projector", caf::actor_cast<caf::actor>(impl->topology)},
+                                   {"load window", caf::actor_cast<caf::actor>(impl->load)},
+                                   {"serving-load window", caf::actor_cast<caf::actor>(impl->serving_load)},
+                                   {"snapshot encoders", caf::actor_cast<caf::actor>(impl->encoders)}},
+      [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
   if (options.topology) {
-    if (auto loaded = load_topology(system, *options.topology, impl->membership); !loaded) {
+    if (auto loaded = load_topology(system, *options.topology, impl->membership, impl->serving_load); !loaded) {
       return std::unexpected(loaded.error());
     }
   }
@@ -236,6 +260,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   relay_config.max_catalog_subscribers = options.max_catalog_subscribers;
   relay_config.max_readiness_subscribers = options.max_readiness_subscribers;
   relay_config.max_load_subscribers = options.max_load_subscribers;
+  relay_config.max_serving_load_subscribers = options.max_serving_load_subscribers;
   relay_config.max_pool_streams_total = options.max_pool_streams_total;
   relay_config.catalog_heartbeat = std::chrono::milliseconds(options.catalog_heartbeat_ms);
   relay_config.readiness_heartbeat = std::chrono::milliseconds(options.readiness_heartbeat_ms);
@@ -244,9 +269,10 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   relay_config.metrics = recorder;
   impl->relay_service = std::make_unique<gateway::RelayService>(
       system, relay_config,
-      gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load});
-  impl->ingest_service =
-      std::make_unique<gateway::IngestService>(gateway::IngestPeers{&system, impl->membership, impl->load}, recorder);
+      gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load,
+                                 impl->serving_load});
+  impl->ingest_service = std::make_unique<gateway::IngestService>(
+      gateway::IngestPeers{&system, impl->membership, impl->load, impl->serving_load}, recorder);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -333,6 +359,7 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   caf::anon_send(impl_->catalog, atoms::shutdown_atom_v, closing);
   caf::anon_send(impl_->topology, atoms::shutdown_atom_v, closing);
   caf::anon_send(impl_->load, atoms::shutdown_atom_v, closing);
+  caf::anon_send(impl_->serving_load, atoms::shutdown_atom_v, closing);
   caf::anon_send(impl_->membership, atoms::shutdown_atom_v, closing);
   // Calls still open at the deadline (clients that stopped reading) are cancelled.
   const auto deadline = std::chrono::system_clock::now() + drain.value_or(impl_->drain);
@@ -342,8 +369,8 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   impl_->ingest_server->Wait();
   for (const caf::actor& actor :
        {caf::actor_cast<caf::actor>(impl_->catalog), caf::actor_cast<caf::actor>(impl_->topology),
-        caf::actor_cast<caf::actor>(impl_->load), caf::actor_cast<caf::actor>(impl_->membership),
-        caf::actor_cast<caf::actor>(impl_->encoders)}) {
+        caf::actor_cast<caf::actor>(impl_->load), caf::actor_cast<caf::actor>(impl_->serving_load),
+        caf::actor_cast<caf::actor>(impl_->membership), caf::actor_cast<caf::actor>(impl_->encoders)}) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
   impl_->system->await_all_actors_done();

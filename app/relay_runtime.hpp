@@ -31,6 +31,9 @@ struct RelayOptions {
   std::size_t max_catalog_subscribers = 64;
   std::size_t max_readiness_subscribers = 64;
   std::size_t max_load_subscribers = 64;
+  std::size_t max_serving_load_subscribers = 64;
+  std::uint32_t serving_load_freshness_ms = 3000;
+  std::uint32_t serving_load_retention_ms = 600000;
   std::size_t max_pool_streams_total = 64;
   std::size_t max_subscribers_per_pool = 64;
   std::size_t max_initialized_pool_hubs = 64;

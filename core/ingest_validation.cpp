@@ -116,6 +116,13 @@ Problem sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>& k
   return std::nullopt;
 }
 
+Problem nonzero_ids(const google::protobuf::RepeatedField<std::uint64_t>& ids, std::string_view field) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] == 0) return problem(fmt::format("{}[{}]", field, i), "must not be 0");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 EndpointKey endpoint_key(const ingest_v1::EndpointRef& endpoint) {
@@ -164,6 +171,55 @@ Problem load_report(const ingest_v1::LoadReport& report) {
   return endpoint_ref(report.endpoint(), "endpoint");
 }
 
+Problem frontend_load_report(const ingest_v1::FrontendLoadReport& report) {
+  if (auto p = text(report.namespace_(), "namespace")) return p;
+  if (report.frontend_id() == 0) return problem("frontend_id", "must not be 0");
+  if (report.sequence() == 0) return problem("sequence", "must not be 0");
+  std::set<std::string_view> models;
+  for (int m = 0; m < report.models_size(); ++m) {
+    const auto& model = report.models(m);
+    const std::string at = fmt::format("models[{}]", m);
+    if (auto p = text(model.canonical_model_id(), join(at, "canonical_model_id"))) return p;
+    if (!models.insert(model.canonical_model_id()).second) {
+      return problem(join(at, "canonical_model_id"), "is listed twice");
+    }
+    for (int a = 0; a < model.aliases_size(); ++a) {
+      if (auto p = text(model.aliases(a), fmt::format("{}.aliases[{}]", at, a))) return p;
+    }
+  }
+  return std::nullopt;
+}
+
+Problem scheduler_load_report(const ingest_v1::SchedulerLoadReport& report) {
+  if (!report.has_endpoint()) return problem("endpoint", "is required");
+  if (auto p = endpoint_ref(report.endpoint(), "endpoint")) return p;
+  if (report.router_id() == 0) return problem("router_id", "must not be 0");
+  if (report.sequence() == 0) return problem("sequence", "must not be 0");
+  if (!report.replica_group().empty()) {
+    if (auto p = text(report.replica_group(), "replica_group")) return p;
+  }
+  std::set<RankKey> ranks;
+  for (int r = 0; r < report.ranks_size(); ++r) {
+    const auto& rank = report.ranks(r);
+    if (!ranks.insert({rank.worker_id(), rank.dp_rank()}).second) {
+      return problem(fmt::format("ranks[{}]", r),
+                     fmt::format("worker {} dp_rank {} is listed twice", rank.worker_id(), rank.dp_rank()));
+    }
+  }
+  return std::nullopt;
+}
+
+Problem set_frontends(const ingest_v1::SetFrontendsRequest& request) {
+  if (auto p = text(request.namespace_(), "namespace")) return p;
+  return nonzero_ids(request.frontend_ids(), "frontend_ids");
+}
+
+Problem set_schedulers(const ingest_v1::SetSchedulersRequest& request) {
+  if (!request.has_endpoint()) return problem("endpoint", "is required");
+  if (auto p = endpoint_ref(request.endpoint(), "endpoint")) return p;
+  return nonzero_ids(request.router_ids(), "router_ids");
+}
+
 Problem topology_file(const ingest_v1::TopologyFile& file) {
   if (file.version() != 1) return problem("version", fmt::format("{} is not supported (must be 1)", file.version()));
   std::set<EndpointKey> endpoints;
@@ -181,6 +237,15 @@ Problem topology_file(const ingest_v1::TopologyFile& file) {
         return problem(join(worker_at, "worker_id"), "is listed twice");
       if (auto p = worker_spec(spec.workers(w), worker_at)) return p;
     }
+    if (auto p = nonzero_ids(spec.scheduler_router_ids(), join(at, "scheduler_router_ids"))) return p;
+  }
+  std::set<std::string_view> namespaces;
+  for (int f = 0; f < file.frontends_size(); ++f) {
+    const auto& set = file.frontends(f);
+    const std::string at = fmt::format("frontends[{}]", f);
+    if (auto p = text(set.namespace_(), join(at, "namespace"))) return p;
+    if (!namespaces.insert(set.namespace_()).second) return problem(join(at, "namespace"), "is listed twice");
+    if (auto p = nonzero_ids(set.frontend_ids(), join(at, "frontend_ids"))) return p;
   }
   return std::nullopt;
 }

@@ -24,6 +24,10 @@ Problem remove_worker(const ingest_v1::RemoveWorkerRequest& request);
 Problem set_availability(const ingest_v1::SetAvailabilityRequest& request);
 Problem kv_event_batch(const ingest_v1::KvEventBatch& batch);
 Problem load_report(const ingest_v1::LoadReport& report);
+Problem frontend_load_report(const ingest_v1::FrontendLoadReport& report);
+Problem scheduler_load_report(const ingest_v1::SchedulerLoadReport& report);
+Problem set_frontends(const ingest_v1::SetFrontendsRequest& request);
+Problem set_schedulers(const ingest_v1::SetSchedulersRequest& request);
 Problem topology_file(const ingest_v1::TopologyFile& file);
 
 EndpointKey endpoint_key(const ingest_v1::EndpointRef& endpoint);

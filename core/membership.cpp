@@ -366,6 +366,7 @@ RuntimeConfig to_runtime_config(const ingest_v1::RuntimeConfig& config) {
   out.data_parallel_start_rank = config.data_parallel_start_rank();
   out.data_parallel_size = std::max<std::uint32_t>(config.data_parallel_size(), 1);
   out.enable_eagle = config.enable_eagle();
+  if (config.has_max_num_seqs()) out.max_num_seqs = config.max_num_seqs();
   if (config.has_kv_state_endpoint()) {
     const auto& ref = config.kv_state_endpoint();
     out.kv_state_endpoint = EndpointKey{ref.namespace_(), ref.component(), ref.endpoint()};

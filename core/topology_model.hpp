@@ -81,6 +81,7 @@ struct RuntimeConfig {
   std::uint32_t data_parallel_start_rank = 0;
   std::uint32_t data_parallel_size = 1;
   bool enable_eagle = false;
+  std::optional<std::uint64_t> max_num_seqs;     // absent = undeclared (0 is a declared 0)
   std::optional<EndpointKey> kv_state_endpoint;  // absent = the serving endpoint
   friend bool operator==(const RuntimeConfig&, const RuntimeConfig&) = default;
 };

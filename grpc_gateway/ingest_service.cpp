@@ -1,5 +1,6 @@
 #include "grpc_gateway/ingest_service.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/pool_publisher.hpp"
@@ -22,19 +23,20 @@ class RefusedRead final : public grpc::ServerReadReactor<Request> {
   void OnDone() override { delete this; }
 };
 
-// How long a unary call waits for membership's answer before it fails with UNAVAILABLE.
-constexpr auto kMembershipDeadline = std::chrono::seconds(10);
+// How long a unary call waits for its actor's answer before it fails with UNAVAILABLE.
+constexpr auto kAnswerDeadline = std::chrono::seconds(10);
 
 RpcStatus unanswerable(const caf::error& error) {
   return RpcStatus{StatusCode::kUnavailable, "the relay could not answer: " + caf::to_string(error), {}};
 }
 
-// Checks the request, then asks membership from a short-lived actor: membership's answer, or
-// the error when it cannot answer (gone, or past the deadline), finishes the RPC.
-template <class Response, class... Message>
-grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, const IngestPeers& peers,
-                                         Response* response, const ingest_check::Problem& problem, bool draining,
-                                         Message... message) {
+// Checks the request, then asks `target` (membership, the serving-load window) from a
+// short-lived actor: its answer, or the error when it cannot answer (gone, or past the
+// deadline), finishes the RPC.
+template <class Response, class Target, class... Message>
+grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, caf::actor_system& system,
+                                         const Target& target, Response* response, const ingest_check::Problem& problem,
+                                         bool draining, Message... message) {
   auto* reactor = context->DefaultReactor();
   if (draining) {
     reactor->Finish(draining_status());
@@ -46,9 +48,9 @@ grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, c
   }
   // The handle is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
   // when a function actor takes none (UBSan reports it).
-  peers.system->spawn(
-      [=](caf::event_based_actor* self, const MembershipActor& membership) {
-        self->request(membership, kMembershipDeadline, message...)
+  system.spawn(
+      [=](caf::event_based_actor* self, const Target& asked) {
+        self->request(asked, kAnswerDeadline, message...)
             .then(
                 [=](Response& answer) {
                   *response = std::move(answer);
@@ -56,7 +58,7 @@ grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, c
                 },
                 [=](const caf::error& error) { reactor->Finish(to_grpc(context, unanswerable(error))); });
       },
-      peers.membership);
+      target);
   return reactor;
 }
 
@@ -144,27 +146,69 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
 grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context,
                                                    const ingest_v1::PutWorkerRequest* request,
                                                    ingest_v1::PutWorkerResponse* response) {
-  return dispatch_unary(context, peers_, response, ingest_check::put_worker(*request), draining_,
-                        atoms::put_worker_atom_v, *request);
+  return dispatch_unary(context, *peers_.system, peers_.membership, response, ingest_check::put_worker(*request),
+                        draining_, atoms::put_worker_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
                                                       const ingest_v1::RemoveWorkerRequest* request,
                                                       ingest_v1::RemoveWorkerResponse* response) {
-  return dispatch_unary(context, peers_, response, ingest_check::remove_worker(*request), draining_,
-                        atoms::remove_worker_atom_v, *request);
+  return dispatch_unary(context, *peers_.system, peers_.membership, response, ingest_check::remove_worker(*request),
+                        draining_, atoms::remove_worker_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
                                                          const ingest_v1::SetAvailabilityRequest* request,
                                                          ingest_v1::SetAvailabilityResponse* response) {
-  return dispatch_unary(context, peers_, response, ingest_check::set_availability(*request), draining_,
-                        atoms::availability_atom_v, *request);
+  return dispatch_unary(context, *peers_.system, peers_.membership, response, ingest_check::set_availability(*request),
+                        draining_, atoms::availability_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
                                                   const ingest_v1::GetStateRequest*, ingest_v1::RelayState* response) {
-  return dispatch_unary(context, peers_, response, std::nullopt, draining_, atoms::get_state_atom_v);
+  return dispatch_unary(context, *peers_.system, peers_.membership, response, std::nullopt, draining_,
+                        atoms::get_state_atom_v);
+}
+
+// A serving-load report that fails validation is counted and logged (rate-limited) here.
+ingest_check::Problem IngestService::checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem) {
+  if (problem) {
+    rejected_input_log().warn(fmt::format("rejected {} load report: {}", metrics::label(source), *problem));
+    if (metrics_ != nullptr) metrics_->serving_load_report_invalid(source);
+  }
+  return problem;
+}
+
+grpc::ServerUnaryReactor* IngestService::ReportFrontendLoad(grpc::CallbackServerContext* context,
+                                                            const ingest_v1::FrontendLoadReport* request,
+                                                            ingest_v1::ReportFrontendLoadResponse* response) {
+  const auto problem =
+      checked_report(metrics::ServingLoadSource::kFrontend, ingest_check::frontend_load_report(*request));
+  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, problem, draining_,
+                        atoms::frontend_load_atom_v, *request);
+}
+
+grpc::ServerUnaryReactor* IngestService::ReportSchedulerLoad(grpc::CallbackServerContext* context,
+                                                             const ingest_v1::SchedulerLoadReport* request,
+                                                             ingest_v1::ReportSchedulerLoadResponse* response) {
+  const auto problem =
+      checked_report(metrics::ServingLoadSource::kScheduler, ingest_check::scheduler_load_report(*request));
+  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, problem, draining_,
+                        atoms::scheduler_load_atom_v, *request);
+}
+
+grpc::ServerUnaryReactor* IngestService::SetFrontends(grpc::CallbackServerContext* context,
+                                                      const ingest_v1::SetFrontendsRequest* request,
+                                                      ingest_v1::SetFrontendsResponse* response) {
+  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, ingest_check::set_frontends(*request),
+                        draining_, atoms::frontends_atom_v, *request);
+}
+
+grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerContext* context,
+                                                       const ingest_v1::SetSchedulersRequest* request,
+                                                       ingest_v1::SetSchedulersResponse* response) {
+  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, ingest_check::set_schedulers(*request),
+                        draining_, atoms::schedulers_atom_v, *request);
 }
 
 grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(

@@ -12,6 +12,8 @@
 #include "actors/load_window.hpp"
 #include "actors/membership.hpp"
 #include "actors/messages.hpp"
+#include "actors/serving_load_window.hpp"
+#include "core/ingest_validation.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 #include "metrics/relay_metrics.hpp"
 
@@ -21,6 +23,7 @@ struct IngestPeers {
   caf::actor_system* system = nullptr;  // runs the short-lived actor that asks membership per unary call
   MembershipActor membership;
   LoadWindowActor load;
+  ServingLoadWindowActor serving_load;
 };
 
 class IngestService final : public ingest_v1::RelayIngest::CallbackService {
@@ -44,10 +47,25 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
   grpc::ServerReadReactor<ingest_v1::LoadReport>* ReportLoad(grpc::CallbackServerContext* context,
                                                              ingest_v1::ReportLoadResponse* response) override;
 
+  grpc::ServerUnaryReactor* ReportFrontendLoad(grpc::CallbackServerContext* context,
+                                               const ingest_v1::FrontendLoadReport* request,
+                                               ingest_v1::ReportFrontendLoadResponse* response) override;
+  grpc::ServerUnaryReactor* ReportSchedulerLoad(grpc::CallbackServerContext* context,
+                                                const ingest_v1::SchedulerLoadReport* request,
+                                                ingest_v1::ReportSchedulerLoadResponse* response) override;
+  grpc::ServerUnaryReactor* SetFrontends(grpc::CallbackServerContext* context,
+                                         const ingest_v1::SetFrontendsRequest* request,
+                                         ingest_v1::SetFrontendsResponse* response) override;
+  grpc::ServerUnaryReactor* SetSchedulers(grpc::CallbackServerContext* context,
+                                          const ingest_v1::SetSchedulersRequest* request,
+                                          ingest_v1::SetSchedulersResponse* response) override;
+
   // From now on every new call is refused with UNAVAILABLE.
   void begin_drain() { draining_ = true; }
 
  private:
+  ingest_check::Problem checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem);
+
   IngestPeers peers_;
   metrics::RelayMetrics* metrics_;
   std::size_t read_window_;

@@ -48,12 +48,14 @@ RelayService::RelayService(caf::actor_system& system, RelayServiceConfig config,
       catalog_streams_("catalog stream", config_.max_catalog_subscribers),
       readiness_streams_("readiness stream", config_.max_readiness_subscribers),
       load_streams_("load stream", config_.max_load_subscribers),
+      serving_load_streams_("serving-load stream", config_.max_serving_load_subscribers),
       pool_streams_("total pool stream", config_.max_pool_streams_total) {}
 
 const StreamLimit& RelayService::limit_of(std::string_view kind) const {
   if (kind == "catalog") return catalog_streams_;
   if (kind == "readiness") return readiness_streams_;
   if (kind == "load") return load_streams_;
+  if (kind == "serving_load") return serving_load_streams_;
   return pool_streams_;
 }
 
@@ -143,18 +145,32 @@ grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* RelayService::SubscribeSer
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kReadinessStream));
 }
 
-grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* RelayService::SubscribeKvPoolLoad(
-    grpc::CallbackServerContext* context, const v1::SubscribeKvPoolLoadRequest* request) {
-  using Message = v1::KvPoolLoadUpdate;
-  constexpr auto rpc = metrics::Rpc::kSubscribeKvPoolLoad;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
+template <class Message, class Request, class Source>
+grpc::ServerWriteReactor<Message>* RelayService::open_windows(grpc::CallbackServerContext* context,
+                                                              const Request& request, metrics::Rpc rpc,
+                                                              StreamLimit& limit, const Source& source,
+                                                              metrics::ActorKind stream_kind) {
+  if (auto error = wire::check_request(request)) return refuse<Message>(context, rpc, rejection(*error));
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, rpc, load_streams_, permit)) return refused;
+  if (auto* refused = admit<Message>(context, rpc, limit, permit)) return refused;
   // A window stream lags when more than load_outbox_windows windows wait for the client.
   const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
-  return open_watch<Message>(system_, admitted(rpc, request->subscriber_id(), context, {permit}), config_.metrics,
-                             context, peers_.load, bounded_stream<Message>, limits,
-                             metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kLoadStream));
+  return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
+                             context, source, bounded_stream<Message>, limits,
+                             metrics::mailbox_gauge(config_.metrics, stream_kind));
+}
+
+grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* RelayService::SubscribeKvPoolLoad(
+    grpc::CallbackServerContext* context, const v1::SubscribeKvPoolLoadRequest* request) {
+  return open_windows<v1::KvPoolLoadUpdate>(context, *request, metrics::Rpc::kSubscribeKvPoolLoad, load_streams_,
+                                            peers_.load, metrics::ActorKind::kLoadStream);
+}
+
+grpc::ServerWriteReactor<v1::ServingLoadUpdate>* RelayService::SubscribeServingLoad(
+    grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest* request) {
+  return open_windows<v1::ServingLoadUpdate>(context, *request, metrics::Rpc::kSubscribeServingLoad,
+                                             serving_load_streams_, peers_.serving_load,
+                                             metrics::ActorKind::kServingLoadStream);
 }
 
 grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context,
@@ -197,14 +213,6 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
                               pool->second.publisher, std::move(pacing), config_.metrics);
   reactor->link()->bind(stream);  // the stream attaches itself once it holds an encoder permit
   return reactor;
-}
-
-grpc::ServerWriteReactor<v1::ServingLoadUpdate>* RelayService::SubscribeServingLoad(
-    grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest*) {
-  // docs/protocol/decisions.md#d2: in the schema, not served yet; never a fake window.
-  return refuse<v1::ServingLoadUpdate>(
-      context, metrics::Rpc::kSubscribeServingLoad,
-      RpcStatus{StatusCode::kUnimplemented, "SubscribeServingLoad is not implemented by this relay", {}});
 }
 
 }  // namespace kvrelay::gateway

@@ -11,6 +11,7 @@
 #include "actors/load_window.hpp"
 #include "actors/messages.hpp"
 #include "actors/permits.hpp"
+#include "actors/serving_load_window.hpp"
 #include "actors/snapshot_encoders.hpp"
 #include "actors/topology_projector.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
@@ -26,6 +27,7 @@ struct RelayServiceConfig {
   std::size_t max_catalog_subscribers = 64;
   std::size_t max_readiness_subscribers = 64;
   std::size_t max_load_subscribers = 64;
+  std::size_t max_serving_load_subscribers = 64;
   std::size_t max_pool_streams_total = 64;
   std::chrono::milliseconds catalog_heartbeat{10000};  // 0 disables
   std::chrono::milliseconds readiness_heartbeat{10000};
@@ -40,6 +42,7 @@ struct RelayServicePeers {
   CatalogActor catalog;
   TopologyProjectorActor topology;
   LoadWindowActor load;
+  ServingLoadWindowActor serving_load;
 };
 
 class RelayService final : public v1::KvEventRelay::CallbackService {
@@ -61,7 +64,7 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
 
   // From now on every new call is refused with UNAVAILABLE (graceful drain).
   void begin_drain() { draining_ = true; }
-  // Permits in use per stream kind ("catalog", "readiness", "load", "pool").
+  // Permits in use per stream kind ("catalog", "readiness", "load", "serving_load", "pool").
   std::size_t open_streams(std::string_view kind) const;
   const StreamLimit& limit_of(std::string_view kind) const;
 
@@ -72,6 +75,11 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
   template <class Message>
   grpc::ServerWriteReactor<Message>* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
                                             const RpcStatus& status, std::string result = {});
+  // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
+  template <class Message, class Request, class Source>
+  grpc::ServerWriteReactor<Message>* open_windows(grpc::CallbackServerContext* context, const Request& request,
+                                                  metrics::Rpc rpc, StreamLimit& limit, const Source& source,
+                                                  metrics::ActorKind stream_kind);
   StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
                          std::vector<std::shared_ptr<StreamLimit::Permit>> permits);
 
@@ -82,6 +90,7 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
   StreamLimit catalog_streams_;
   StreamLimit readiness_streams_;
   StreamLimit load_streams_;
+  StreamLimit serving_load_streams_;
   StreamLimit pool_streams_;
 };
 

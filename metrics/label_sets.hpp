@@ -63,17 +63,19 @@ KVRELAY_LABEL_SET(Rpc, "rpc", KVRELAY_RPCS);
 KVRELAY_LABEL_SET(FrameKind, "kind", KVRELAY_FRAME_KINDS);
 
 // Actors whose mailbox depth is sampled.
-#define KVRELAY_ACTOR_KINDS(X)                \
-  X(kMembership, "membership")                \
-  X(kCatalog, "catalog")                      \
-  X(kTopologyProjector, "topology_projector") \
-  X(kLoadWindow, "load_window")               \
-  X(kSnapshotEncoders, "snapshot_encoders")   \
-  X(kPoolPublisher, "pool_publisher")         \
-  X(kPoolStream, "pool_stream")               \
-  X(kCatalogStream, "catalog_stream")         \
-  X(kReadinessStream, "readiness_stream")     \
-  X(kLoadStream, "load_stream")
+#define KVRELAY_ACTOR_KINDS(X)                 \
+  X(kMembership, "membership")                 \
+  X(kCatalog, "catalog")                       \
+  X(kTopologyProjector, "topology_projector")  \
+  X(kLoadWindow, "load_window")                \
+  X(kSnapshotEncoders, "snapshot_encoders")    \
+  X(kPoolPublisher, "pool_publisher")          \
+  X(kPoolStream, "pool_stream")                \
+  X(kCatalogStream, "catalog_stream")          \
+  X(kReadinessStream, "readiness_stream")      \
+  X(kLoadStream, "load_stream")                \
+  X(kServingLoadWindow, "serving_load_window") \
+  X(kServingLoadStream, "serving_load_stream")
 KVRELAY_LABEL_SET(ActorKind, "actor_kind", KVRELAY_ACTOR_KINDS);
 
 // The ingest RPC a KV event batch came by (label kind of kv_relay_ingest_batches_total).
@@ -102,6 +104,23 @@ KVRELAY_LABEL_SET(ResetReason, "reason", KVRELAY_RESET_REASONS);
   X(kMalformed, "malformed")           \
   X(kUnknownRank, "unknown_rank")
 KVRELAY_LABEL_SET(LoadReportResult, "result", KVRELAY_LOAD_REPORT_RESULTS);
+
+// Who sent a serving-load report.
+#define KVRELAY_SERVING_LOAD_SOURCES(X) \
+  X(kFrontend, "frontend")              \
+  X(kScheduler, "scheduler")
+KVRELAY_LABEL_SET(ServingLoadSource, "source", KVRELAY_SERVING_LOAD_SOURCES);
+
+// What became of a serving-load report: the ReportOutcome values in their order, then
+// `invalid` (rejected by validation, nothing applied).
+#define KVRELAY_SERVING_LOAD_OUTCOMES(X)          \
+  X(kApplied, "applied")                          \
+  X(kRestarted, "restarted")                      \
+  X(kDuplicate, "duplicate")                      \
+  X(kReplacedIncarnation, "replaced_incarnation") \
+  X(kNoPool, "no_pool")                           \
+  X(kInvalid, "invalid")
+KVRELAY_LABEL_SET(ServingLoadOutcome, "outcome", KVRELAY_SERVING_LOAD_OUTCOMES);
 
 // The kind of a KV event of an accepted batch.
 #define KVRELAY_EVENT_KINDS(X) \

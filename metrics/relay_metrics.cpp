@@ -298,6 +298,13 @@ void RelayMetrics::stream_ended(Rpc rpc, const std::string& reason) {
   open_streams_[rpc]->Decrement();
 }
 
+void RelayMetrics::serving_load_report(ServingLoadSource source, ::kvrelay::ingest::v1::ReportOutcome outcome) {
+  // ReportOutcome numbers its values from 1 in the order ServingLoadOutcome lists them.
+  const int index = static_cast<int>(outcome) - 1;
+  if (index < 0 || index >= static_cast<int>(ServingLoadOutcome::kInvalid)) return;
+  serving_load_reports_[source][static_cast<ServingLoadOutcome>(index)]->Increment();
+}
+
 void RelayMetrics::events(const EventTally& tally) {
   for (std::size_t kind = 0; kind < kLabelCount<EventKindLabel>; ++kind) {
     for (std::size_t result = 0; result < kLabelCount<EventResultLabel>; ++result) {

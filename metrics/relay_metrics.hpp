@@ -120,6 +120,9 @@ using ScrapeCollector = KeyedCollector<ScrapeStats>;
   X(source_resets_, Counter, "kv_relay_source_resets_total", "KV sources whose blocks the relay dropped, by reason", \
     ResetReason)                                                                                                     \
   X(load_reports_, Counter, "kv_relay_load_reports_total", "Load reports received, by result", LoadReportResult)     \
+  X(serving_load_reports_, Counter, "kv_relay_serving_load_reports_total",                                           \
+    "Frontend and scheduler serving-load reports received, by source and outcome", ServingLoadSource,                \
+    ServingLoadOutcome)                                                                                              \
   X(readiness_entries_, Gauge, "kv_relay_readiness_entries",                                                         \
     "Serving readiness entries of the current revision, by state", ReadinessLabel)                                   \
   X(mailbox_depth_, Gauge, "kv_relay_mailbox_depth",                                                                 \
@@ -187,6 +190,11 @@ class RelayMetrics {
   void source_reset(ResetReason reason) { source_resets_[reason]->Increment(); }
   void load_reports(LoadReportResult result, std::uint64_t count) {
     if (count > 0) load_reports_[result]->Increment(static_cast<double>(count));
+  }
+  // An outcome the relay answered with (REPORT_OUTCOME_APPLIED ... NO_POOL).
+  void serving_load_report(ServingLoadSource source, ::kvrelay::ingest::v1::ReportOutcome outcome);
+  void serving_load_report_invalid(ServingLoadSource source) {
+    serving_load_reports_[source][ServingLoadOutcome::kInvalid]->Increment();
   }
 
   // ---- readiness ----

@@ -8,6 +8,7 @@ int run_info(const Args& args);
 int run_catalog(const Args& args);
 int run_readiness(const Args& args);
 int run_load(const Args& args);
+int run_serving_load(const Args& args);
 int run_state(const Args& args);
 int run_top(const Args& args);
 int run_overlap(const Args& args);

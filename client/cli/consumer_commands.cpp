@@ -33,6 +33,12 @@ bool relay_settled(const RelayView& relay) {
                               [](const auto& pool) { return pool.status == client::ReplicaStatus::kSubscribing; });
 }
 
+// top also waits for a serving-load window, unless the relay does not serve one; it never decides
+// the exit status (overlap does not use it).
+bool relay_shown(const RelayView& relay) {
+  return relay_settled(relay) && (relay.incompatible || relay.serving_load.valid || relay.serving_load.unavailable);
+}
+
 // Exit status for relays that never settled or speak another contract; reports each once.
 int report_unsettled(const ConsumerView& view) {
   int worst = kOk;
@@ -84,7 +90,24 @@ std::string base_models(const client::PoolView& pool) {
 }
 
 std::string plane_text(const char* name, const client::PlaneView& plane, std::uint64_t position) {
-  return fmt::format("{} {}{}", name, position, plane.valid ? "" : " (stale)");
+  return fmt::format("{} {}{}", name, position, plane.valid ? "" : plane.unavailable ? " (unavailable)" : " (stale)");
+}
+
+// The pool's gauges in the latest serving-load window; unset (shown "-") when the window has no
+// entry for it or its load is not COMPLETE.
+const v1::TokenLoadStats& serving_tokens(const client::PoolView& pool) {
+  return pool.serving_load ? pool.serving_load->load().tokens() : v1::TokenLoadStats::default_instance();
+}
+
+void print_serving_models(const RelayView& relay) {
+  if (relay.serving_models.empty()) return;
+  Table table({"  MODEL", "NAMESPACE", "SERVING LOAD", "REQUESTS AWAITING/GENERATING"});
+  for (const auto& model : relay.serving_models) {
+    table.add({"  " + model.canonical_model_id(), model.namespace_(), data_status_name(model.load().status()),
+               in_flight(model.load().requests())});
+  }
+  std::printf("\n");
+  table.print();
 }
 
 using DeltaCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>;
@@ -95,26 +118,30 @@ void render_top(const ConsumerView& view, const DeltaCounts& previous, double el
                               ? fmt::format("instance {:016x} incarnation {:016x}", relay.identity->drt_instance_id(),
                                             relay.identity->relay_incarnation())
                               : std::string("identity unknown");
-    std::printf("RELAY %s  %s  %s  %s  %s  restarts %lu\n", relay.target.c_str(), identity.c_str(),
+    std::printf("RELAY %s  %s  %s  %s  %s  %s  restarts %lu\n", relay.target.c_str(), identity.c_str(),
                 plane_text("catalog rev", relay.catalog, relay.catalog_revision).c_str(),
                 plane_text("readiness rev", relay.readiness, relay.readiness_revision).c_str(),
                 plane_text("load window", relay.load, relay.load_window).c_str(),
+                plane_text("serving-load window", relay.serving_load, relay.serving_load_window).c_str(),
                 static_cast<unsigned long>(relay.identity_changes));
     if (relay.incompatible) std::printf("  ! contract mismatch: %s\n", relay.incompatibility.c_str());
     if (!relay.incompatible && !relay.catalog.valid) std::printf("  ! %s\n", relay.catalog.last_error.c_str());
     Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "FINGERPRINTS", "FILTER LOAD", "READINESS",
-                 "KV LOAD"});
+                 "KV LOAD", "PREFILL TOKENS", "DECODE BLOCKS"});
     for (const auto& pool : relay.pools) {
       const auto it = previous.find({relay.target, pool.endpoint});
       const double rate = it == previous.end() || elapsed_s <= 0 || pool.deltas_applied < it->second
                               ? 0.0
                               : double(pool.deltas_applied - it->second) / elapsed_s;
+      const auto& tokens = serving_tokens(pool);
       table.add({"  " + pool.endpoint, base_models(pool), std::string(client::to_string(pool.status)),
                  std::to_string(pool.sequence), fmt::format("{:.1f}", rate), std::to_string(pool.occupied_slots),
-                 fmt::format("{:.2f}%", 100.0 * pool.load_factor()), pool_readiness(relay, pool),
-                 load_text(pool.load)});
+                 fmt::format("{:.2f}%", 100.0 * pool.load_factor()), pool_readiness(relay, pool), load_text(pool.load),
+                 gauge(tokens.has_active_prefill_tokens(), tokens.active_prefill_tokens()),
+                 gauge(tokens.has_active_decode_blocks(), tokens.active_decode_blocks())});
     }
     table.print();
+    print_serving_models(relay);
     for (const auto& quarantined : relay.quarantined_pools)
       std::printf("  quarantined pool: %s\n", quarantined.c_str());
     for (const auto& quarantined : relay.quarantined_entries)
@@ -156,7 +183,7 @@ nlohmann::json match_json(const client::PoolMatch& match) {
 int run_top(const Args& args) {
   client::Consumer consumer(options_for(args, "kvrelay-cli-top"));
   consumer.start();
-  consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_settled); },
+  consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_shown); },
                  std::chrono::milliseconds(args.timeout_ms));
   auto previous = delta_counts(consumer.view());
   auto previous_at = std::chrono::steady_clock::now();

@@ -34,6 +34,17 @@ inline std::string state_name(int state) {
              ? short_name(v1::ServingReadinessState_Name(state), "SERVING_READINESS_STATE_")
              : fmt::format("?{}", state);
 }
+inline std::string data_status_name(int status) {
+  return v1::DataStatus_IsValid(status) ? short_name(v1::DataStatus_Name(status), "DATA_STATUS_")
+                                        : fmt::format("?{}", status);
+}
+// An optional figure of a serving-load window: "-" when unset (its view is not COMPLETE).
+inline std::string gauge(bool set, std::uint64_t value) { return set ? std::to_string(value) : "-"; }
+// A model's requests in flight, awaiting their first token / generating.
+inline std::string in_flight(const v1::RequestLifecycleStats& requests) {
+  if (!requests.has_requests_awaiting_first_token() || !requests.has_requests_generating()) return "-";
+  return fmt::format("{}/{}", requests.requests_awaiting_first_token(), requests.requests_generating());
+}
 template <class Roles>
 std::string roles_of(const Roles& roles) {
   std::string out;

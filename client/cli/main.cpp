@@ -20,10 +20,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvrelay-cli: %s\n\n%s", args.error().c_str(), kUsage);
     return kUsageError;
   }
-  const std::map<std::string, int (*)(const Args&)> commands{
-      {"info", run_info},       {"catalog", run_catalog}, {"readiness", run_readiness},
-      {"load", run_load},       {"state", run_state},     {"top", run_top},
-      {"overlap", run_overlap}, {"hash", run_hash},       {"decode-frame", run_decode_frame}};
+  const std::map<std::string, int (*)(const Args&)> commands{{"info", run_info},
+                                                             {"catalog", run_catalog},
+                                                             {"readiness", run_readiness},
+                                                             {"load", run_load},
+                                                             {"serving-load", run_serving_load},
+                                                             {"state", run_state},
+                                                             {"top", run_top},
+                                                             {"overlap", run_overlap},
+                                                             {"hash", run_hash},
+                                                             {"decode-frame", run_decode_frame}};
   const auto command = commands.find(args->command);
   if (command == commands.end()) {
     std::fprintf(stderr, "kvrelay-cli: unknown command '%s' (see --help)\n", args->command.c_str());

@@ -1,5 +1,5 @@
-// info, catalog, readiness, load and state: read a relay's planes as they are on the wire,
-// validate them as a consumer would, and print them as tables or JSON.
+// info, catalog, readiness, load, serving-load and state: read a relay's planes as they are on
+// the wire, validate them as a consumer would, and print them as tables or JSON.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -37,8 +37,10 @@ int report(const grpc::Status& status, const grpc::ClientContext& context, const
   std::string reason = client::reason_trailer(context);
   if (!reason.empty()) reason = " [" + reason + "]";
   const bool unreachable = status.error_code() == grpc::StatusCode::UNAVAILABLE && reason.empty();
-  std::fprintf(stderr, "kvrelay-cli: %s: %s%s%s\n", target.c_str(), unreachable ? "relay unreachable: " : "",
-               status.error_message().c_str(), reason.c_str());
+  const bool unimplemented = status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+  const char* what = unreachable ? "relay unreachable: " : unimplemented ? "the relay does not serve this RPC: " : "";
+  std::fprintf(stderr, "kvrelay-cli: %s: %s%s%s\n", target.c_str(), what, status.error_message().c_str(),
+               reason.c_str());
   return reason.find("CONTRACT_MISMATCH") != std::string::npos ? kContractMismatch : kRelayError;
 }
 
@@ -156,6 +158,45 @@ void print_load(const std::string& target, const v1::KvPoolLoadUpdate& update) {
   table.print();
 }
 
+// An entry's load status, or why a consumer would quarantine it (docs/protocol/rpcs.md#validate-load).
+std::string entry_status(const v1::LoadView& load, const wire::Status& check) {
+  return check ? fmt::format("invalid: {}", wire::to_string(check->code)) : data_status_name(load.status());
+}
+
+void print_serving_load(const std::string& target, const v1::ServingLoadUpdate& update) {
+  std::printf("%s  serving-load window %lu (%lu ms), %d models, %d pools\n", target.c_str(),
+              static_cast<unsigned long>(update.window_sequence()), static_cast<unsigned long>(update.window_ms()),
+              update.models_size(), update.pools_size());
+  Table models({"NAMESPACE", "MODEL", "STATUS", "AWAITING/GENERATING", "QUEUED PREFILL TOKENS", "INFLIGHT INPUT TOKENS",
+                "FRONTENDS OBS/EXP/READY", "STARTED/COMPLETED"});
+  for (const auto& model : update.models()) {
+    const auto& load = model.load();
+    const auto& tokens = load.tokens();
+    const auto& deployment = model.deployment();
+    models.add(
+        {model.namespace_(), model.canonical_model_id(), entry_status(load, wire::check_model_serving_load(model)),
+         in_flight(load.requests()),
+         gauge(tokens.has_awaiting_first_token_input_tokens(), tokens.awaiting_first_token_input_tokens()),
+         gauge(tokens.has_inflight_input_tokens(), tokens.inflight_input_tokens()),
+         fmt::format("{}/{}/{}", deployment.observed_frontends(), deployment.expected_frontends(),
+                     deployment.ready_frontends()),
+         fmt::format("{}/{}", load.requests().requests_started_total(), load.requests().requests_completed_total())});
+  }
+  models.print();
+  Table pools({"POOL", "GENERATION", "STATUS", "PREFILL TOKENS", "DECODE BLOCKS", "LIVE WORKERS", "MAX CONCURRENCY"});
+  for (const auto& pool : update.pools()) {
+    const auto& tokens = pool.load().tokens();
+    const auto& deployment = pool.deployment();
+    pools.add({pool_label(pool.producer().pool_id()), std::to_string(pool.producer().layout_generation()),
+               entry_status(pool.load(), wire::check_pool_serving_load(pool)),
+               gauge(tokens.has_active_prefill_tokens(), tokens.active_prefill_tokens()),
+               gauge(tokens.has_active_decode_blocks(), tokens.active_decode_blocks()),
+               gauge(deployment.has_live_workers(), deployment.live_workers()),
+               gauge(deployment.has_max_concurrency(), deployment.max_concurrency())});
+  }
+  pools.print();
+}
+
 // Every declared KV source: how it is fed, whether it is connected, where its sequence is.
 void print_sources(const ingest_v1::RelayState& state) {
   Table table({"ENDPOINT", "WORKER", "RANK", "TRANSPORT", "CONNECTED", "LAST SEQ", "RESETS", "PUBLISHER"});
@@ -218,6 +259,12 @@ int run_load(const Args& args) {
   return for_each_target<v1::SubscribeKvPoolLoadRequest, v1::KvPoolLoadUpdate>(
       args, [](auto& stub, auto* context, const auto& request) { return stub.SubscribeKvPoolLoad(context, request); },
       print_load);
+}
+
+int run_serving_load(const Args& args) {
+  return for_each_target<v1::SubscribeServingLoadRequest, v1::ServingLoadUpdate>(
+      args, [](auto& stub, auto* context, const auto& request) { return stub.SubscribeServingLoad(context, request); },
+      print_serving_load);
 }
 
 int run_state(const Args& args) {

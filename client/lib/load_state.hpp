@@ -1,29 +1,18 @@
 #pragma once
 // The consumer's load plane: the latest complete KvPoolLoadUpdate window, keyed by producer.
-// Windows follow one another by exactly one window_sequence; a gap or regression invalidates
-// the plane and the stream is reopened (CKF state is unaffected).
-#include <map>
-
-#include "client/lib/fault.hpp"
+// A gap or regression invalidates the plane and the stream is reopened (CKF state is unaffected).
+#include "client/lib/window_state.hpp"
 
 namespace kvrelay::client {
 
-class LoadState {
- public:
-  Applied apply(const v1::KvPoolLoadUpdate& update);
-  void invalidate();
+struct LoadWindow {
+  LoadWindow() = default;
+  explicit LoadWindow(const v1::KvPoolLoadUpdate& update);
 
-  bool valid() const { return valid_; }
-  std::uint64_t window_sequence() const { return window_sequence_; }
-  const std::map<wire::ProducerKey, v1::KvPoolLoadEntry>& entries() const { return entries_; }
-  std::size_t quarantined() const { return quarantined_; }
-  const v1::KvPoolLoadEntry* find(const wire::ProducerKey& producer) const;
-
- private:
-  bool valid_ = false;
-  std::uint64_t window_sequence_ = 0;
-  std::map<wire::ProducerKey, v1::KvPoolLoadEntry> entries_;
-  std::size_t quarantined_ = 0;
+  std::map<wire::ProducerKey, v1::KvPoolLoadEntry> pools;
+  std::size_t quarantined = 0;  // entries that failed their check
 };
+
+using LoadState = WindowState<v1::KvPoolLoadUpdate, LoadWindow>;
 
 }  // namespace kvrelay::client

@@ -35,6 +35,10 @@ Reaction by_status_code(Plane plane, grpc::StatusCode code) {
       return pool_or(plane, Retry::kAwaitNewCatalog, Retry::kVerifyRelay);
     case grpc::StatusCode::FAILED_PRECONDITION:
       return pool_or(plane, Retry::kAwaitNewProducer, Retry::kVerifyRelay);
+    case grpc::StatusCode::UNIMPLEMENTED:
+      // A relay that predates this additive RPC (docs/protocol/rpcs.md#subscribe-serving-load)
+      // will not serve it on a retry: like UNSUPPORTED_FEATURE, the plane stops.
+      return {plane == Plane::kServingLoad ? Retry::kNever : Retry::kBackoff};
     default:
       return {Retry::kBackoff};
   }

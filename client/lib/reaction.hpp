@@ -13,7 +13,7 @@
 
 namespace kvrelay::client {
 
-enum class Plane { kCatalog, kPool, kReadiness, kLoad };
+enum class Plane { kCatalog, kPool, kReadiness, kLoad, kServingLoad };
 
 enum class Retry {
   kBackoff,           // reopen after a bounded, jittered exponential backoff

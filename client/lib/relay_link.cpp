@@ -49,6 +49,8 @@ void RelayLink::start() {
   launch_plane(Plane::kReadiness, readiness_control_, readiness_stats_,
                &v1::KvEventRelay::Stub::SubscribeServingReadiness, readiness_);
   launch_plane(Plane::kLoad, load_control_, load_stats_, &v1::KvEventRelay::Stub::SubscribeKvPoolLoad, load_);
+  launch_plane(Plane::kServingLoad, serving_load_control_, serving_load_stats_,
+               &v1::KvEventRelay::Stub::SubscribeServingLoad, serving_load_);
 }
 
 // A plane's thread: its stream feeds `state` under the lock, once the message's relay identity
@@ -75,7 +77,7 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
 }
 
 void RelayLink::stop() {
-  for (auto* control : {&catalog_control_, &readiness_control_, &load_control_}) control->stop();
+  stop_planes();
   for (auto& thread : plane_threads_) thread.join();
   plane_threads_.clear();
   {
@@ -130,15 +132,16 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
     verify = false;
     const StreamEnd end = read_stream<Response>(control, &stats, open, apply, backoff);
     if (control.stopped()) return;
+    const Reaction reaction = end.fault ? Reaction{} : react(plane, end.status, end.reason);
     // Every end — an error, a local fault, even a clean end — leaves this plane's state stale.
     {
       std::unique_lock lock(mutex_);
       invalidate();
       stats.last_error = end.describe();
+      stats.unavailable = reaction.retry == Retry::kNever && !reaction.stop_relay;
     }
     notifier_->bump();
     reap();
-    const Reaction reaction = end.fault ? Reaction{} : react(plane, end.status, end.reason);
     if (reaction.stop_relay) return mark_incompatible(end.describe());
     if (reaction.retry == Retry::kNever) return;
     verify = reaction.retry == Retry::kVerifyRelay;
@@ -176,8 +179,14 @@ void RelayLink::mark_incompatible(std::string why) {
     incompatible_ = true;
     forget_relay_state();
   }
-  for (auto* control : {&catalog_control_, &readiness_control_, &load_control_}) control->stop();
+  stop_planes();
   notifier_->bump();
+}
+
+void RelayLink::stop_planes() {
+  for (auto* control : {&catalog_control_, &readiness_control_, &load_control_, &serving_load_control_}) {
+    control->stop();
+  }
 }
 
 void RelayLink::observe_identity(const v1::RelayIdentity& relay) {
@@ -193,6 +202,7 @@ void RelayLink::forget_relay_state() {
   catalog_.invalidate();
   readiness_.invalidate();
   load_.invalidate();
+  serving_load_.invalidate();
   for (auto& [key, slot] : slots_) retire(slot);
   slots_.clear();
 }
@@ -321,8 +331,7 @@ bool RelayLink::settle_pool_stream(const std::shared_ptr<Subscription>& subscrip
 }
 
 std::optional<LoadFacts> RelayLink::load_of(const wire::ProducerKey& producer) const {
-  if (!load_.valid()) return std::nullopt;
-  const auto* entry = load_.find(producer);
+  const auto* entry = load_.find_pool(producer);
   if (entry == nullptr) return std::nullopt;
   return LoadFacts{entry->kv_used_blocks(), entry->total_kv_blocks(), entry->kv_observed_ranks(),
                    entry->kv_expected_ranks()};
@@ -380,6 +389,7 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
   view.subscriptions = slot.subscriptions;
   view.last_fault = slot.last_fault;
   view.load = load_of(slot.pool.producer);
+  if (const auto* serving = serving_load_.find_pool(slot.pool.producer)) view.serving_load = *serving;
   if (const auto* replica = slot.replica.get(); replica != nullptr && replica->installed()) {
     view.sequence = replica->sequence();
     view.deltas_applied = replica->deltas_applied();
@@ -387,6 +397,19 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
     view.occupied_slots = replica->occupied_slots();
   }
   return view;
+}
+
+PlaneView RelayLink::plane_view(bool valid, const PlaneStats& stats) {
+  return {.valid = valid, .unavailable = stats.unavailable, .opens = stats.opens, .last_error = stats.last_error};
+}
+
+void RelayLink::add_serving_load(RelayView& view) const {
+  view.serving_load = plane_view(serving_load_.valid(), serving_load_stats_);
+  view.serving_load_window = serving_load_.window_sequence();
+  const auto& window = serving_load_.window();
+  for (const auto& [key, pool] : window.pools) view.serving_pools.push_back(pool);
+  for (const auto& [key, model] : window.models) view.serving_models.push_back(model);
+  view.serving_load_quarantined = window.quarantined;
 }
 
 std::optional<ReplicaDigest> RelayLink::replica_digest(std::string_view endpoint) const {
@@ -407,12 +430,13 @@ RelayView RelayLink::view() const {
   view.incompatible = incompatible_;
   view.incompatibility = incompatibility_;
   view.identity_changes = identity_changes_;
-  view.catalog = {catalog_.valid(), catalog_stats_.opens, catalog_stats_.last_error};
-  view.readiness = {readiness_.valid(), readiness_stats_.opens, readiness_stats_.last_error};
-  view.load = {load_.valid(), load_stats_.opens, load_stats_.last_error};
+  view.catalog = plane_view(catalog_.valid(), catalog_stats_);
+  view.readiness = plane_view(readiness_.valid(), readiness_stats_);
+  view.load = plane_view(load_.valid(), load_stats_);
   view.catalog_revision = catalog_.revision();
   view.readiness_revision = readiness_.revision();
   view.load_window = load_.window_sequence();
+  add_serving_load(view);
   for (const auto& [key, slot] : slots_) view.pools.push_back(pool_view(slot));
   for (const auto& quarantined : catalog_.quarantined()) {
     view.quarantined_pools.push_back(

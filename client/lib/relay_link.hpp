@@ -1,5 +1,5 @@
 #pragma once
-// Everything a consumer holds about one relay: its channel, the four planes, one subscription
+// Everything a consumer holds about one relay: its channel, the five planes, one subscription
 // thread per supported pool, and the reactions that keep them converging on the relay's state.
 // Planes are independent: a fault in one invalidates only that one (a new relay incarnation is
 // the exception — it invalidates everything learned from the old one).
@@ -18,6 +18,7 @@
 #include "client/lib/query.hpp"
 #include "client/lib/reaction.hpp"
 #include "client/lib/readiness_state.hpp"
+#include "client/lib/serving_load_state.hpp"
 #include "client/lib/stream_control.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "kvrelay/client/consumer.hpp"
@@ -75,6 +76,7 @@ class RelayLink {
   struct PlaneStats {
     std::uint64_t opens = 0;
     std::string last_error;
+    bool unavailable = false;  // the stream ended with Retry::kNever
   };
   template <class Response>
   using Reader = std::unique_ptr<grpc::ClientReaderInterface<Response>>;
@@ -112,11 +114,14 @@ class RelayLink {
   void subscribe(PoolSlot& slot);
   void retire(PoolSlot& slot);
   void mark_incompatible(std::string why);
+  void stop_planes();
   void reap();  // joins retired subscription threads; never under the lock
   PoolSlot* slot_of(const wire::PoolKey& key, const std::shared_ptr<Subscription>& subscription);
   v1::SubscribeKvPoolRequest pool_request(const PoolSlot& slot) const;
   PoolView pool_view(const PoolSlot& slot) const;
   std::optional<LoadFacts> load_of(const wire::ProducerKey& producer) const;
+  static PlaneView plane_view(bool valid, const PlaneStats& stats);
+  void add_serving_load(RelayView& view) const;
   std::optional<v1::ServingReadinessState> readiness_of(const CatalogPool& pool, const Binding& binding) const;
 
   const std::string target_;
@@ -133,11 +138,12 @@ class RelayLink {
   CatalogState catalog_;
   ReadinessState readiness_;
   LoadState load_;
-  PlaneStats catalog_stats_, readiness_stats_, load_stats_;
+  ServingLoadState serving_load_;
+  PlaneStats catalog_stats_, readiness_stats_, load_stats_, serving_load_stats_;
   std::map<wire::PoolKey, PoolSlot> slots_;
   std::vector<std::shared_ptr<Subscription>> retired_;
 
-  StreamControl catalog_control_, readiness_control_, load_control_;
+  StreamControl catalog_control_, readiness_control_, load_control_, serving_load_control_;
   std::vector<std::thread> plane_threads_;
 };
 

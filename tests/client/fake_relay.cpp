@@ -33,6 +33,10 @@ void FakeRelay::push_load(std::variant<v1::KvPoolLoadUpdate, StreamEndScript> it
   push(load_, std::move(item), for_stream);
 }
 
+void FakeRelay::push_serving_load(std::variant<v1::ServingLoadUpdate, StreamEndScript> item, int for_stream) {
+  push(serving_load_, std::move(item), for_stream);
+}
+
 void FakeRelay::set_pool_script(PoolScript script) {
   std::lock_guard lock(mutex_);
   pool_script_ = std::move(script);
@@ -107,6 +111,11 @@ grpc::Status FakeRelay::SubscribeServingReadiness(grpc::ServerContext* context,
 grpc::Status FakeRelay::SubscribeKvPoolLoad(grpc::ServerContext* context, const v1::SubscribeKvPoolLoadRequest*,
                                             grpc::ServerWriter<v1::KvPoolLoadUpdate>* writer) {
   return serve(context, load_, writer);
+}
+
+grpc::Status FakeRelay::SubscribeServingLoad(grpc::ServerContext* context, const v1::SubscribeServingLoadRequest*,
+                                             grpc::ServerWriter<v1::ServingLoadUpdate>* writer) {
+  return serve(context, serving_load_, writer);
 }
 
 grpc::Status FakeRelay::SubscribeKvPool(grpc::ServerContext* context, const v1::SubscribeKvPoolRequest* request,

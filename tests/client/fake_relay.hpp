@@ -42,6 +42,7 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   void push_catalog(std::variant<v1::KvPoolCatalogUpdate, StreamEndScript> item, int for_stream = 0);
   void push_readiness(std::variant<v1::ServingReadinessUpdate, StreamEndScript> item, int for_stream = 0);
   void push_load(std::variant<v1::KvPoolLoadUpdate, StreamEndScript> item, int for_stream = 0);
+  void push_serving_load(std::variant<v1::ServingLoadUpdate, StreamEndScript> item, int for_stream = 0);
   void set_pool_script(PoolScript script);
   void set_info_marker(std::uint32_t marker);
   int pool_requests() const;
@@ -53,6 +54,8 @@ class FakeRelay final : public v1::KvEventRelay::Service {
                                          grpc::ServerWriter<v1::ServingReadinessUpdate>* writer) override;
   grpc::Status SubscribeKvPoolLoad(grpc::ServerContext* context, const v1::SubscribeKvPoolLoadRequest*,
                                    grpc::ServerWriter<v1::KvPoolLoadUpdate>* writer) override;
+  grpc::Status SubscribeServingLoad(grpc::ServerContext* context, const v1::SubscribeServingLoadRequest*,
+                                    grpc::ServerWriter<v1::ServingLoadUpdate>* writer) override;
   grpc::Status SubscribeKvPool(grpc::ServerContext* context, const v1::SubscribeKvPoolRequest* request,
                                grpc::ServerWriter<v1::FilterUpdate>* writer) override;
 
@@ -80,6 +83,7 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   Queue<v1::KvPoolCatalogUpdate> catalog_;
   Queue<v1::ServingReadinessUpdate> readiness_;
   Queue<v1::KvPoolLoadUpdate> load_;
+  Queue<v1::ServingLoadUpdate> serving_load_;
   PoolScript pool_script_;
   std::map<std::string, int> pool_attempts_;
   int pool_requests_ = 0;

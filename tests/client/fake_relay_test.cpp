@@ -2,6 +2,8 @@
 // sends, and the reaction the contract asks for each one.
 #include <catch2/catch.hpp>
 
+#include <sstream>
+
 #include "core/ckf.hpp"
 #include "core/token_hashing.hpp"
 #include "kvrelay/client/consumer.hpp"
@@ -378,4 +380,204 @@ TEST_CASE("kvrelay-cli: a relay speaking another contract is a clear error with 
   const auto [top, top_exit] = run_to_end(KVRELAY_CLI, {"top", "--target", relay.address(), "--iterations", "1"});
   CHECK(top_exit == 3);
   CHECK_THAT(top, Catch::Contains("! contract mismatch: GetRelayInfo: ContractMarker"));
+}
+
+TEST_CASE("fake relay: the serving-load plane follows contiguous windows, pools joined to the catalog by producer",
+          "[client][fake][serving-load]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  for (std::uint64_t window = 1; window <= 3; ++window) {
+    scenario.relay().push_serving_load(
+        serving_load_window(window, window < 3 ? std::vector<std::uint8_t>{1} : std::vector<std::uint8_t>{1, 2}));
+  }
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.serving_load.valid && relay.serving_load_window == 3 && relay.pools.size() == 1 &&
+           relay.pools[0].serving_load;
+  });
+  const auto view = scenario.view();
+  CHECK(view.serving_load.opens == 1);
+  CHECK(view.serving_load.last_error.empty());
+  CHECK(view.serving_pools.size() == 2);  // also the pool the catalog does not list
+  REQUIRE(view.serving_models.size() == 1);
+  const auto& model = view.serving_models[0];
+  CHECK(model.canonical_model_id() == "llama");
+  CHECK(model.load().requests().requests_awaiting_first_token() == 1);
+  CHECK(model.load().requests().requests_generating() == 2);
+  CHECK(model.load().tokens().inflight_input_tokens() == 900);
+  CHECK(model.deployment().ready_frontends() == 1);
+  const auto& pool = *view.pools[0].serving_load;
+  CHECK(pool.load().status() == v1::DATA_STATUS_COMPLETE);
+  CHECK(pool.load().tokens().active_prefill_tokens() == 100);
+  CHECK(pool.deployment().live_workers() == 2);
+}
+
+TEST_CASE("fake relay: a serving-load gap or regression reopens only that stream, whose first window is taken as is",
+          "[client][fake][serving-load]") {
+  Scenario scenario;
+  auto& relay = scenario.relay();
+  relay.push_catalog(catalog(1, {descriptor(1)}));
+  relay.push_load(load_window(1, {1}));
+  relay.push_serving_load(serving_load_window(1, {1}), 1);
+  relay.push_serving_load(serving_load_window(2, {1}), 1);
+  std::string fault;
+  SECTION("a gap") {
+    relay.push_serving_load(serving_load_window(4, {1}), 1);
+    fault = "WindowGap";
+  }
+  SECTION("a repeated window") {
+    relay.push_serving_load(serving_load_window(2, {1}), 1);
+    fault = "WindowRegressed";
+  }
+  SECTION("a window failing its check") {
+    relay.push_serving_load(serving_load_window(3, {1}, {"llama", "llama"}), 1);
+    fault = "DuplicateModel";
+  }
+  relay.push_serving_load(serving_load_window(9, {1}), 2);
+  scenario.start();
+  scenario.await([](const RelayView& view) {
+    return view.serving_load.opens == 2 && view.serving_load.valid && view.serving_load_window == 9 &&
+           view.load.valid && view.catalog.valid;
+  });
+  const auto view = scenario.view();
+  CHECK_THAT(view.serving_load.last_error, Catch::Contains(fault));
+  CHECK_FALSE(view.serving_load.unavailable);
+  CHECK(view.load.opens == 1);  // the other planes never noticed
+  CHECK(view.catalog.opens == 1);
+}
+
+TEST_CASE("fake relay: a relay that does not serve SubscribeServingLoad leaves the other planes working",
+          "[client][fake][serving-load]") {
+  Scenario scenario;
+  auto& relay = scenario.relay();
+  SECTION("UNIMPLEMENTED, as relays that predate the RPC answer") {
+    relay.push_serving_load(StreamEndScript{grpc::StatusCode::UNIMPLEMENTED, ""});
+  }
+  SECTION("UNSUPPORTED_FEATURE") {
+    relay.push_serving_load(
+        StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_UNSUPPORTED_FEATURE"});
+  }
+  relay.push_catalog(catalog(1, {descriptor(1)}));
+  relay.push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
+  relay.push_load(load_window(1, {1}));
+  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.start();
+  scenario.await([](const RelayView& view) {
+    return view.serving_load.unavailable && view.readiness.valid && view.load.valid && view.pools.size() == 1 &&
+           view.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  relay.push_load(load_window(2, {1}));
+  scenario.await([](const RelayView& view) { return view.load_window == 2; });
+  const auto view = scenario.view();
+  CHECK(view.serving_load.opens == 1);  // never asked again
+  CHECK_FALSE(view.serving_load.valid);
+  CHECK_FALSE(view.incompatible);
+  CHECK(view.serving_pools.empty());
+  CHECK_FALSE(view.pools[0].serving_load);
+  const auto matches = scenario.consumer().overlap("llama", prompt());
+  REQUIRE(matches.size() == 1);
+  CHECK(matches[0].depth == 3u);
+  CHECK(matches[0].load);
+}
+
+namespace {
+
+// The table row that starts with `head` (after its indentation), split into its cells.
+std::vector<std::string> row_of(const std::string& output, const std::string& head) {
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> cells;
+    for (std::string word; words >> word;) cells.push_back(word);
+    if (!cells.empty() && cells[0] == head) return cells;
+  }
+  return {};
+}
+
+// Pool 2 of a window, DEGRADED: its gauges are unset.
+v1::ServingLoadUpdate with_degraded_pool(v1::ServingLoadUpdate update) {
+  auto* load = update.mutable_pools(1)->mutable_load();
+  load->set_status(v1::DATA_STATUS_DEGRADED);
+  load->mutable_tokens()->Clear();
+  return update;
+}
+
+}  // namespace
+
+TEST_CASE("kvrelay-cli: serving-load prints the window per model and per pool, --json and --watch",
+          "[client][fake][cli][serving-load]") {
+  FakeRelay relay;
+  const auto window = with_degraded_pool(serving_load_window(5, {1, 2}));
+  const std::vector<std::string> target{"--target", relay.address()};
+  const auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "serving-load");
+    args.insert(args.end(), target.begin(), target.end());
+    return run_to_end(KVRELAY_CLI, args);
+  };
+
+  relay.push_serving_load(window, 1);
+  const auto [table, table_exit] = run({});
+  CHECK(table_exit == 0);
+  CHECK_THAT(table, Catch::Contains("serving-load window 5 (1000 ms), 1 models, 2 pools"));
+  // NAMESPACE MODEL STATUS AWAITING/GENERATING QUEUED-PREFILL INFLIGHT FRONTENDS STARTED/COMPLETED
+  CHECK(row_of(table, "prod") ==
+        std::vector<std::string>{"prod", "llama", "COMPLETE", "1/2", "300", "900", "2/2/1", "40/37"});
+  // POOL GENERATION STATUS PREFILL DECODE LIVE-WORKERS MAX-CONCURRENCY
+  const auto pool_1 = row_of(table, "dc:111111:010101");
+  const auto pool_2 = row_of(table, "dc:111111:020202");
+  CHECK(pool_1 == std::vector<std::string>{"dc:111111:010101", "1", "COMPLETE", "100", "10", "2", "-"});
+  CHECK(pool_2 == std::vector<std::string>{"dc:111111:020202", "1", "DEGRADED", "-", "-", "2", "-"});
+
+  relay.push_serving_load(window, 2);
+  const auto [json, json_exit] = run({"--json"});
+  CHECK(json_exit == 0);
+  CHECK_THAT(json, Catch::Contains("\"windowSequence\": \"5\"") &&
+                       Catch::Contains("\"activePrefillTokens\": \"100\"") &&
+                       Catch::Contains("\"canonicalModelId\": \"llama\""));
+
+  relay.push_serving_load(serving_load_window(6, {1}), 3);
+  relay.push_serving_load(serving_load_window(7, {1}), 3);
+  relay.push_serving_load(StreamEndScript{}, 3);
+  const auto [watch, watch_exit] = run({"--watch"});
+  CHECK(watch_exit == 0);
+  CHECK_THAT(watch, Catch::Contains("serving-load window 6") && Catch::Contains("serving-load window 7"));
+
+  relay.push_serving_load(StreamEndScript{grpc::StatusCode::UNIMPLEMENTED, ""}, 4);
+  const auto [refused, refused_exit] = run({});
+  CHECK(refused_exit == 1);
+  CHECK_THAT(refused, Catch::Contains("the relay does not serve this RPC"));
+}
+
+TEST_CASE("kvrelay-cli: top shows each pool's serving load and each model's requests in flight",
+          "[client][fake][cli][serving-load]") {
+  FakeRelay relay;
+  relay.push_catalog(catalog(1, {descriptor(1), descriptor(2, "qwen")}));
+  relay.push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
+  relay.push_load(load_window(1, {1, 2}));
+  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  const std::vector<std::string> top{"top", "--target", relay.address(), "--iterations", "1", "--timeout-ms", "30000"};
+
+  SECTION("a window") {
+    relay.push_serving_load(with_degraded_pool(serving_load_window(4, {1, 2}, {"llama", "qwen"})));
+    const auto [output, exit_code] = run_to_end(KVRELAY_CLI, top);
+    CHECK(exit_code == 0);
+    CHECK_THAT(output, Catch::Contains("serving-load window 4  restarts"));
+    const auto pool_1 = row_of(output, "prod/backend-1/generate");
+    const auto pool_2 = row_of(output, "prod/backend-2/generate");
+    REQUIRE(pool_1.size() > 2);
+    REQUIRE(pool_2.size() > 2);
+    CHECK(std::vector(pool_1.end() - 2, pool_1.end()) == std::vector<std::string>{"100", "10"});
+    CHECK(std::vector(pool_2.end() - 2, pool_2.end()) == std::vector<std::string>{"-", "-"});
+    CHECK(row_of(output, "llama") == std::vector<std::string>{"llama", "prod", "COMPLETE", "1/2"});
+  }
+  SECTION("a relay that does not serve serving load") {
+    relay.push_serving_load(StreamEndScript{grpc::StatusCode::UNIMPLEMENTED, ""});
+    const auto [output, exit_code] = run_to_end(KVRELAY_CLI, top);
+    CHECK(exit_code == 0);
+    CHECK_THAT(output, Catch::Contains("serving-load window 0 (unavailable)"));
+    const auto pool_1 = row_of(output, "prod/backend-1/generate");
+    REQUIRE(pool_1.size() > 2);
+    CHECK(pool_1[2] == "installed");
+    CHECK(std::vector(pool_1.end() - 2, pool_1.end()) == std::vector<std::string>{"-", "-"});
+  }
 }

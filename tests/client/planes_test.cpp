@@ -1,4 +1,4 @@
-// The consumer's catalog, readiness and load planes against the validation rules
+// The consumer's catalog, readiness, load and serving-load planes against the validation rules
 // (docs/protocol/rpcs.md#message-validation): quarantine rows keep the rest of a snapshot;
 // envelope and key faults invalidate the whole plane, and so do a revision going back and other
 // content under the installed revision (docs/protocol/decisions.md#d23).
@@ -7,6 +7,7 @@
 #include "client/lib/catalog_state.hpp"
 #include "client/lib/load_state.hpp"
 #include "client/lib/readiness_state.hpp"
+#include "client/lib/serving_load_state.hpp"
 #include "tests/client/wire_builders.hpp"
 
 using namespace kvrelay;
@@ -205,21 +206,50 @@ TEST_CASE("readiness: the installed revision repeats only with the same content 
   }
 }
 
-TEST_CASE("load: windows follow one another, a gap invalidates only the load plane", "[client][load]") {
-  client::LoadState state;
-  REQUIRE_FALSE(state.apply(load_window(4, {1, 2})));
-  CHECK(state.entries().size() == 2);
-  REQUIRE_FALSE(state.apply(load_window(5, {2})));
-  CHECK(state.entries().size() == 1);
-  CHECK(state.find(wire::producer_key(producer(1))) == nullptr);
-  CHECK(state.find(wire::producer_key(producer(2)))->kv_used_blocks() == 20);
-  const auto gap = state.apply(load_window(7, {2}));
-  REQUIRE(gap);
-  CHECK(gap->kind == "WindowGap");
+namespace {
+
+// The rules both windowed planes share; `window(n, pools)` builds a valid window numbered n
+// reporting the given pools.
+template <class State, class Build>
+void require_contiguous_windows(const Build& window) {
+  State state;
+  const auto key = [](std::uint8_t pool) { return wire::producer_key(producer(pool)); };
+  REQUIRE_FALSE(state.apply(window(4, {1, 2})));  // the first window of a stream: any number
+  CHECK(state.window().pools.size() == 2);
+  REQUIRE_FALSE(state.apply(window(5, {2})));  // each window replaces the one before
+  CHECK(state.window_sequence() == 5);
+  CHECK(state.find_pool(key(1)) == nullptr);
+  CHECK(state.find_pool(key(2)) != nullptr);
+  std::uint64_t next = 0;
+  std::string kind;
+  SECTION("a gap") {
+    next = 7;
+    kind = "WindowGap";
+  }
+  SECTION("a repeated window") {
+    next = 5;
+    kind = "WindowRegressed";
+  }
+  SECTION("a window going back") {
+    next = 3;
+    kind = "WindowRegressed";
+  }
+  const auto fault = state.apply(window(next, {2}));
+  REQUIRE(fault);
+  CHECK(fault->kind == kind);
   CHECK_FALSE(state.valid());
+  CHECK(state.find_pool(key(2)) == nullptr);  // nothing of an invalid plane is read
   // Reopened: the first window of the new stream is accepted whatever its number.
-  REQUIRE_FALSE(state.apply(load_window(9, {1})));
+  REQUIRE_FALSE(state.apply(window(2, {1})));
   CHECK(state.valid());
+  CHECK(state.find_pool(key(1)) != nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("load: windows follow one another, a gap or a regression invalidates only the load plane", "[client][load]") {
+  require_contiguous_windows<client::LoadState>(
+      [](std::uint64_t n, std::vector<std::uint8_t> pools) { return load_window(n, std::move(pools)); });
 }
 
 TEST_CASE("load: an unsupported producer is quarantined, duplicate producers invalidate", "[client][load]") {
@@ -227,8 +257,107 @@ TEST_CASE("load: an unsupported producer is quarantined, duplicate producers inv
   auto update = load_window(1, {1, 2});
   update.mutable_pools(1)->mutable_producer()->mutable_ckf_format()->set_slots_per_bucket(8);
   REQUIRE_FALSE(state.apply(update));
-  CHECK(state.entries().size() == 1);
-  CHECK(state.quarantined() == 1);
+  CHECK(state.window().pools.size() == 1);
+  CHECK(state.window().quarantined == 1);
+  CHECK(state.find_pool(wire::producer_key(producer(2))) == nullptr);
+  CHECK(state.find_pool(wire::producer_key(producer(1)))->kv_used_blocks() == 10);
   CHECK(state.apply(load_window(2, {1, 1})));
   CHECK_FALSE(state.valid());
+}
+
+TEST_CASE("serving load: windows follow one another, a gap or a regression invalidates the plane",
+          "[client][serving-load]") {
+  require_contiguous_windows<client::ServingLoadState>(
+      [](std::uint64_t n, std::vector<std::uint8_t> pools) { return serving_load_window(n, std::move(pools)); });
+}
+
+TEST_CASE("serving load: a valid window is kept per pool and per model as sent", "[client][serving-load]") {
+  client::ServingLoadState state;
+  const auto update = serving_load_window(3, {1, 2}, {"llama", "qwen"});
+  REQUIRE_FALSE(state.apply(update));
+  const auto& window = state.window();
+  CHECK(window.quarantined == 0);
+  REQUIRE(window.models.size() == 2);
+  const auto& llama = window.models.at({"prod", "llama"});
+  CHECK(llama.load().status() == v1::DATA_STATUS_COMPLETE);
+  CHECK(llama.load().requests().requests_awaiting_first_token() == 1);
+  CHECK(llama.load().tokens().awaiting_first_token_input_tokens() == 300);
+  CHECK(llama.deployment().serving_pools_size() == 2);
+  const auto* pool = state.find_pool(wire::producer_key(producer(2)));
+  REQUIRE(pool != nullptr);
+  CHECK(pool->load().tokens().active_prefill_tokens() == 200);
+  CHECK(pool->load().tokens().active_decode_blocks() == 20);
+  CHECK_FALSE(pool->deployment().has_max_concurrency());
+}
+
+TEST_CASE("serving load: a window failing its message check is rejected and invalidates the plane",
+          "[client][serving-load]") {
+  client::ServingLoadState state;
+  REQUIRE_FALSE(state.apply(serving_load_window(1, {1})));
+  auto update = serving_load_window(2, {1, 2}, {"llama", "qwen"});
+  std::string kind;
+  SECTION("contract marker") {
+    update.set_contract_marker(0x4B565232);
+    kind = "ContractMarker";
+  }
+  SECTION("no relay identity") {
+    update.clear_relay();
+    kind = "MissingField";
+  }
+  SECTION("a model twice") {
+    update.mutable_models(1)->set_canonical_model_id("llama");
+    kind = "DuplicateModel";
+  }
+  SECTION("a producer twice") {
+    *update.mutable_pools(1)->mutable_producer() = producer(1);
+    kind = "DuplicateProducer";
+  }
+  SECTION("a model without a canonical id") {
+    update.mutable_models(0)->clear_canonical_model_id();
+    kind = "InvalidText";
+  }
+  const auto fault = state.apply(update);
+  REQUIRE(fault);
+  CHECK(fault->kind == kind);
+  CHECK_FALSE(state.valid());
+  CHECK(state.window().pools.empty());
+  CHECK(state.window().models.empty());
+}
+
+TEST_CASE("serving load: an entry failing its check is quarantined, the rest of the window applies",
+          "[client][serving-load]") {
+  client::ServingLoadState state;
+  auto update = serving_load_window(1, {1, 2}, {"llama", "qwen"});
+  bool pool_quarantined = true;
+  SECTION("a COMPLETE pool without its decode gauge") {
+    update.mutable_pools(1)->mutable_load()->mutable_tokens()->clear_active_decode_blocks();
+  }
+  SECTION("a DEGRADED pool with its gauges set") {
+    update.mutable_pools(1)->mutable_load()->set_status(v1::DATA_STATUS_DEGRADED);
+  }
+  SECTION("a pool carrying request counts") {
+    update.mutable_pools(1)->mutable_load()->mutable_requests()->set_requests_generating(1);
+  }
+  SECTION("an unsupported producer") {
+    update.mutable_pools(1)->mutable_producer()->mutable_ckf_format()->set_slots_per_bucket(8);
+  }
+  SECTION("a COMPLETE model without its requests in flight") {
+    update.mutable_models(1)->mutable_load()->mutable_requests()->clear_requests_generating();
+    pool_quarantined = false;
+  }
+  SECTION("a model with an unknown load status") {
+    update.mutable_models(1)->mutable_load()->set_status(static_cast<v1::DataStatus>(7));
+    pool_quarantined = false;
+  }
+  SECTION("a model without its deployment") {
+    update.mutable_models(1)->clear_deployment();
+    pool_quarantined = false;
+  }
+  REQUIRE_FALSE(state.apply(update));
+  CHECK(state.valid());
+  CHECK(state.window().quarantined == 1);
+  CHECK(state.window().pools.size() == (pool_quarantined ? 1 : 2));
+  CHECK(state.window().models.size() == (pool_quarantined ? 2 : 1));
+  CHECK(state.find_pool(wire::producer_key(producer(1))) != nullptr);
+  CHECK(state.window().models.contains({"prod", "llama"}));
 }

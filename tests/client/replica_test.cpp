@@ -155,6 +155,11 @@ TEST_CASE("reactions follow the contract's error table, and the status code with
   CHECK(react(Plane::kPool, not_found, std::nullopt).retry == Retry::kAwaitNewCatalog);
   CHECK(react(Plane::kLoad, unavailable, std::nullopt).retry == Retry::kBackoff);
   CHECK(react(Plane::kLoad, grpc::Status::OK, std::nullopt).retry == Retry::kBackoff);  // a clean end
+  // A relay that predates the additive SubscribeServingLoad: that plane stops, as on UNSUPPORTED_FEATURE.
+  const grpc::Status unimplemented(grpc::StatusCode::UNIMPLEMENTED, "");
+  CHECK(react(Plane::kServingLoad, unimplemented, std::nullopt).retry == Retry::kNever);
+  CHECK(react(Plane::kServingLoad, precondition, v1::RELAY_ERROR_REASON_UNSUPPORTED_FEATURE).retry == Retry::kNever);
+  CHECK(react(Plane::kLoad, unimplemented, std::nullopt).retry == Retry::kBackoff);
 }
 
 TEST_CASE("backoff grows exponentially with jitter up to its bound, and resets", "[client][backoff]") {

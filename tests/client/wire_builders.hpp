@@ -165,6 +165,43 @@ inline v1::KvPoolLoadUpdate load_window(std::uint64_t window, std::vector<std::u
   return update;
 }
 
+// A serving-load window, COMPLETE throughout: pool `p` reports 100·p prefill tokens and 10·p
+// decode blocks, each model (namespace "prod") 1 request awaiting its first token and 2 generating.
+inline v1::ServingLoadUpdate serving_load_window(std::uint64_t window, std::vector<std::uint8_t> pools,
+                                                 std::vector<std::string> models = {"llama"}) {
+  auto update = with_envelope(v1::ServingLoadUpdate{});
+  update.set_window_sequence(window);
+  update.set_window_ms(1000);
+  for (auto pool : pools) {
+    auto* entry = update.add_pools();
+    *entry->mutable_producer() = producer(pool);
+    entry->mutable_load()->set_status(v1::DATA_STATUS_COMPLETE);
+    entry->mutable_load()->mutable_tokens()->set_active_prefill_tokens(100 * pool);
+    entry->mutable_load()->mutable_tokens()->set_active_decode_blocks(10 * pool);
+    entry->mutable_deployment()->set_live_workers(2);
+  }
+  for (const auto& model : models) {
+    auto* entry = update.add_models();
+    entry->set_namespace_("prod");
+    entry->set_canonical_model_id(model);
+    auto* load = entry->mutable_load();
+    load->set_status(v1::DATA_STATUS_COMPLETE);
+    load->mutable_requests()->set_requests_started_total(40);
+    load->mutable_requests()->set_requests_completed_total(37);
+    load->mutable_requests()->set_requests_awaiting_first_token(1);
+    load->mutable_requests()->set_requests_generating(2);
+    load->mutable_tokens()->set_awaiting_first_token_input_tokens(300);
+    load->mutable_tokens()->set_inflight_input_tokens(900);
+    load->mutable_tokens()->set_input_tokens_total(5000);
+    load->mutable_tokens()->set_output_tokens_total(7000);
+    entry->mutable_deployment()->set_expected_frontends(2);
+    entry->mutable_deployment()->set_observed_frontends(2);
+    entry->mutable_deployment()->set_ready_frontends(1);
+    for (auto pool : pools) *entry->mutable_deployment()->add_serving_pools() = producer(pool).pool_id();
+  }
+  return update;
+}
+
 // Frames of one pool: the snapshot of `words` at `sequence`, deltas, heartbeats.
 inline v1::FilterUpdate frame(const v1::ProducerIdentity& identity, v1::FilterUpdateKind kind, std::uint64_t base,
                               std::uint64_t sequence, std::string payload = {}) {

@@ -144,13 +144,3 @@ TEST_CASE("SubscribeKvPool: identity checks, unknown pools and stale generations
     CHECK(outcome.reason == "RELAY_ERROR_REASON_PRODUCER_CHANGED");
   }
 }
-
-TEST_CASE("SubscribeServingLoad is not served yet", "[contract]") {
-  TestRelay relay;
-  v1::SubscribeServingLoadRequest request;
-  request.set_subscriber_id("x");
-  request.set_contract_marker(kMarker);
-  const auto outcome = open_and_finish<v1::ServingLoadUpdate>(
-      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeServingLoad(c, r); });
-  CHECK(outcome.code == grpc::StatusCode::UNIMPLEMENTED);
-}

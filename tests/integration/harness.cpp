@@ -103,6 +103,38 @@ ingest_v1::ReportLoadResponse TestRelay::report_load(const std::vector<ingest_v1
   return response;
 }
 
+ingest_v1::ReportOutcome TestRelay::report_frontend(const ingest_v1::FrontendLoadReport& report) {
+  grpc::ClientContext context;
+  ingest_v1::ReportFrontendLoadResponse response;
+  require_ok(ingest_->ReportFrontendLoad(&context, report, &response));
+  return response.outcome();
+}
+
+ingest_v1::ReportSchedulerLoadResponse TestRelay::report_scheduler(const ingest_v1::SchedulerLoadReport& report) {
+  grpc::ClientContext context;
+  ingest_v1::ReportSchedulerLoadResponse response;
+  require_ok(ingest_->ReportSchedulerLoad(&context, report, &response));
+  return response;
+}
+
+void TestRelay::set_frontends(const std::string& ns, std::vector<std::uint64_t> ids) {
+  grpc::ClientContext context;
+  ingest_v1::SetFrontendsRequest request;
+  request.set_namespace_(ns);
+  for (std::uint64_t id : ids) request.add_frontend_ids(id);
+  ingest_v1::SetFrontendsResponse response;
+  require_ok(ingest_->SetFrontends(&context, request, &response));
+}
+
+void TestRelay::set_schedulers(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> ids) {
+  grpc::ClientContext context;
+  ingest_v1::SetSchedulersRequest request;
+  *request.mutable_endpoint() = endpoint;
+  for (std::uint64_t id : ids) request.add_router_ids(id);
+  ingest_v1::SetSchedulersResponse response;
+  require_ok(ingest_->SetSchedulers(&context, request, &response));
+}
+
 std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber) {
   v1::WatchKvPoolCatalogRequest request;
   request.set_subscriber_id(std::move(subscriber));
@@ -125,6 +157,16 @@ std::unique_ptr<StreamReader<v1::KvPoolLoadUpdate>> watch_load(TestRelay& relay,
   request.set_contract_marker(kMarker);
   return std::make_unique<StreamReader<v1::KvPoolLoadUpdate>>(
       request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().SubscribeKvPoolLoad(c, r); });
+}
+
+std::unique_ptr<StreamReader<v1::ServingLoadUpdate>> watch_serving_load(TestRelay& relay, std::string subscriber,
+                                                                        v1::KvEventRelay::Stub* client) {
+  v1::KvEventRelay::Stub& stub = client != nullptr ? *client : relay.wan();
+  v1::SubscribeServingLoadRequest request;
+  request.set_subscriber_id(std::move(subscriber));
+  request.set_contract_marker(kMarker);
+  return std::make_unique<StreamReader<v1::ServingLoadUpdate>>(
+      request, [&](grpc::ClientContext* c, const auto& r) { return stub.SubscribeServingLoad(c, r); });
 }
 
 std::unique_ptr<StreamReader<v1::FilterUpdate>> subscribe_pool(TestRelay& relay, const v1::ProducerIdentity& producer,
@@ -162,6 +204,7 @@ ingest_v1::PutWorkerRequest put_worker_request(const ingest_v1::EndpointRef& end
   }
   card->mutable_runtime_config()->set_data_parallel_size(shape.dp_size);
   if (shape.total_kv_blocks) card->mutable_runtime_config()->set_total_kv_blocks(*shape.total_kv_blocks);
+  if (shape.max_num_seqs) card->mutable_runtime_config()->set_max_num_seqs(*shape.max_num_seqs);
   for (const auto& adapter : shape.adapters) {
     auto* a = request.add_adapters();
     a->set_served_name(adapter);

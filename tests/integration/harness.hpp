@@ -47,6 +47,11 @@ class TestRelay {
   // One PublishKvEvents stream carrying `batches`, closed; returns the tally.
   ingest_v1::PublishKvEventsResponse publish(const std::vector<ingest_v1::KvEventBatch>& batches);
   ingest_v1::ReportLoadResponse report_load(const std::vector<ingest_v1::LoadReport>& reports);
+  // Serving-load inputs; REQUIRE success.
+  ingest_v1::ReportOutcome report_frontend(const ingest_v1::FrontendLoadReport& report);
+  ingest_v1::ReportSchedulerLoadResponse report_scheduler(const ingest_v1::SchedulerLoadReport& report);
+  void set_frontends(const std::string& ns, std::vector<std::uint64_t> ids);
+  void set_schedulers(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> ids);
 
   void shutdown();
 
@@ -110,6 +115,9 @@ std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& 
 std::unique_ptr<StreamReader<v1::ServingReadinessUpdate>> watch_readiness(TestRelay& relay,
                                                                           std::string subscriber = "test");
 std::unique_ptr<StreamReader<v1::KvPoolLoadUpdate>> watch_load(TestRelay& relay, std::string subscriber = "test");
+std::unique_ptr<StreamReader<v1::ServingLoadUpdate>> watch_serving_load(TestRelay& relay,
+                                                                        std::string subscriber = "test",
+                                                                        v1::KvEventRelay::Stub* client = nullptr);
 std::unique_ptr<StreamReader<v1::FilterUpdate>> subscribe_pool(TestRelay& relay, const v1::ProducerIdentity& producer,
                                                                std::string subscriber = "test",
                                                                v1::KvEventRelay::Stub* client = nullptr);
@@ -126,6 +134,7 @@ struct WorkerShape {
   std::uint32_t block_size = 4;
   std::uint32_t dp_size = 1;
   std::optional<std::uint64_t> total_kv_blocks;
+  std::optional<std::uint64_t> max_num_seqs;
   bool push_sources = true;           // one push source per rank
   std::vector<std::string> adapters;  // served name = LoRA name
 };

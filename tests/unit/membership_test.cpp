@@ -234,8 +234,8 @@ TEST_CASE("worker topology, runtime configs and roles come from valid base cards
       WorkerType::kPrefill, 2, {{WorkerType::kPrefill, WorkerType::kDecode}, {WorkerType::kAggregated}}};
   CHECK(membership.worker_topology.at(3) == expected);
   CHECK(membership.worker_topology.size() == 5);
-  CHECK(membership.runtime_configs.at(3) == RuntimeConfig{1000, 4, 2, false, std::nullopt});
-  CHECK(membership.runtime_configs.at(1) == RuntimeConfig{std::nullopt, 0, 1, false, std::nullopt});
+  CHECK(membership.runtime_configs.at(3) == RuntimeConfig{1000, 4, 2, false, std::nullopt, std::nullopt});
+  CHECK(membership.runtime_configs.at(1) == RuntimeConfig{std::nullopt, 0, 1, false, std::nullopt, std::nullopt});
   CHECK(membership.registrations == std::vector<Registration>{base("llama")});
 }
 
@@ -567,12 +567,12 @@ TEST_CASE("runtime configs are normalised and expand to the declared ranks", "[m
   ingest_v1::RuntimeConfig config;
   config.set_total_kv_blocks(0);
   const auto normalised = to_runtime_config(config);
-  CHECK(normalised == RuntimeConfig{std::nullopt, 0, 1, false, std::nullopt});
+  CHECK(normalised == RuntimeConfig{std::nullopt, 0, 1, false, std::nullopt, std::nullopt});
 
   std::map<std::uint64_t, RuntimeConfig> configs;
-  configs[7] = {std::nullopt, 2, 3, false, std::nullopt};
-  configs[3] = {std::nullopt, 0, 1, false, std::nullopt};
-  configs[9] = {std::nullopt, 0xFFFFFFFF, 1, false, std::nullopt};
+  configs[7] = {std::nullopt, 2, 3, false, std::nullopt, std::nullopt};
+  configs[3] = {std::nullopt, 0, 1, false, std::nullopt, std::nullopt};
+  configs[9] = {std::nullopt, 0xFFFFFFFF, 1, false, std::nullopt, std::nullopt};
   // The rank expansion the relay uses (load windows): core/pool_load.
   auto ranks = [](const std::map<std::uint64_t, RuntimeConfig>& c) {
     const auto declared = kvrelay::declared_ranks(c);

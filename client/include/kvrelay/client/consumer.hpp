@@ -1,8 +1,9 @@
 #pragma once
 // kv-relay's consumer library: a router-side replica of every plane of one or more relays (one per
-// data center), kept as four independent state machines per relay — catalog, pool filters,
-// readiness, load — exactly as docs/protocol/rpcs.md#consumer-rules requires, with quarantine of
-// unsupported entries, reconnection with jittered backoff, and a thread-safe query API.
+// data center), kept as five independent state machines per relay — catalog, pool filters,
+// readiness, load, serving load — exactly as docs/protocol/rpcs.md#consumer-rules requires, with
+// quarantine of unsupported entries, reconnection with jittered backoff, and a thread-safe query
+// API.
 //
 //   Consumer consumer({.targets = {"dc-a:50051", "dc-b:50051"}});
 //   consumer.start();
@@ -27,7 +28,7 @@ struct ConsumerOptions {
   int max_receive_bytes = 8 << 20;  // a full snapshot chunk is just over 4 MiB
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
-  bool subscribe_pools = true;  // false: catalog, readiness and load only
+  bool subscribe_pools = true;  // false: catalog, readiness, load and serving load only
   // Sees every pool frame before it is applied, on that pool stream's own thread (frame
   // captures, diagnostics). It holds no lock, but a slow tap slows that stream.
   std::function<void(const dynamo::kvrelay::v1::FilterUpdate&)> frame_tap;
@@ -42,9 +43,10 @@ enum class ReplicaStatus {
 std::string_view to_string(ReplicaStatus status);
 
 struct PlaneView {
-  bool valid = false;       // holds a complete, validated snapshot/window
-  std::uint64_t opens = 0;  // streams opened so far (1 + reconnects)
-  std::string last_error;   // the last stream end or local fault, for people
+  bool valid = false;        // holds a complete, validated snapshot/window
+  bool unavailable = false;  // the relay refused the stream for good (see last_error): never reopened
+  std::uint64_t opens = 0;   // streams opened so far (1 + reconnects)
+  std::string last_error;    // the last stream end or local fault, for people
 };
 
 struct LoadFacts {
@@ -68,6 +70,9 @@ struct PoolView {
   std::uint64_t subscriptions = 0;  // snapshots requested for this generation
   std::string last_fault;
   std::optional<LoadFacts> load;
+  // This producer's entry in the latest serving-load window: its gauges are set exactly when its
+  // load status is COMPLETE.
+  std::optional<dynamo::kvrelay::v1::PoolServingLoad> serving_load;
   double load_factor() const { return bucket_count ? double(occupied_slots) / double(bucket_count * 4) : 0.0; }
 };
 
@@ -77,14 +82,20 @@ struct RelayView {
   bool incompatible = false;           // contract mismatch: every stream of this relay stopped
   std::string incompatibility;         // the mismatch, for people
   std::uint64_t identity_changes = 0;  // relay restarts seen (new incarnations)
-  PlaneView catalog, readiness, load;
+  PlaneView catalog, readiness, load, serving_load;
   std::uint64_t catalog_revision = 0;
   std::uint64_t readiness_revision = 0;
   std::uint64_t load_window = 0;
+  std::uint64_t serving_load_window = 0;
   std::vector<PoolView> pools;                 // supported pools of the catalog
   std::vector<std::string> quarantined_pools;  // fault kinds of the quarantined ones
   std::vector<dynamo::kvrelay::v1::TopologyEntry> readiness_entries;
   std::vector<std::string> quarantined_entries;  // "namespace/model: fault kind"
+  // The latest serving-load window, empty while that plane is not valid: every pool it reports
+  // (also those the catalog does not list) by producer, every model by (namespace, canonical id).
+  std::vector<dynamo::kvrelay::v1::PoolServingLoad> serving_pools;
+  std::vector<dynamo::kvrelay::v1::ModelServingLoad> serving_models;
+  std::size_t serving_load_quarantined = 0;  // its pools and models that failed their check
 };
 
 struct ConsumerView {

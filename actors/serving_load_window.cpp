@@ -1,0 +1,93 @@
+#include "actors/serving_load_window.hpp"
+
+#include "actors/load_window.hpp"
+#include "core/ingest_validation.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using Self = ServingLoadWindowActor::stateful_pointer<ServingLoadWindowState>;
+
+ServingLoadUpdatePtr build_window(Self self) {
+  auto& state = self->state;
+  auto update = std::make_shared<v1::ServingLoadUpdate>();
+  update->set_protocol_version(wire::kProtocolVersion);
+  *update->mutable_relay() = state.config.relay;
+  update->set_window_sequence(state.window_sequence);
+  update->set_observed_ms(wall_clock_ms());
+  update->set_window_ms(static_cast<std::uint64_t>(state.config.window.count()));
+  state.load.build(self->clock().now(), *update);
+  update->set_contract_marker(wire::kContractMarker);
+  return update;
+}
+
+void set_pools(Self self, const std::vector<LoadPool>& pools) {
+  std::vector<serving_load::PoolFacts> facts;
+  for (const LoadPool& pool : pools) facts.push_back({pool.endpoint, pool.producer, pool.runtime_configs, pool.models});
+  self->state.load.set_pools(std::move(facts));
+}
+
+void count_report(Self self, metrics::ServingLoadSource source, ingest_v1::ReportOutcome outcome) {
+  if (auto* metrics = self->state.config.metrics) metrics->serving_load_report(source, outcome);
+}
+
+ingest_v1::ReportFrontendLoadResponse on_frontend(Self self, const ingest_v1::FrontendLoadReport& report) {
+  ingest_v1::ReportFrontendLoadResponse response;
+  response.set_outcome(self->state.load.report_frontend(report, self->clock().now(), wall_clock_ms()));
+  count_report(self, metrics::ServingLoadSource::kFrontend, response.outcome());
+  return response;
+}
+
+ingest_v1::ReportSchedulerLoadResponse on_scheduler(Self self, const ingest_v1::SchedulerLoadReport& report) {
+  const auto outcome = self->state.load.report_scheduler(report, self->clock().now(), wall_clock_ms());
+  ingest_v1::ReportSchedulerLoadResponse response;
+  response.set_outcome(outcome.outcome);
+  response.set_ranks_recorded(outcome.ranks_recorded);
+  response.set_ranks_ignored(outcome.ranks_ignored);
+  count_report(self, metrics::ServingLoadSource::kScheduler, outcome.outcome);
+  return response;
+}
+
+}  // namespace
+
+ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoadWindowConfig config) {
+  auto& state = self->state;
+  state.config = std::move(config);
+  state.load = serving_load::ServingLoad(state.config.sources);
+  state.mailbox.start(self, metrics::mailbox_gauge(state.config.metrics, metrics::ActorKind::kServingLoadWindow));
+  state.current = build_window(self);  // window 0, current until the first tick
+  state.schedule.start(self, state.config.window, atoms::tick_atom_v);
+  self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
+  return {
+      [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { set_pools(self, pools); },
+      [=](atoms::frontend_load_atom, const ingest_v1::FrontendLoadReport& report) { return on_frontend(self, report); },
+      [=](atoms::scheduler_load_atom, const ingest_v1::SchedulerLoadReport& report) {
+        return on_scheduler(self, report);
+      },
+      [=](atoms::frontends_atom, const ingest_v1::SetFrontendsRequest& request) {
+        self->state.load.set_frontends(request.namespace_(), {request.frontend_ids().begin(), request.frontend_ids().end()});
+        return ingest_v1::SetFrontendsResponse{};
+      },
+      [=](atoms::schedulers_atom, const ingest_v1::SetSchedulersRequest& request) {
+        self->state.load.set_schedulers(ingest_check::endpoint_key(request.endpoint()),
+                                        {request.router_ids().begin(), request.router_ids().end()});
+        return ingest_v1::SetSchedulersResponse{};
+      },
+      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::ServingLoadUpdate>& stream) {
+        self->state.streams.add(self, stream);
+        self->send(stream, atoms::update_atom_v, self->state.current);
+      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
+      [=](atoms::tick_atom) {
+        auto& st = self->state;
+        ++st.window_sequence;
+        st.current = build_window(self);
+        st.streams.broadcast(self, st.current);
+        st.schedule.rearm(self, atoms::tick_atom_v);
+      },
+      [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
+  };
+}
+
+}  // namespace kvrelay
