@@ -66,7 +66,8 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
         return on_scheduler(self, report);
       },
       [=](atoms::frontends_atom, const ingest_v1::SetFrontendsRequest& request) {
-        self->state.load.set_frontends(request.namespace_(), {request.frontend_ids().begin(), request.frontend_ids().end()});
+        self->state.load.set_frontends(request.namespace_(),
+                                       {request.frontend_ids().begin(), request.frontend_ids().end()});
         return ingest_v1::SetFrontendsResponse{};
       },
       [=](atoms::schedulers_atom, const ingest_v1::SetSchedulersRequest& request) {

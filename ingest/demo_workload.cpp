@@ -6,9 +6,11 @@
 #include <list>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <unordered_map>
 
+#include "ingest/demo_serving_load.hpp"
 #include "ingest/fake_engine.hpp"
 #include "ingest/fake_metrics.hpp"
 
@@ -23,19 +25,28 @@ namespace demo {
 // tokens, so equal prefixes have equal ids.
 class EngineCache {
  public:
-  EngineCache(FakeEngineOptions engine, std::uint32_t block_size, std::size_t capacity,
-              std::vector<std::string> adapters, FakeMetricsServer* page)
+  // What the demo's frontends and router call what this engine serves.
+  struct Serving {
+    std::string ns;
+    std::string model;                             // the base model's canonical id
+    std::map<std::string, std::string> served_as;  // LoRA name -> the adapter's served name
+  };
+
+  EngineCache(FakeEngineOptions engine, std::uint32_t block_size, std::size_t capacity, Serving serving,
+              FakeMetricsServer* page)
       : rank_(engine.dp_rank),
         engine_(std::move(engine)),
         block_size_(block_size),
         capacity_(capacity),
-        adapters_(std::move(adapters)),
+        serving_(std::move(serving)),
         page_(page) {}
 
-  const std::vector<std::string>& adapters() const { return adapters_; }
+  const Serving& serving() const { return serving_; }
+  std::size_t held() const { return held_.size(); }
 
-  // Serves one prompt: stores the full blocks it lacks, evicts at capacity.
-  void serve(std::span<const std::uint32_t> tokens, const std::string& lora) {
+  // Serves one prompt: stores the full blocks it lacks, evicts at capacity. Returns the
+  // prompt tokens prefill computed (those of the blocks it lacked).
+  std::uint64_t serve(std::span<const std::uint32_t> tokens, const std::string& lora) {
     std::vector<std::uint64_t> chain;
     std::optional<std::uint64_t> parent;
     for (std::size_t start = 0; start + block_size_ <= tokens.size(); start += block_size_) {
@@ -44,7 +55,7 @@ class EngineCache {
     }
     std::size_t first_new = 0;
     while (first_new < chain.size() && touch(chain[first_new])) ++first_new;
-    if (first_new == chain.size()) return;
+    if (first_new == chain.size()) return tokens.size() - chain.size() * block_size_;
     drop_orphans(std::span(chain).subspan(first_new));
     const std::optional<std::uint64_t> held_parent =
         first_new == 0 ? std::nullopt : std::optional<std::uint64_t>(chain[first_new - 1]);
@@ -55,6 +66,7 @@ class EngineCache {
       held_[chain[i]] = std::prev(lru_.end());
     }
     evict();
+    return tokens.size() - first_new * block_size_;
   }
 
   // Publishes what was served since the last flush as one batch, and the occupancy.
@@ -100,7 +112,7 @@ class EngineCache {
   FakeEngine engine_;
   std::uint32_t block_size_;
   std::size_t capacity_;
-  std::vector<std::string> adapters_;
+  Serving serving_;
   FakeMetricsServer* page_;  // the worker's page; null when it has none
   std::vector<EngineEvent> pending_;
   std::unordered_map<std::uint64_t, std::list<std::uint64_t>::iterator> held_;
@@ -158,6 +170,7 @@ DemoWorkload::DemoWorkload(DemoOptions options) : options_(std::move(options)) {
 DemoWorkload::~DemoWorkload() { stop(); }
 
 std::size_t DemoWorkload::start() {
+  std::vector<demo::RouterRank> ranks;  // one per engine, in the order of engines_
   for (const auto& endpoint : options_.topology.endpoints()) {
     for (const auto& worker : endpoint.workers()) {
       const auto& card = worker.card();
@@ -189,8 +202,8 @@ std::size_t DemoWorkload::start() {
           spdlog::warn("demo: no metrics page for {} at {}: {}", name, worker.engine_metrics().url(), error.what());
         }
       }
-      std::vector<std::string> adapters;
-      for (const auto& adapter : worker.adapters()) adapters.push_back(adapter.lora_name());
+      demo::EngineCache::Serving serving{endpoint.endpoint().namespace_(), card.display_name(), {}};
+      for (const auto& adapter : worker.adapters()) serving.served_as[adapter.lora_name()] = adapter.served_name();
       for (const auto& source : worker.kv_sources()) {
         if (!source.has_zmq()) continue;
         const auto& zmq = source.zmq();
@@ -208,7 +221,8 @@ std::size_t DemoWorkload::start() {
             engine.replay_endpoint = *replay;
           }
           engines_.push_back(std::make_unique<demo::EngineCache>(std::move(engine), card.kv_cache_block_size(),
-                                                                 capacity, adapters, page));
+                                                                 capacity, serving, page));
+          ranks.push_back({endpoint.endpoint(), worker.worker_id(), source.dp_rank()});
         } catch (const std::exception& error) {
           spdlog::warn("demo: no fake engine for rank {} of {} at {}: {}", source.dp_rank(), name, zmq.endpoint(),
                        error.what());
@@ -220,10 +234,23 @@ std::size_t DemoWorkload::start() {
     spdlog::warn("demo: the topology declares no ZeroMQ KV source on loopback; nothing to drive");
     return 0;
   }
+  std::set<std::pair<std::string, std::string>> models;
+  for (const auto& engine : engines_) {
+    const auto& serving = engine->serving();
+    models.emplace(serving.ns, serving.model);
+    for (const auto& [lora, served] : serving.served_as) models.emplace(serving.ns, served);
+  }
+  serving_load_ = std::make_unique<demo::ServingLoadFeed>(std::move(ranks), std::vector(models.begin(), models.end()),
+                                                          options_.seed);
   spdlog::info("demo: {} fake vLLM engines and {} metrics pages at ~{} KV events/s", engines_.size(), pages_.size(),
                options_.events_per_second);
   thread_ = std::thread([this] { run(); });
   return engines_.size();
+}
+
+void DemoWorkload::report_serving_load_to(std::string ingest_address) {
+  std::lock_guard lock(ingest_mutex_);
+  ingest_address_ = std::move(ingest_address);
 }
 
 void DemoWorkload::stop() {
@@ -231,6 +258,12 @@ void DemoWorkload::stop() {
   if (thread_.joinable()) thread_.join();
   engines_.clear();
   pages_.clear();
+}
+
+std::unique_ptr<ingest_v1::RelayIngest::Stub> DemoWorkload::ingest_stub() {
+  std::lock_guard lock(ingest_mutex_);
+  if (!ingest_address_) return nullptr;
+  return ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(*ingest_address_, grpc::InsecureChannelCredentials()));
 }
 
 void DemoWorkload::run() {
@@ -246,23 +279,37 @@ void DemoWorkload::run() {
   const double requests_per_tick =
       static_cast<double>(options_.events_per_second) * std::chrono::duration<double>(kTick).count() / 2.0;
   double owed = 0;
+  std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest;
   while (!stopping_) {
     const auto tick_start = std::chrono::steady_clock::now();
     for (owed += requests_per_tick; owed >= 1; owed -= 1) {
       Conversation& conversation = conversations[rng() % conversations.size()];
-      demo::EngineCache& engine = *engines_[rng() % engines_.size()];
+      const std::size_t rank = rng() % engines_.size();
+      demo::EngineCache& engine = *engines_[rank];
+      const auto& serving = engine.serving();
       if (conversation.history.size() > 2048 || rng() % 8 == 0) {  // a new conversation
         conversation = Conversation{rng() % kSystemPrompts, {}, {}};
-        const auto& adapters = engine.adapters();
-        if (!adapters.empty() && rng() % 3 == 0) conversation.adapter = adapters[rng() % adapters.size()];
+        if (!serving.served_as.empty() && rng() % 3 == 0) {
+          conversation.adapter = std::next(serving.served_as.begin(), rng() % serving.served_as.size())->first;
+        }
       }
       const auto turn = random_tokens(rng, 16 + rng() % 96);
       conversation.history.insert(conversation.history.end(), turn.begin(), turn.end());
       std::vector<std::uint32_t> prompt = system_prompts[conversation.system_prompt];
       prompt.insert(prompt.end(), conversation.history.begin(), conversation.history.end());
-      engine.serve(prompt, conversation.adapter);
+      const std::uint64_t uncached = engine.serve(prompt, conversation.adapter);
+      const auto adapter = serving.served_as.find(conversation.adapter);
+      const std::string& model = conversation.adapter.empty()         ? serving.model
+                                 : adapter != serving.served_as.end() ? adapter->second
+                                                                      : conversation.adapter;
+      serving_load_->served(serving.ns, model, rank, prompt.size(), uncached);
     }
-    for (auto& engine : engines_) engine->flush();
+    for (std::size_t i = 0; i < engines_.size(); ++i) {
+      engines_[i]->flush();
+      serving_load_->set_decode_blocks(i, engines_[i]->held());
+    }
+    if (!ingest) ingest = ingest_stub();
+    if (ingest) serving_load_->tick(*ingest, tick_start);
     std::this_thread::sleep_until(tick_start + kTick);  // pacing the generator, not awaiting anything
   }
 }

@@ -4,15 +4,18 @@
 // address, the demo binds a fake engine core there (and its replay socket); for every worker
 // whose engine metrics URL is on loopback, a fake Prometheus page. Conversations share a few
 // system prompts and grow turn by turn; every engine caches the prompts it serves, evicts its
-// least recently used blocks at capacity, and reports its occupancy on its page.
+// least recently used blocks at capacity, and reports its occupancy on its page. Once told the
+// relay's ingest address, the demo's frontends and routers report their serving load there.
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "kvrelay/ingest/v1/ingest.pb.h"
+#include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
 namespace kvrelay {
 
@@ -25,6 +28,7 @@ struct DemoOptions {
 namespace demo {
 class EngineCache;
 class FakeMetricsServer;
+class ServingLoadFeed;
 }  // namespace demo
 
 class DemoWorkload {
@@ -37,14 +41,20 @@ class DemoWorkload {
   // Binds every fake engine and page the topology allows (logging the ones it cannot) and
   // starts publishing; returns the number of engines started.
   std::size_t start();
+  // From now on the demo's frontends and routers report to this ingest API.
+  void report_serving_load_to(std::string ingest_address);
   void stop();
 
  private:
   void run();
+  std::unique_ptr<::kvrelay::ingest::v1::RelayIngest::Stub> ingest_stub();  // none until told the address
 
   DemoOptions options_;
   std::vector<std::unique_ptr<demo::FakeMetricsServer>> pages_;
   std::vector<std::unique_ptr<demo::EngineCache>> engines_;
+  std::unique_ptr<demo::ServingLoadFeed> serving_load_;
+  std::mutex ingest_mutex_;
+  std::optional<std::string> ingest_address_;  // guarded by ingest_mutex_
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -24,8 +24,7 @@ struct Window {
     actor = fixture.spawn(serving_load_window,
                           ServingLoadWindowConfig{v1::RelayIdentity{}, kWindow, {kFreshness, kRetention}, nullptr});
     auto stream = spawn_recorder(fixture, inbox);
-    caf::anon_send(actor, atoms::subscribe_atom_v,
-                   caf::actor_cast<UpdateStreamActor<v1::ServingLoadUpdate>>(stream));
+    caf::anon_send(actor, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<v1::ServingLoadUpdate>>(stream));
     fixture.run();
   }
 

@@ -29,6 +29,9 @@ TEST_CASE("options: defaults", "[options]") {
   CHECK(options->relay.load_window_ms == 1000);
   CHECK(options->relay.stream_queue_frames == 16);
   CHECK(options->relay.stream_queue_bytes == 16u << 20);
+  CHECK(options->relay.max_serving_load_subscribers == 64);
+  CHECK(options->relay.serving_load_freshness_ms == 3000);
+  CHECK(options->relay.serving_load_retention_ms == 600000);
   CHECK_FALSE(options->demo);
   CHECK_FALSE(options->relay.instance_id.has_value());
 }
@@ -54,6 +57,10 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
       {{"--max-message-bytes", "4259903"}, "--max-message-bytes"},  // below one full chunk frame
       {{"--snapshot-encoders", "0"}, "--snapshot-encoders"},
       {{"--log-level", "loud"}, "--log-level"},
+      {{"--max-serving-load-subscribers", "0"}, "--max-serving-load-subscribers"},
+      {{"--serving-load-freshness-ms", "0"}, "--serving-load-freshness-ms"},
+      {{"--serving-load-freshness-ms", "5000", "--serving-load-retention-ms", "4999"},
+       "--serving-load-retention-ms: 4999 is below --serving-load-freshness-ms (5000)"},
       {{"positional"}, "unexpected argument"},
   };
   for (const auto& [args, expected] : cases) {

@@ -1,6 +1,7 @@
 // `kv-relay --demo` (what `make run` starts): the demo's in-process fake vLLM engines feed
-// every pool over ZeroMQ and serve the load on their metrics pages; nothing uses the ingest
-// API. The demo topology is moved to free ports so that the test never meets a running demo.
+// every pool over ZeroMQ and serve the load on their metrics pages, so no KV event or
+// occupancy comes through the ingest API; its frontend and routers report serving load there.
+// The demo topology is moved to free ports so that the test never meets a running demo.
 #include <catch2/catch.hpp>
 
 #include <sstream>
@@ -26,7 +27,9 @@ std::size_t lines_with(const std::string& text, const std::vector<std::string>& 
 
 }  // namespace
 
-TEST_CASE("engines: the demo feeds every pool through fake vLLM engines and their metrics pages", "[engines][demo]") {
+TEST_CASE(
+    "engines: the demo feeds every pool through fake vLLM engines and their metrics pages, and reports serving load",
+    "[engines][demo]") {
   RelayProcess relay("demo", write_demo_topology("demo-topology", on_free_ports), {"--demo"});
 
   // Every rank's occupancy comes from its worker's page: all three pools' windows complete.
@@ -70,6 +73,21 @@ TEST_CASE("engines: the demo feeds every pool through fake vLLM engines and thei
     CHECK(relay.sample("kv_relay_engine_source_events_total" + llama_rank0 + ",result=\"" + rejected + "\"}") == 0);
   }
   CHECK(relay.sample(R"(kv_relay_ingest_batches_total{kind="PublishKvEvents",result="accepted"})") == 0);
+
+  // The demo's frontend and routers report: every pool and model is COMPLETE, with traffic.
+  const auto serving = relay.serving_load_until([](const v1::ServingLoadUpdate& update) {
+    if (update.pools_size() != 3 || update.models_size() != 3) return false;
+    for (const auto& pool : update.pools()) {
+      if (pool.load().status() != v1::DATA_STATUS_COMPLETE) return false;
+    }
+    for (const auto& model : update.models()) {
+      if (model.load().status() != v1::DATA_STATUS_COMPLETE || model.load().requests().requests_started_total() == 0)
+        return false;
+    }
+    return true;
+  });
+  for (const auto& pool : serving.pools()) CHECK(pool.deployment().has_max_concurrency());
+  CHECK(serving.models(2).canonical_model_id() == "tenant-a");  // the LoRA adapter is a model of its own
 
   // What an operator sees: both models ready, and the sources with their engines' sequences.
   const auto [readiness, readiness_exit] = run_to_end(KVRELAY_CLI, {"readiness", "--target", relay.wan_address()});

@@ -72,20 +72,30 @@ class RelayProcess {
     return std::stod(page.body.substr(at + series.size() + 2));
   }
 
-  // The first load window that `accept` accepts.
+  // The first pool-load window that `accept` accepts.
   v1::KvPoolLoadUpdate load_until(const std::function<bool(const v1::KvPoolLoadUpdate&)>& accept) {
-    v1::SubscribeKvPoolLoadRequest request;
-    request.set_subscriber_id("test");
-    request.set_contract_marker(kMarker);
-    StreamReader<v1::KvPoolLoadUpdate> load(
-        request, [&](grpc::ClientContext* c, const auto& r) { return wan_->SubscribeKvPoolLoad(c, r); });
-    const auto window = load.until(accept);
-    REQUIRE(window.has_value());
-    load.cancel();
-    return *window;
+    return window_until<v1::SubscribeKvPoolLoadRequest, v1::KvPoolLoadUpdate>(
+        accept, [&](grpc::ClientContext* c, const auto& r) { return wan_->SubscribeKvPoolLoad(c, r); });
+  }
+  // The first serving-load window that `accept` accepts.
+  v1::ServingLoadUpdate serving_load_until(const std::function<bool(const v1::ServingLoadUpdate&)>& accept) {
+    return window_until<v1::SubscribeServingLoadRequest, v1::ServingLoadUpdate>(
+        accept, [&](grpc::ClientContext* c, const auto& r) { return wan_->SubscribeServingLoad(c, r); });
   }
 
  private:
+  template <class Request, class Update, class Open>
+  Update window_until(const std::function<bool(const Update&)>& accept, Open open) {
+    Request request;
+    request.set_subscriber_id("test");
+    request.set_contract_marker(kMarker);
+    StreamReader<Update> windows(request, open);
+    const auto window = windows.until(accept);
+    REQUIRE(window.has_value());
+    windows.cancel();
+    return *window;
+  }
+
   Child child_;
   std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
   std::unique_ptr<v1::KvEventRelay::Stub> wan_;

@@ -227,6 +227,45 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
     CHECK(s.count("kv_relay_frames_sent_total", {{"kind", "readiness"}}) >= 1);
   }
 
+  // ---- serving load: reports by source and outcome, and its stream ----
+  auto serving = watch_serving_load(relay, "serving");
+  REQUIRE(serving->next().has_value());
+  ingest_v1::FrontendLoadReport frontend;
+  frontend.set_namespace_("prod");
+  frontend.set_frontend_id(7);
+  frontend.set_incarnation(1);
+  frontend.set_sequence(1);
+  CHECK(relay.report_frontend(frontend) == ingest_v1::REPORT_OUTCOME_APPLIED);
+  CHECK(relay.report_frontend(frontend) == ingest_v1::REPORT_OUTCOME_DUPLICATE);
+  {
+    grpc::ClientContext context;
+    ingest_v1::FrontendLoadReport invalid = frontend;
+    invalid.set_frontend_id(0);
+    ingest_v1::ReportFrontendLoadResponse response;
+    CHECK(relay.ingest().ReportFrontendLoad(&context, invalid, &response).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  ingest_v1::SchedulerLoadReport router;
+  *router.mutable_endpoint() = endpoint_ref("prod", "elsewhere");
+  router.set_router_id(1);
+  router.set_sequence(1);
+  CHECK(relay.report_scheduler(router).outcome() == ingest_v1::REPORT_OUTCOME_NO_POOL);
+  {
+    const Scrape s = scrape(relay);
+    const auto reports = [&](const char* source, const char* outcome) {
+      return s.value("kv_relay_serving_load_reports_total", {{"source", source}, {"outcome", outcome}});
+    };
+    CHECK(reports("frontend", "applied") == 1);
+    CHECK(reports("frontend", "duplicate") == 1);
+    CHECK(reports("frontend", "invalid") == 1);
+    CHECK(reports("frontend", "restarted") == 0);
+    CHECK(reports("scheduler", "no_pool") == 1);
+    CHECK(s.value("kv_relay_open_streams", rpc("SubscribeServingLoad")) == 1);
+    CHECK(s.value("kv_relay_mailbox_depth", {{"actor_kind", "serving_load_window"}}).has_value());
+  }
+  serving->cancel();
+  ending_reason(*serving);
+
   // ---- a pool stream follows three batches of four distinct blocks ----
   auto healthy = subscribe_pool(relay, producer, "healthy");
   Replica replica(producer);

@@ -37,10 +37,10 @@ void put_example_workers(TestRelay& relay) {
   relay.put_worker(request);
 }
 
-ingest_v1::SchedulerLoadReport scheduler_report(std::uint64_t router, std::uint64_t epoch, std::uint64_t sequence,
-                                                std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint64_t,
-                                                                       std::uint64_t>> ranks,
-                                                std::uint64_t published_ms = 0, std::string group = "") {
+ingest_v1::SchedulerLoadReport scheduler_report(
+    std::uint64_t router, std::uint64_t epoch, std::uint64_t sequence,
+    std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint64_t, std::uint64_t>> ranks,
+    std::uint64_t published_ms = 0, std::string group = "") {
   ingest_v1::SchedulerLoadReport report;
   *report.mutable_endpoint() = kBackend;
   report.set_router_id(router);
@@ -58,8 +58,8 @@ ingest_v1::SchedulerLoadReport scheduler_report(std::uint64_t router, std::uint6
   return report;
 }
 
-ingest_v1::FrontendLoadReport frontend_report(std::uint64_t frontend, std::uint64_t incarnation,
-                                              std::uint64_t sequence, std::uint64_t published_ms = 0) {
+ingest_v1::FrontendLoadReport frontend_report(std::uint64_t frontend, std::uint64_t incarnation, std::uint64_t sequence,
+                                              std::uint64_t published_ms = 0) {
   ingest_v1::FrontendLoadReport report;
   report.set_namespace_("prod");
   report.set_frontend_id(frontend);
@@ -147,7 +147,8 @@ TEST_CASE("serving load: admission checks the marker, then the subscriber id, th
   options.max_serving_load_subscribers = 1;
   options.max_load_subscribers = 1;
   TestRelay relay(options);
-  const auto mismatch = std::pair{grpc::StatusCode::FAILED_PRECONDITION, std::string("RELAY_ERROR_REASON_CONTRACT_MISMATCH")};
+  const auto mismatch =
+      std::pair{grpc::StatusCode::FAILED_PRECONDITION, std::string("RELAY_ERROR_REASON_CONTRACT_MISMATCH")};
   const auto invalid = std::pair{grpc::StatusCode::INVALID_ARGUMENT, std::string("RELAY_ERROR_REASON_INVALID_REQUEST")};
   CHECK(open_refused(relay, 0, "ok") == mismatch);
   CHECK(open_refused(relay, 0, "") == mismatch);
@@ -244,16 +245,18 @@ TEST_CASE("serving load: worked example A, every source reporting, is COMPLETE",
 
   SECTION("a declared router that is silent degrades the pool (example B)") {
     relay.set_schedulers(kBackend, {100, 101});
-    const auto degraded = await_window(*stream, [](const auto& u) { return pool_status_is(u, v1::DATA_STATUS_DEGRADED); });
+    const auto degraded =
+        await_window(*stream, [](const auto& u) { return pool_status_is(u, v1::DATA_STATUS_DEGRADED); });
     CHECK_FALSE(degraded.pools(0).load().tokens().has_active_decode_blocks());
     CHECK(degraded.pools(0).load().source_observed_ms() == kBase + 200);
   }
   SECTION("an undeclared rank is ignored and never changes the sum") {
-    const auto ignored =
-        relay.report_scheduler(scheduler_report(100, 1, 2, {{1, 0, 10, 100}, {1, 1, 5, 0}, {2, 0, 20, 50}, {9, 0, 1000, 1000}}));
+    const auto ignored = relay.report_scheduler(
+        scheduler_report(100, 1, 2, {{1, 0, 10, 100}, {1, 1, 5, 0}, {2, 0, 20, 50}, {9, 0, 1000, 1000}}));
     CHECK(ignored.ranks_recorded() == 3);
     CHECK(ignored.ranks_ignored() == 1);
-    const auto next = await_window(*stream, [&](const auto& u) { return u.window_sequence() > window.window_sequence(); });
+    const auto next =
+        await_window(*stream, [&](const auto& u) { return u.window_sequence() > window.window_sequence(); });
     CHECK(next.pools(0).load().tokens().active_decode_blocks() == 35);
   }
   SECTION("a router missing one declared rank degrades the pool") {
@@ -288,7 +291,8 @@ TEST_CASE("serving load: example C, no reports, lists every pool and model UNAVA
   relay.set_frontends("prod", {7});
   await_window(*stream, [](const auto& u) {
     const auto* m = model_of(u, "prod", "llama");
-    return m != nullptr && m->deployment().expected_frontends() == 1 && m->load().status() == v1::DATA_STATUS_UNAVAILABLE;
+    return m != nullptr && m->deployment().expected_frontends() == 1 &&
+           m->load().status() == v1::DATA_STATUS_UNAVAILABLE;
   });
 
   SECTION("a withdrawn pool leaves the next window, a new generation comes back UNAVAILABLE") {
@@ -491,7 +495,8 @@ TEST_CASE("serving load: invalid reports answer INVALID_ARGUMENT naming the fiel
   // Nothing was applied: the windows still hold no model and no expected frontend.
   const auto window = stream->next();
   REQUIRE(window.has_value());
-  const auto later = await_window(*stream, [&](const auto& u) { return u.window_sequence() > window->window_sequence(); });
+  const auto later =
+      await_window(*stream, [&](const auto& u) { return u.window_sequence() > window->window_sequence(); });
   CHECK(later.models_size() == 0);
 
   // A report of 1 000 models with 256-byte ids is accepted.

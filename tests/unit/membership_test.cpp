@@ -568,6 +568,11 @@ TEST_CASE("runtime configs are normalised and expand to the declared ranks", "[m
   config.set_total_kv_blocks(0);
   const auto normalised = to_runtime_config(config);
   CHECK(normalised == RuntimeConfig{std::nullopt, 0, 1, false, std::nullopt, std::nullopt});
+  // max_num_seqs keeps the difference between undeclared and a declared 0 (serving-load deployment).
+  config.set_max_num_seqs(0);
+  CHECK(to_runtime_config(config).max_num_seqs == std::optional<std::uint64_t>(0));
+  config.set_max_num_seqs(8);
+  CHECK(to_runtime_config(config).max_num_seqs == std::optional<std::uint64_t>(8));
 
   std::map<std::uint64_t, RuntimeConfig> configs;
   configs[7] = {std::nullopt, 2, 3, false, std::nullopt, std::nullopt};
