@@ -8,11 +8,11 @@ namespace {
 
 using Self = LoadWindowActor::stateful_pointer<LoadWindowState>;
 
-LoadUpdatePtr build_window(const LoadWindowState& state) {
+LoadUpdatePtr build_window(const LoadWindowState& state, std::uint64_t sequence) {
   auto update = std::make_shared<v1::KvPoolLoadUpdate>();
   update->set_protocol_version(wire::kProtocolVersion);
   *update->mutable_relay() = state.relay;
-  update->set_window_sequence(state.window_sequence);
+  update->set_window_sequence(sequence);
   update->set_observed_ms(wall_clock_ms());
   update->set_window_ms(static_cast<std::uint64_t>(state.window.count()));
   std::map<wire::PoolKey, const LoadWindowState::Pool*> by_pool_id;
@@ -92,9 +92,8 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
   state.window = window;
   state.metrics = metrics;
   state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kLoadWindow));
-  state.current = build_window(state);  // window 0, current until the first tick
-  state.schedule.start(self, window, atoms::tick_atom_v);
-  self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
+  const auto build = [self](std::uint64_t sequence) { return build_window(self->state, sequence); };
+  state.windows.start(self, window, build);
   return {
       [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
       [=](atoms::report_atom, const LoadReportBatch& batch) { apply_reports(self, batch); },
@@ -104,17 +103,10 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
         }
       },
       [=](atoms::subscribe_atom, const UpdateStreamActor<v1::KvPoolLoadUpdate>& stream) {
-        self->state.streams.add(self, stream);
-        self->send(stream, atoms::update_atom_v, self->state.current);
+        self->state.windows.subscribe(self, stream);
       },
-      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
-      [=](atoms::tick_atom) {
-        auto& st = self->state;
-        ++st.window_sequence;
-        st.current = build_window(st);
-        st.streams.broadcast(self, st.current);
-        st.schedule.rearm(self, atoms::tick_atom_v);
-      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.windows.end_all(self, status); },
+      [=](atoms::tick_atom) { self->state.windows.tick(self, build); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }

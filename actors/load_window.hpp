@@ -7,8 +7,7 @@
 
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
-#include "actors/schedule.hpp"
-#include "actors/subscribers.hpp"
+#include "actors/window_fanout.hpp"
 #include "core/wire_validation.hpp"
 #include "metrics/relay_metrics.hpp"
 
@@ -34,10 +33,7 @@ struct LoadWindowState {
   v1::RelayIdentity relay;
   std::chrono::milliseconds window{1000};
   std::map<EndpointKey, Pool> pools;
-  std::uint64_t window_sequence = 0;
-  LoadUpdatePtr current;
-  FixedSchedule schedule;
-  Subscribers<v1::KvPoolLoadUpdate> streams;
+  WindowFanout<v1::KvPoolLoadUpdate> windows;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;
   static inline const char* name = "load-window";

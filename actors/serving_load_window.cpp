@@ -9,12 +9,12 @@ namespace {
 
 using Self = ServingLoadWindowActor::stateful_pointer<ServingLoadWindowState>;
 
-ServingLoadUpdatePtr build_window(Self self) {
+ServingLoadUpdatePtr build_window(Self self, std::uint64_t sequence) {
   auto& state = self->state;
   auto update = std::make_shared<v1::ServingLoadUpdate>();
   update->set_protocol_version(wire::kProtocolVersion);
   *update->mutable_relay() = state.config.relay;
-  update->set_window_sequence(state.window_sequence);
+  update->set_window_sequence(sequence);
   update->set_observed_ms(wall_clock_ms());
   update->set_window_ms(static_cast<std::uint64_t>(state.config.window.count()));
   state.load.build(self->clock().now(), *update);
@@ -56,9 +56,8 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
   state.config = std::move(config);
   state.load = serving_load::ServingLoad(state.config.sources);
   state.mailbox.start(self, metrics::mailbox_gauge(state.config.metrics, metrics::ActorKind::kServingLoadWindow));
-  state.current = build_window(self);  // window 0, current until the first tick
-  state.schedule.start(self, state.config.window, atoms::tick_atom_v);
-  self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
+  const auto build = [self](std::uint64_t sequence) { return build_window(self, sequence); };
+  state.windows.start(self, state.config.window, build);
   return {
       [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { set_pools(self, pools); },
       [=](atoms::frontend_load_atom, const ingest_v1::FrontendLoadReport& report) { return on_frontend(self, report); },
@@ -76,17 +75,10 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
         return ingest_v1::SetSchedulersResponse{};
       },
       [=](atoms::subscribe_atom, const UpdateStreamActor<v1::ServingLoadUpdate>& stream) {
-        self->state.streams.add(self, stream);
-        self->send(stream, atoms::update_atom_v, self->state.current);
+        self->state.windows.subscribe(self, stream);
       },
-      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
-      [=](atoms::tick_atom) {
-        auto& st = self->state;
-        ++st.window_sequence;
-        st.current = build_window(self);
-        st.streams.broadcast(self, st.current);
-        st.schedule.rearm(self, atoms::tick_atom_v);
-      },
+      [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.windows.end_all(self, status); },
+      [=](atoms::tick_atom) { self->state.windows.tick(self, build); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }

@@ -7,8 +7,7 @@
 
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
-#include "actors/schedule.hpp"
-#include "actors/subscribers.hpp"
+#include "actors/window_fanout.hpp"
 #include "core/serving_load.hpp"
 #include "metrics/relay_metrics.hpp"
 
@@ -38,10 +37,7 @@ struct ServingLoadWindowConfig {
 struct ServingLoadWindowState {
   ServingLoadWindowConfig config;
   serving_load::ServingLoad load;
-  std::uint64_t window_sequence = 0;
-  ServingLoadUpdatePtr current;
-  FixedSchedule schedule;
-  Subscribers<v1::ServingLoadUpdate> streams;
+  WindowFanout<v1::ServingLoadUpdate> windows;
   MailboxSampler mailbox;
   static inline const char* name = "serving-load-window";
 };

@@ -10,8 +10,8 @@ namespace {
 
 constexpr auto kReportPeriod = std::chrono::seconds(1);
 constexpr auto kFirstToken = std::chrono::milliseconds(100);  // how long a demo request awaits its first token
-constexpr auto kRequest = std::chrono::seconds(1);             // how long it is in flight in all
-constexpr std::uint64_t kOutputTokens = 64;             // what it generates
+constexpr auto kRequest = std::chrono::seconds(1);            // how long it is in flight in all
+constexpr std::uint64_t kOutputTokens = 64;                   // what it generates
 constexpr std::uint64_t kFrontendId = 1;
 constexpr std::uint64_t kRouterId = 1;
 
@@ -21,8 +21,8 @@ std::chrono::milliseconds since_epoch() {
 
 }  // namespace
 
-ServingLoadFeed::ServingLoadFeed(std::vector<RouterRank> ranks,
-                                 std::vector<std::pair<std::string, std::string>> models, std::uint64_t seed)
+ServingLoadFeed::ServingLoadFeed(std::vector<RouterRank> ranks, std::vector<std::pair<std::string, std::string>> models,
+                                 std::uint64_t seed)
     : ranks_(std::move(ranks)),
       decode_blocks_(ranks_.size()),
       prefill_tokens_(ranks_.size()),
