@@ -99,8 +99,13 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   engine.await_subscribers(1);
   const Json first = Json::array(
       {{{"kind", "stored"}, {"hashes", {1, 2}}, {"token_ids", {1, 2, 3, 4, 5, 6, 7, 8}}, {"block_size", 4}}});
-  std::uint64_t seq = engine.batch(first);
-  CHECK(settled_pool(relay, seq).unique_blocks() == 2);
+  engine.batch(first);
+  // A second batch, so that an engine restart's seq 0 is below the last one the relay saw.
+  const Json second =
+      Json::array({{{"kind", "stored"}, {"hashes", {3}}, {"token_ids", {10, 11, 12, 13}}, {"block_size", 4}}});
+  std::uint64_t seq = engine.batch(second);
+  REQUIRE(seq == 1);
+  CHECK(settled_pool(relay, seq).unique_blocks() == 3);
 
   SECTION("gap") {
     engine.command({{"op", "drop"}, {"count", 2}});  // neither sent nor replayable
@@ -112,7 +117,7 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
       Json::array({{{"kind", "stored"}, {"hashes", {9}}, {"token_ids", {9, 9, 9, 9}}, {"block_size", 4}}});
   seq = engine.batch(after);
   const auto pool = settled_pool(relay, seq);
-  CHECK(pool.unique_blocks() == 1);  // blocks 1 and 2 left with the reset
+  CHECK(pool.unique_blocks() == 1);  // blocks 1, 2 and 3 left with the reset
   const auto state = relay.get_state();
   const auto* source = find_source(state, 1, 0);
   REQUIRE(source != nullptr);
