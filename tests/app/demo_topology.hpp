@@ -8,9 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
-#include <regex>
 #include <string>
 
 #include "ingest/topology_file.hpp"
@@ -53,13 +53,17 @@ inline int free_port() {
   return ntohs(address.sin_port);
 }
 
+// "scheme://host:PORT[/path]" with another port.
+inline std::string with_port(const std::string& address, int port) {
+  const auto authority = address.find("://") + 3;
+  const auto end = std::min(address.find('/', authority), address.size());
+  const auto colon = address.rfind(':', end);
+  return address.substr(0, colon + 1) + std::to_string(port) + address.substr(end);
+}
+
 // The demo's workers on ports nothing else uses, so that a test's demo never meets another's.
 inline void on_free_ports(ingest_v1::WorkerSpec& worker) {
-  const std::regex port(":[0-9]+");
-  const auto move = [&](const std::string& address) {
-    return std::regex_replace(address, port, ":" + std::to_string(free_port()),
-                              std::regex_constants::format_first_only);
-  };
+  const auto move = [](const std::string& address) { return with_port(address, free_port()); };
   for (auto& source : *worker.mutable_kv_sources()) {
     auto* zmq = source.mutable_zmq();
     zmq->set_endpoint(move(zmq->endpoint()));

@@ -111,9 +111,16 @@ TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch
   consumer.start();
   REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // attached: it gets every delta
   EventScript script(3, backend, 1, 1, 200);
-  for (int round = 0; round < 40; ++round) REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
-  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::seconds(60)));
+  // Deltas until the held stream's queue overflows (bounded: a relay that never ends it fails
+  // the test, and the tap is released first so that the consumer can stop).
+  bool lagged = false;
+  for (int round = 0; round < 400 && !lagged; ++round) {
+    REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
+    lagged = round >= 40 && relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::milliseconds(100));
+  }
+  lagged = lagged || relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::seconds(60));
   release.count_down();
+  REQUIRE(lagged);
   await_converged(consumer, relay);
   const auto& pool = only_pool(consumer);
   CHECK(pool.subscriptions >= 2);
