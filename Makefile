@@ -9,9 +9,11 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
 configure = [[ -f $(1)/build.ninja ]] || cmake -S . -B $(1) $(CMAKE_FLAGS) \
   $$(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) $(2) >/dev/null
 CTEST_FLAGS := --output-on-failure --timeout 600 -j $(JOBS)
-# ccache keys on paths relative to the checkout, so a clone in another folder (CI) reuses
-# the objects an earlier build compiled.
+# ccache keys on paths relative to the checkout, and not on the build directory (which -g
+# would otherwise add), so a clone in another folder (CI) reuses the objects an earlier build
+# compiled.
 export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: deps build build-asan test test-normal test-asan bench soak run image-check deploy-check rebuild-check format clean
 
