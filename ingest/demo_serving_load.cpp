@@ -31,10 +31,11 @@ ServingLoadFeed::ServingLoadFeed(std::vector<RouterRank> ranks, std::vector<std:
 }
 
 void ServingLoadFeed::served(const std::string& ns, const std::string& model, std::size_t rank,
-                             std::uint64_t prompt_tokens, std::uint64_t uncached) {
+                             std::uint64_t prompt_tokens, std::uint64_t uncached,
+                             std::chrono::steady_clock::time_point now) {
   prefill_tokens_.at(rank) += uncached;
   auto& load = models_[{ns, model}];
-  load.in_flight.push_back({std::chrono::steady_clock::now(), prompt_tokens});
+  load.in_flight.push_back({now, prompt_tokens});
   load.totals.set_requests_started(load.totals.requests_started() + 1);
   load.totals.set_input_tokens(load.totals.input_tokens() + prompt_tokens);
 }

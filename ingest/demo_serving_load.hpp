@@ -33,10 +33,10 @@ class ServingLoadFeed {
   ServingLoadFeed(std::vector<RouterRank> ranks, std::vector<std::pair<std::string, std::string>> models,
                   std::uint64_t seed);
 
-  // A request for (ns, model) served by ranks[rank] now: `prompt_tokens` long, `uncached` of
+  // A request for (ns, model) served by ranks[rank] at `now`: `prompt_tokens` long, `uncached` of
   // them computed by prefill.
   void served(const std::string& ns, const std::string& model, std::size_t rank, std::uint64_t prompt_tokens,
-              std::uint64_t uncached);
+              std::uint64_t uncached, std::chrono::steady_clock::time_point now);
   void set_decode_blocks(std::size_t rank, std::uint64_t blocks) { decode_blocks_.at(rank) = blocks; }
 
   // Declares the sources, then reports once a second; failures are logged once and retried.

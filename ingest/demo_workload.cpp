@@ -302,7 +302,7 @@ void DemoWorkload::run() {
       const std::string& model = conversation.adapter.empty()         ? serving.model
                                  : adapter != serving.served_as.end() ? adapter->second
                                                                       : conversation.adapter;
-      serving_load_->served(serving.ns, model, rank, prompt.size(), uncached);
+      serving_load_->served(serving.ns, model, rank, prompt.size(), uncached, tick_start);
     }
     for (std::size_t i = 0; i < engines_.size(); ++i) {
       engines_[i]->flush();
