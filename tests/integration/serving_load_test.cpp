@@ -272,7 +272,10 @@ TEST_CASE("serving load: example C, no reports, lists every pool and model UNAVA
   auto catalog = watch_catalog(relay);
   put_example_workers(relay);
   const auto producer = await_single_pool(*catalog);
-  const auto window = await_window(*stream, [](const auto& u) { return u.pools_size() == 1 && u.models_size() == 1; });
+  // Both workers' cards are in (the pool materializes with the first one).
+  const auto window = await_window(*stream, [](const auto& u) {
+    return u.pools_size() == 1 && u.models_size() == 1 && u.pools(0).deployment().live_workers() == 2;
+  });
   const auto& pool = window.pools(0);
   CHECK(pool.producer().SerializeAsString() == producer.SerializeAsString());
   CHECK(pool.load().status() == v1::DATA_STATUS_UNAVAILABLE);
