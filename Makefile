@@ -64,6 +64,13 @@ soak: build
 deploy-check: build
 	@bash scripts/deploy-check.sh build/bin/kv-relay
 
+# libFuzzer: every harness of tests/fuzz/ for FUZZ_SECONDS each, from a clang build in build-fuzz/
+# (crashes in build-fuzz/crashes/<harness>/); fails if any harness found one.
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash scripts/fuzz.sh
+
 # A second `make build` compiles nothing (also run by `make test`).
 rebuild-check: build
 	@bash scripts/rebuild-check.sh

@@ -1,10 +1,13 @@
 #include "actors/membership.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <stdexcept>
 
 #include "actors/crash_report.hpp"
+#include "actors/ingest_refusal.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
 #include "core/wire_validation.hpp"
 
@@ -62,7 +65,7 @@ std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipS
   return desired;
 }
 
-v1::ProducerIdentity new_producer(Self self, const membership::IndexerDomain& domain) {
+v1::ProducerIdentity new_producer(Self self, const membership::IndexerDomain& domain, std::uint64_t bucket_count) {
   auto& state = self->state;
   v1::ProducerIdentity producer;
   *producer.mutable_pool_id() = membership::pool_id(domain, state.config.dc_id);
@@ -71,7 +74,7 @@ v1::ProducerIdentity new_producer(Self self, const membership::IndexerDomain& do
   auto* format = producer.mutable_ckf_format();
   format->set_format_version(ckf::kFormatVersion);
   format->set_seed(state.config.seed);
-  format->set_bucket_count(state.config.bucket_count);
+  format->set_bucket_count(bucket_count);
   format->set_fingerprint_bits(ckf::kFingerprintBits);
   format->set_slots_per_bucket(ckf::kSlotsPerBucket);
   return producer;
@@ -97,24 +100,44 @@ void generation_gone(Self self, const EndpointKey& endpoint) {
   if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw({endpoint.display()});
 }
 
-MaterializedPool materialize(Self self, const EndpointKey& endpoint, const membership::IndexerDomain& domain) {
+std::shared_ptr<StreamLimit> generation_subscribers(const MembershipState& state) {
+  return std::make_shared<StreamLimit>("subscriber (per pool)", state.config.max_subscribers_per_pool);
+}
+
+// The pool's first layout is charged against the budget (docs/protocol/capacity.md#budget); a
+// pool that does not fit is not materialized and its endpoint shows why.
+std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoint,
+                                            const membership::IndexerDomain& domain) {
   auto& state = self->state;
-  MaterializedPool pool{domain, {}, {}, new_producer(self, domain), {}, pool_stats(self, endpoint)};
-  pool.subscribers = std::make_shared<StreamLimit>("subscriber (per pool)", state.config.max_subscribers_per_pool);
+  const std::uint64_t buckets = capacity::initial_bucket_count(
+      state.config.sizing, capacity::declared_capacity(state.projection.at(endpoint).runtime_configs));
+  const std::uint64_t charge = capacity::pool_charge_bytes(buckets, state.config.relayout_load);
+  if (auto refusal = state.budget.try_reserve(charge)) {
+    if (state.over_budget.insert_or_assign(endpoint, "PoolMaterialization: " + *refusal).second) {
+      spdlog::warn("endpoint {}: pool not materialized: {}", endpoint.display(), *refusal);
+    }
+    return std::nullopt;
+  }
+  state.over_budget.erase(endpoint);
+  MaterializedPool pool{domain, {}, {}, new_producer(self, domain, buckets), {}, pool_stats(self, endpoint)};
+  pool.lineage = pool.producer.layout_generation();
+  pool.charged_bytes = charge;
+  pool.subscribers = generation_subscribers(state);
   PublisherConfig config;
-  config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed,
-                               state.config.bucket_count};
+  config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed, buckets};
   config.semantics = {domain.kv_block_size, domain.hash_format};
   config.publication_threshold = state.config.publication_threshold;
   config.publication_delay = state.config.publication_delay;
   config.hub_slots = state.config.hub_slots;
+  config.relayout_load = state.config.relayout_load;
+  config.relayout_min_interval = state.config.relayout_min_interval;
   config.owner = self;
   config.metrics = state.config.metrics;
   config.stats = pool.stats;
   // Linked: a publisher that fails takes membership (and so the relay) down with it.
   pool.publisher = self->template spawn<caf::linked>(pool_publisher, std::move(config));
   spdlog::info("pool materialized: endpoint={} layout_generation={} bucket_count={}", endpoint.display(),
-               pool.producer.layout_generation(), state.config.bucket_count);
+               pool.producer.layout_generation(), buckets);
   return pool;
 }
 
@@ -166,6 +189,7 @@ void publish_stats(Self self) {
   auto& state = self->state;
   if (state.config.metrics == nullptr) return;
   state.config.metrics->set_pools_materialized(state.pools.size());
+  state.config.metrics->set_memory(state.over_budget.size(), state.budget.limit().value_or(0), state.budget.reserved());
   for (const auto& [endpoint, pool] : state.pools) {
     pool.stats->active_sources.store(active_sources(state, endpoint), std::memory_order_relaxed);
   }
@@ -186,10 +210,13 @@ void reconcile(Self self) {
       continue;
     }
     retiring.emplace_back(it->first, it->second.publisher);
+    state.budget.release(it->second.charged_bytes);
     it = state.pools.erase(it);
   }
+  std::erase_if(state.over_budget, [&](const auto& entry) { return !desired.contains(entry.first); });
   for (const auto& [endpoint, domain] : desired) {
-    if (!state.pools.contains(endpoint)) state.pools.emplace(endpoint, materialize(self, endpoint, domain));
+    if (state.pools.contains(endpoint)) continue;
+    if (auto pool = materialize(self, endpoint, domain)) state.pools.emplace(endpoint, std::move(*pool));
   }
   for (auto& [endpoint, pool] : state.pools) {
     // A materializable endpoint always has a base registration, hence a descriptor.
@@ -239,12 +266,64 @@ std::vector<std::string> conflict_texts(const MembershipState& state, const Endp
   if (const auto m = state.projection.find(endpoint); m != state.projection.end()) {
     for (const Conflict& c : m->second.conflicts) texts.push_back(c.message);
   }
+  if (const auto refusal = state.over_budget.find(endpoint); refusal != state.over_budget.end()) {
+    texts.push_back(refusal->second);
+  }
   return texts;
 }
 
-ingest_v1::PutWorkerResponse put_worker(Self self, const ingest_v1::PutWorkerRequest& request) {
+// ---- count limits ----
+
+struct CountRefusal {
+  metrics::IngestLimit limit;
+  std::string message;
+};
+
+// docs/protocol/limits.md#count-limits: what membership would hold after this PutWorker,
+// against its limits. A worker that replaces itself only counts what it changes.
+std::optional<CountRefusal> count_refusal(const MembershipState& state, const EndpointKey& endpoint,
+                                          const ingest_v1::PutWorkerRequest& request) {
+  const MembershipLimits& limits = state.config.limits;
+  const auto cards = state.workers.find(endpoint);
+  if (cards == state.workers.end() && state.workers.size() >= limits.max_serving_endpoints) {
+    return CountRefusal{
+        metrics::IngestLimit::kServingEndpoints,
+        fmt::format("endpoint {}: the relay holds {} serving endpoints, the most --max-serving-endpoints ({}) allows",
+                    endpoint.display(), state.workers.size(), limits.max_serving_endpoints)};
+  }
+  if (cards != state.workers.end() && !cards->second.contains(request.worker_id()) &&
+      cards->second.size() >= limits.max_workers_per_endpoint) {
+    return CountRefusal{metrics::IngestLimit::kWorkersPerEndpoint,
+                        fmt::format("endpoint {}: it has {} workers, the most --max-workers-per-endpoint ({}) allows",
+                                    endpoint.display(), cards->second.size(), limits.max_workers_per_endpoint)};
+  }
+  std::size_t sources = static_cast<std::size_t>(request.kv_sources_size());
+  for (const auto& [key, workers] : state.workers) {
+    for (const auto& [worker_id, spec] : workers) {
+      const bool replaced = key == endpoint && worker_id == request.worker_id();
+      if (!replaced) sources += static_cast<std::size_t>(spec.kv_sources_size());
+    }
+  }
+  if (sources <= limits.max_kv_sources) return std::nullopt;
+  return CountRefusal{
+      metrics::IngestLimit::kKvSources,
+      fmt::format("endpoint {} worker {}: its {} KV sources would make {} in all, above --max-kv-sources ({})",
+                  endpoint.display(), request.worker_id(), request.kv_sources_size(), sources, limits.max_kv_sources)};
+}
+
+// Counted, logged (rate-limited) and answered as a refusal, which the gateway turns into
+// RESOURCE_EXHAUSTED.
+caf::error refuse(Self self, CountRefusal refusal) {
+  static RateLimitedLog log;
+  log.warn("refused PutWorker: " + refusal.message);
+  if (self->state.config.metrics != nullptr) self->state.config.metrics->ingest_limit_refused(refusal.limit);
+  return ingest_refusal(std::move(refusal.message));
+}
+
+caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1::PutWorkerRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
+  if (auto refusal = count_refusal(state, endpoint, request)) return refuse(self, std::move(*refusal));
   ingest_v1::WorkerSpec spec = membership::worker_spec(request);
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
@@ -318,19 +397,20 @@ void reject(Self self, const BatchReplyPtr& reply, SourceTransport transport, me
 enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap, kNewGeneration };
 
 // docs/protocol/decisions.md#d16: whether to apply the batch, and whether (why) the source is reset
-// first. A source whose pool was rebuilt since its last batch starts over too: the new generation
-// holds none of its lineage, so the feeder must replay what its engine holds.
+// first. A source whose pool was rebuilt since its last batch starts over too: the new publisher
+// holds none of its lineage, so the feeder must replay what its engine holds. A re-layout keeps
+// the lineage and so resets nothing.
 Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch,
-                          std::uint64_t layout_generation) {
+                          std::uint64_t lineage) {
   const SourceCursor previous = *cursor;
   if (known && batch.source_epoch() == previous.epoch && batch.sequence() < previous.next_sequence) {
     return Sequencing::kStale;
   }
-  *cursor = {batch.source_epoch(), batch.sequence() + 1, layout_generation};
+  *cursor = {batch.source_epoch(), batch.sequence() + 1, lineage};
   if (!known) return Sequencing::kInOrder;
   if (batch.source_epoch() != previous.epoch) return Sequencing::kEpochChanged;
   if (batch.sequence() > previous.next_sequence) return Sequencing::kSequenceGap;
-  return previous.layout_generation != layout_generation ? Sequencing::kNewGeneration : Sequencing::kInOrder;
+  return previous.lineage != lineage ? Sequencing::kNewGeneration : Sequencing::kInOrder;
 }
 
 metrics::ResetReason reset_reason(Sequencing sequencing) {
@@ -363,8 +443,7 @@ void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply,
     return reject(self, reply, transport, BatchResult::kUnknownSource);
   }
   const auto [cursor, inserted] = state.cursors.try_emplace(source);
-  const Sequencing sequencing =
-      sequence_batch(&cursor->second, !inserted, *batch, pool->second.producer.layout_generation());
+  const Sequencing sequencing = sequence_batch(&cursor->second, !inserted, *batch, pool->second.lineage);
   if (sequencing == Sequencing::kStale) return reject(self, reply, transport, BatchResult::kStaleSequence);
   const bool reset = sequencing != Sequencing::kInOrder;
   if (reset) {
@@ -375,19 +454,61 @@ void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply,
   self->send(pool->second.publisher, atoms::apply_batch_atom_v, batch, reset, reply, receipt_ns);
 }
 
+// The pool whose current publisher sent the message being handled, if any. A publisher is
+// identified by its address, not its layout generation: a re-layout granted but not yet
+// applied leaves the two disagreeing for a moment.
+std::map<EndpointKey, MaterializedPool>::iterator sending_pool(Self self) {
+  auto& pools = self->state.pools;
+  const auto sender = self->current_sender();
+  return std::find_if(pools.begin(), pools.end(),
+                      [&](const auto& entry) { return entry.second.publisher.address() == sender; });
+}
+
 // A publisher fenced its generation: retire it (it refuses batches until then) and let
 // reconcile build a new generation, whose sources all start over (see on_batch).
-void on_fenced(Self self, std::uint64_t layout_generation) {
+void on_fenced(Self self) {
   auto& pools = self->state.pools;
-  const auto fenced = std::find_if(pools.begin(), pools.end(), [&](const auto& entry) {
-    return entry.second.producer.layout_generation() == layout_generation;
-  });
+  const auto fenced = sending_pool(self);
   if (fenced == pools.end()) return;  // already replaced or withdrawn
   const EndpointKey endpoint = fenced->first;
   self->send(fenced->second.publisher, atoms::retire_atom_v, retired_status());
+  self->state.budget.release(fenced->second.charged_bytes);
   pools.erase(fenced);
   reconcile(self);
   generation_gone(self, endpoint);
+}
+
+// A publisher asks for a re-layout of its generation into `bucket_count` buckets
+// (docs/protocol/capacity.md#relayout). Granted: the publisher is told its new generation
+// before the catalog names it, so a stream admitted to the new generation always finds the
+// publisher already re-laid out. The pool keeps its publisher, lineage, sources and stats.
+void on_grow(Self self, std::uint64_t layout_generation, std::uint64_t bucket_count) {
+  auto& state = self->state;
+  const auto pool = sending_pool(self);
+  if (pool == state.pools.end() || pool->second.producer.layout_generation() != layout_generation) return;
+  const auto& publisher = pool->second.publisher;
+  if (bucket_count > capacity::kMaxBuckets) {
+    self->send(publisher, atoms::growth_refused_atom_v, std::string("the pool is at the format's largest layout"));
+    return;
+  }
+  const std::uint64_t charge = capacity::pool_charge_bytes(bucket_count, state.config.relayout_load);
+  const std::uint64_t extra = charge > pool->second.charged_bytes ? charge - pool->second.charged_bytes : 0;
+  if (auto refusal = state.budget.try_reserve(extra)) {
+    if (state.config.metrics != nullptr) state.config.metrics->growth_refused();
+    state.growth_log->warn(fmt::format("endpoint {}: re-layout refused: {}", pool->first.display(), *refusal));
+    self->send(publisher, atoms::growth_refused_atom_v, std::move(*refusal));
+    return;
+  }
+  pool->second.charged_bytes += extra;
+  pool->second.producer = new_producer(self, pool->second.domain, bucket_count);
+  pool->second.subscribers = generation_subscribers(state);
+  self->send(publisher, atoms::relayout_atom_v, pool->second.producer);
+  pool->second.descriptor = membership::descriptor(state.projection.at(pool->first), pool->second.producer).value();
+  publish_stats(self);
+  self->send(state.peers.catalog, atoms::catalog_atom_v, catalog_entries(state));
+  const auto pools = load_pools(state);
+  self->send(state.peers.load, atoms::load_pools_atom_v, pools);
+  self->send(state.peers.serving_load, atoms::load_pools_atom_v, pools);
 }
 
 // ---- GetState ----
@@ -498,6 +619,7 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
   self->state.config = std::move(config);
   self->state.peers = std::move(peers);
   self->state.feeds = EngineFeeds(self->state.config.feeds);
+  self->state.budget = capacity::MemoryBudget(self->state.config.memory_budget_bytes);
   self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kMembership));
   report_crashes(self, "membership");
   publish_stats(self);
@@ -517,13 +639,17 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
       [=](atoms::link_atom, const SourceId& source, bool connected) {
         if (self->state.feeds.set_link(self->current_sender(), source, connected)) reconcile(self);
       },
-      [=](atoms::generation_fenced_atom, std::uint64_t layout_generation) { on_fenced(self, layout_generation); },
+      [=](atoms::generation_fenced_atom, std::uint64_t) { on_fenced(self); },
+      [=](atoms::grow_atom, std::uint64_t layout_generation, std::uint64_t bucket_count) {
+        on_grow(self, layout_generation, bucket_count);
+      },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
         self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
         for (auto& [endpoint, pool] : pools) {
           self->send(pool.publisher, atoms::retire_atom_v, status);
+          self->state.budget.release(pool.charged_bytes);
           generation_gone(self, endpoint);
         }
         publish_stats(self);

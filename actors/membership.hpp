@@ -14,24 +14,38 @@
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_publisher.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "actors/serving_load_window.hpp"
 #include "actors/topology_projector.hpp"
+#include "core/capacity.hpp"
 #include "core/membership.hpp"
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
 
+// The counts PutWorker is held to (docs/protocol/limits.md#count-limits): a call that would
+// pass one is refused (RESOURCE_EXHAUSTED, actors/ingest_refusal.hpp) and changes nothing.
+struct MembershipLimits {
+  std::size_t max_serving_endpoints = 1'024;  // endpoints with at least one worker
+  std::size_t max_workers_per_endpoint = 4'096;
+  std::size_t max_kv_sources = 65'536;  // KV sources of every worker together
+};
+
 struct MembershipConfig {
   v1::RelayIdentity relay;
   std::uint64_t dc_id = 0;
-  std::uint64_t bucket_count = 0;
+  capacity::Sizing sizing;  // a new pool's first layout
   std::uint64_t seed = 0;
+  double relayout_load = 0.85;
+  std::chrono::milliseconds relayout_min_interval{1000};
+  std::optional<std::uint64_t> memory_budget_bytes;  // none: pools are not charged against a budget
   std::uint32_t publication_threshold = 16;
   std::chrono::milliseconds publication_delay{1};
   std::size_t max_subscribers_per_pool = 64;
   std::shared_ptr<StreamLimit> hub_slots;
   metrics::RelayMetrics* metrics = nullptr;  // none: nothing is recorded
   EngineFeedsConfig feeds;                   // where engine sources and scrapers read from
+  MembershipLimits limits;                   // what PutWorker may make membership hold
 };
 
 struct MembershipPeers {
@@ -43,7 +57,7 @@ struct MembershipPeers {
 
 // Membership, as the ingest gateway, the runtime and pool publishers see it. The unary ingest
 // calls are requests: their answer (or an error, if membership cannot answer) completes the RPC.
-using MembershipActor = FenceListenerActor::extend_with<SourceSinkActor>::extend<
+using MembershipActor = PoolOwnerActor::extend_with<SourceSinkActor>::extend<
     caf::replies_to<atoms::put_worker_atom, ingest_v1::PutWorkerRequest>::with<ingest_v1::PutWorkerResponse>,
     caf::replies_to<atoms::remove_worker_atom, ingest_v1::RemoveWorkerRequest>::with<ingest_v1::RemoveWorkerResponse>,
     caf::replies_to<atoms::availability_atom,
@@ -56,11 +70,12 @@ using MembershipActor = FenceListenerActor::extend_with<SourceSinkActor>::extend
     caf::reacts_to<atoms::crash_atom>>;                // test hook: throw, as an invariant break would
 
 // A source's place in its stream of batches (docs/protocol/decisions.md#d16), the pool
-// generation its last batch went to, and how often it was reset since it was declared.
+// lineage (MaterializedPool::lineage) its last batch went to, and how often it was reset
+// since it was declared.
 struct SourceCursor {
   std::uint64_t epoch = 0;
   std::uint64_t next_sequence = 0;
-  std::uint64_t layout_generation = 0;
+  std::uint64_t lineage = 0;
   std::uint64_t resets = 0;
 };
 
@@ -68,9 +83,13 @@ struct MaterializedPool {
   membership::IndexerDomain domain;
   PoolPublisherActor publisher;  // linked: its failure is membership's
   std::shared_ptr<StreamLimit> subscribers;
-  v1::ProducerIdentity producer;
+  v1::ProducerIdentity producer;  // of the current layout generation
   v1::KvPoolDescriptor descriptor;
   std::shared_ptr<metrics::PoolStats> stats;  // its /metrics figures (none without metrics)
+  // The layout generation the publisher was built with: re-layouts keep the lineage, so
+  // source cursors compare this, not the current generation.
+  std::uint64_t lineage = 0;
+  std::uint64_t charged_bytes = 0;  // against the memory budget
 };
 
 struct MembershipState {
@@ -82,7 +101,11 @@ struct MembershipState {
   EngineFeeds feeds;
   std::map<EndpointKey, membership::EndpointMembership> projection;
   std::map<EndpointKey, MaterializedPool> pools;
-  std::uint64_t layout_generation = 0;  // of the last attach
+  // Endpoints that should hold a pool the memory budget cannot: why, as their conflict says.
+  std::map<EndpointKey, std::string> over_budget;
+  capacity::MemoryBudget budget{std::nullopt};
+  std::shared_ptr<RateLimitedLog> growth_log = std::make_shared<RateLimitedLog>();  // refused re-layouts
+  std::uint64_t layout_generation = 0;                                              // of the last attach
   MailboxSampler mailbox;
   static inline const char* name = "membership";
 };

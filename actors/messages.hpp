@@ -178,6 +178,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RemoveWorkerResponse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetAvailabilityRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SetAvailabilityResponse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::RelayState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::v1::ProducerIdentity)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ServingLoadUpdatePtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::FrontendLoadReport)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::ReportFrontendLoadResponse)
@@ -211,6 +212,10 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, retire_atom, "retire")              // the
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, pool_state_atom, "poolstate")       // GetState's view of a pool
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, broken_sequence_atom, "brokenseq")  // a stream saw a bad delta
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, generation_fenced_atom, "fenced")   // a publisher fenced itself
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, grow_atom, "grow")                  // a publisher asks for more buckets
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, relayout_atom, "relayout")          // re-lay out as this generation
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, growth_refused_atom, "growrefuse")  // no bigger layout: why
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, growth_due_atom, "growthdue")       // the re-layout interval ran out
 // ingest
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
@@ -276,8 +281,11 @@ using SourceSinkActor =
     caf::typed_actor<caf::reacts_to<atoms::batch_atom, EventBatchPtr, BatchReplyPtr, std::int64_t, SourceTransport>,
                      caf::reacts_to<atoms::link_atom, SourceId, bool>>;
 
-// Whoever rebuilds a fenced pool generation (membership), as its publisher sees it.
-using FenceListenerActor = caf::typed_actor<caf::reacts_to<atoms::generation_fenced_atom, std::uint64_t>>;
+// Whoever owns a pool's generations (membership), as its publisher sees it: told when the
+// generation fenced itself, and asked for a re-layout into `bucket_count` buckets (answered
+// with relayout_atom or growth_refused_atom). Both name the publisher's layout generation.
+using PoolOwnerActor = caf::typed_actor<caf::reacts_to<atoms::generation_fenced_atom, std::uint64_t>,
+                                        caf::reacts_to<atoms::grow_atom, std::uint64_t, std::uint64_t>>;
 
 }  // namespace kvrelay
 

@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "core/capacity.hpp"
 #include "core/cbi1.hpp"
 
 namespace kvrelay {
@@ -64,6 +65,8 @@ void publish_stats(Self self) {
   stats.occupied_slots.store(index.filter().occupied_count(), relaxed);
   stats.bucket_count.store(index.filter().bucket_count(), relaxed);
   stats.capacity_failures.store(index.capacity_failures(), relaxed);
+  stats.omitted_blocks.store(index.omitted_blocks(), relaxed);
+  stats.relayouts.store(state.relayouts, relaxed);
   stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);
 }
 
@@ -130,6 +133,70 @@ void publish_or_arm_delay(Self self) {
   self->delayed_send(self, wait, atoms::publish_atom_v);
 }
 
+// ---- growth (docs/protocol/capacity.md#relayout) ----
+
+// Asks the owner for twice the buckets when the filter wants to grow, at most once per
+// min interval (a flood of blocks re-snapshots the pool at that rate at most) and never
+// while an answer is awaited.
+void maybe_grow(Self self) {
+  auto& state = self->state;
+  const auto& index = *state.index;
+  if (state.fenced || state.growth_asked || state.growth_timer_armed || !state.config.owner) return;
+  const std::uint64_t buckets = index.filter().bucket_count();
+  if (!capacity::wants_growth(buckets, index.filter().occupied_count(), index.omitted_blocks(),
+                              state.config.relayout_load)) {
+    return;
+  }
+  const auto now = self->clock().now();
+  const auto earliest = state.last_relayout + state.config.relayout_min_interval;
+  if (now < earliest) {
+    state.growth_timer_armed = true;
+    self->delayed_send(self, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now),
+                       atoms::growth_due_atom_v);
+    return;
+  }
+  state.growth_asked = true;
+  self->send(state.config.owner, atoms::grow_atom_v, state.config.spec.producer.layout_generation(),
+             capacity::grown_bucket_count(buckets, index.unique_blocks()));
+}
+
+// Rebuilds the filter as the granted generation: every live block placed again from the
+// lineage, no source reset. The old generation's streams end; their consumers follow the
+// catalog, which names the new generation once this has run.
+void relayout(Self self, const v1::ProducerIdentity& producer) {
+  auto& state = self->state;
+  const std::uint64_t buckets = producer.ckf_format().bucket_count();
+  const std::uint64_t previous_generation = state.config.spec.producer.layout_generation();
+  const auto started = std::chrono::steady_clock::now();
+  const std::uint64_t unplaced = state.index->relayout(buckets);
+  const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
+  end_all_streams(self, publication_unavailable(fmt::format(
+                            "the pool was re-laid out into generation {} ({} buckets); resubscribe from the catalog",
+                            producer.layout_generation(), buckets)));
+  state.config.spec.producer = producer;
+  state.config.spec.bucket_count = buckets;
+  state.sequence = 0;
+  state.pending_events = 0;
+  state.oldest_pending_receipt_ns = 0;
+  state.snapshot_at_sequence.reset();
+  state.last_relayout = self->clock().now();
+  state.growth_asked = false;
+  state.growth_refusal.reset();
+  ++state.relayouts;
+  spdlog::info("pool re-laid out: layout_generation {} -> {}, {} buckets, {} live blocks, {} unplaced, {} us",
+               previous_generation, producer.layout_generation(), buckets, state.index->unique_blocks(), unplaced,
+               took.count());
+  maybe_grow(self);  // blocks that arrived meanwhile may need more still
+}
+
+void growth_refused(Self self, std::string reason) {
+  auto& state = self->state;
+  state.growth_asked = false;
+  state.growth_refusal = std::move(reason);
+  state.last_relayout = self->clock().now();  // asks again one interval later, if it still must
+  maybe_grow(self);
+}
+
 // An index that contradicts itself cannot publish a trustworthy filter: the generation is
 // fenced and rebuilt rather than the one event rejected.
 bool breaks_index(const EventResult& result) { return result.error == EventError::kIndexerInvariantViolation; }
@@ -156,6 +223,7 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
   }
   if (state.config.metrics != nullptr) state.config.metrics->events(tally);
   if (!state.fenced) publish_or_arm_delay(self);
+  maybe_grow(self);
 }
 
 // A copy of the bucket lane at the current (published) sequence. Its bytes count in
@@ -172,10 +240,15 @@ std::shared_ptr<const SnapshotImage> take_snapshot_image(Self self) {
   });
 }
 
-void attach_stream(Self self, const PoolFrameSinkActor& stream) {
+void attach_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
   auto& state = self->state;
   if (state.fenced) {
     self->send(stream, atoms::end_stream_atom_v, publication_unavailable("the pool generation was fenced"));
+    return;
+  }
+  if (layout_generation != state.config.spec.producer.layout_generation()) {  // re-laid out since admission
+    self->send(stream, atoms::end_stream_atom_v,
+               publication_unavailable("the pool was re-laid out; resubscribe from the catalog"));
     return;
   }
   if (!state.hub_slot && state.config.hub_slots) {
@@ -214,6 +287,9 @@ PoolStateReport state_report(Self self) {
   pool.set_subscribers(static_cast<std::uint32_t>(state.streams.size()));
   pool.set_filter_digest(state.index->published_digest());
   pool.set_publication_pending(state.pending_events > 0);
+  pool.set_omitted_blocks(state.index->omitted_blocks());
+  pool.set_relayouts(state.relayouts);
+  if (state.growth_refusal) pool.set_growth_refusal(*state.growth_refusal);
   *pool.mutable_producer() = state.config.spec.producer;
   publish_stats(self);
   return report;
@@ -229,6 +305,7 @@ std::int64_t steady_now_ns() {
 PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig config) {
   self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
   self->state.config = std::move(config);
+  self->state.last_relayout = self->clock().now();
   auto* recorder = self->state.config.metrics;
   self->state.mailbox.start(self, metrics::mailbox_gauge(recorder, metrics::ActorKind::kPoolPublisher));
   publish_stats(self);
@@ -263,9 +340,22 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
         publish_or_arm_delay(self);
         publish_stats(self);
       },
-      [=](atoms::attach_atom, const PoolFrameSinkActor& stream) {
-        attach_stream(self, stream);
+      [=](atoms::attach_atom, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
+        attach_stream(self, stream, layout_generation);
         publish_stats(self);
+      },
+      [=](atoms::relayout_atom, const v1::ProducerIdentity& producer) {
+        if (self->state.fenced) return;  // membership rebuilds the pool instead
+        relayout(self, producer);
+        publish_stats(self);
+      },
+      [=](atoms::growth_refused_atom, std::string& reason) {
+        growth_refused(self, std::move(reason));
+        publish_stats(self);
+      },
+      [=](atoms::growth_due_atom) {
+        self->state.growth_timer_armed = false;
+        maybe_grow(self);
       },
       [=](atoms::broken_sequence_atom, const PoolFrameSinkActor& detector, const std::string& reason) {
         fence(self, reason, detector);

@@ -1,8 +1,10 @@
 #pragma once
-// One pool generation's publisher: it owns the pool's filter and lineage, applies KV event
-// batches, publishes one CBI1 delta per publication (after `threshold` events or `delay`
-// after the first unpublished one), sends the same encoded bytes to every attached stream,
-// and gives each new stream a snapshot image at the current sequence.
+// One pool's publisher: it owns the pool's filter and lineage, applies KV event batches,
+// publishes one CBI1 delta per publication (after `threshold` events or `delay` after the
+// first unpublished one), sends the same encoded bytes to every attached stream, and gives
+// each new stream a snapshot image at the current sequence. When the filter fills up it asks
+// its owner for a re-layout into twice the buckets and, granted one, rebuilds itself as the
+// new layout generation (docs/protocol/capacity.md#relayout).
 #include <caf/all.hpp>
 
 #include <chrono>
@@ -24,7 +26,11 @@ struct PublisherConfig {
   // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
   // A pool holds a slot while it has at least one stream: an idle pool holds none.
   std::shared_ptr<StreamLimit> hub_slots;
-  FenceListenerActor owner;                   // told when this generation fences itself (may be null)
+  // A re-layout is asked for past this slot load (or when a live block could not be placed),
+  // at most once per min interval, and never beyond capacity::kMaxBuckets.
+  double relayout_load = 0.85;
+  std::chrono::milliseconds relayout_min_interval{1000};
+  PoolOwnerActor owner;                       // told of fences, asked for re-layouts (may be null)
   metrics::RelayMetrics* metrics = nullptr;   // none: nothing is recorded
   std::shared_ptr<metrics::PoolStats> stats;  // this generation's per-pool figures, or none
 };
@@ -34,15 +40,19 @@ using PoolPublisherActor = caf::typed_actor<
     // KV events for this pool from one source, reset first when it started over; the outcome
     // goes to the reply. receipt_ns: when the batch reached the relay (steady clock).
     caf::reacts_to<atoms::apply_batch_atom, EventBatchPtr, bool, BatchReplyPtr, std::int64_t>,
-    caf::reacts_to<atoms::reset_atom, SourceKey>,                                  // drop one source's blocks
-    caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor>,                        // a stream with its encoder permit
+    caf::reacts_to<atoms::reset_atom, SourceKey>,  // drop one source's blocks
+    // a stream with its encoder permit, for the layout generation it was admitted to
+    caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor, std::uint64_t>,
     caf::reacts_to<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>,  // fence, from a stream
     caf::replies_to<atoms::pool_state_atom>::with<PoolStateReport>,
-    caf::reacts_to<atoms::retire_atom, RpcStatus>,      // end every stream with this status and stop
-    caf::reacts_to<atoms::publish_atom>,                // its own publication timer
-    caf::reacts_to<atoms::sample_atom>,                 // its own mailbox sampling timer
-    caf::reacts_to<atoms::corrupt_atom>,                // test hook: break the first stream's next delta
-    caf::reacts_to<atoms::evict_atom, std::uint64_t>>;  // test hook: see evict_fingerprint_for_test
+    caf::reacts_to<atoms::retire_atom, RpcStatus>,               // end every stream with this status and stop
+    caf::reacts_to<atoms::relayout_atom, v1::ProducerIdentity>,  // the owner granted a re-layout
+    caf::reacts_to<atoms::growth_refused_atom, std::string>,     // the owner refused one
+    caf::reacts_to<atoms::growth_due_atom>,                      // its own re-layout interval timer
+    caf::reacts_to<atoms::publish_atom>,                         // its own publication timer
+    caf::reacts_to<atoms::sample_atom>,                          // its own mailbox sampling timer
+    caf::reacts_to<atoms::corrupt_atom>,                         // test hook: break the first stream's next delta
+    caf::reacts_to<atoms::evict_atom, std::uint64_t>>;           // test hook: see evict_fingerprint_for_test
 
 struct PoolPublisherState {
   std::optional<PoolIndex> index;
@@ -58,9 +68,14 @@ struct PoolPublisherState {
   std::vector<PoolFrameSinkActor> streams;
   std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
   bool fenced = false;                            // waiting for membership to retire this generation
-  bool corrupt_next_delta = false;                // test hook: the next delta breaks its first stream's sequence
+  caf::actor_clock::time_point last_relayout{};   // when the current layout was made
+  bool growth_asked = false;                      // a grow request awaits the owner's answer
+  bool growth_timer_armed = false;
+  std::optional<std::string> growth_refusal;  // why the owner refused the last request
+  bool corrupt_next_delta = false;            // test hook: the next delta breaks its first stream's sequence
   std::uint64_t events_rejected = 0;
   std::uint64_t source_resets = 0;
+  std::uint64_t relayouts = 0;
   MailboxSampler mailbox;
   static inline const char* name = "pool-publisher";
 };

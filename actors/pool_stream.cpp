@@ -124,7 +124,8 @@ void on_progress_due(Self self, std::uint32_t chunk) {
 // The stream joins its publisher's fan-out only once it may encode: until then it holds
 // no snapshot image and receives no deltas, so a stream waiting for a permit cannot lag.
 void join_publisher(Self self) {
-  self->send(self->state.publisher, atoms::attach_atom_v, caf::actor_cast<PoolFrameSinkActor>(self));
+  self->send(self->state.publisher, atoms::attach_atom_v, caf::actor_cast<PoolFrameSinkActor>(self),
+             self->state.spec.producer.layout_generation());
 }
 
 void on_snapshot(Self self, const PoolSnapshotMsg& msg) {

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("ready: wan={} ingest={} metrics={}", (*relay)->wan_address(), (*relay)->ingest_address(),
                metrics.empty() ? "off" : metrics);
-  if (demo) demo->report_serving_load_to((*relay)->ingest_address());
+  if (demo) demo->report_serving_load_to((*relay)->ingest_address(), options->relay.ingest_token_file);
 
   // A signal asks the relay to stop; so does a core actor's failure (the supervisor).
   std::thread([&stop_signals, runtime = relay->get()] {

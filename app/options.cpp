@@ -43,6 +43,34 @@ Apply uint_field(Int min, Int max, Int RelayOptions::*field) {
   return [=](AppOptions& o, const std::string& v) { return parse_uint(v, min, max, o.relay.*field); };
 }
 
+// "auto" (stored as nullopt) or an integer in [min, max].
+Apply auto_or_uint_field(std::uint64_t min, std::uint64_t max, std::optional<std::uint64_t> RelayOptions::*field) {
+  return [=](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+    if (v == "auto") {
+      o.relay.*field = std::nullopt;
+      return std::nullopt;
+    }
+    std::uint64_t value = 0;
+    if (auto error = parse_uint(v, min, max, value)) return *error + " (or 'auto')";
+    o.relay.*field = value;
+    return std::nullopt;
+  };
+}
+
+// A decimal fraction in [min, max].
+Apply fraction_field(double min, double max, double RelayOptions::*field) {
+  return [=](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+    double value = 0;
+    const auto [end, error] = std::from_chars(v.data(), v.data() + v.size(), value);
+    if (error != std::errc() || end != v.data() + v.size() || v.empty()) {
+      return fmt::format("'{}' is not a decimal number", v);
+    }
+    if (!(value >= min && value <= max)) return fmt::format("{} is outside [{}, {}]", value, min, max);
+    o.relay.*field = value;
+    return std::nullopt;
+  };
+}
+
 // A non-empty text value stored through `store`.
 Apply text(std::function<void(AppOptions&, const std::string&)> store) {
   return [store = std::move(store)](AppOptions& o, const std::string& v) -> std::optional<std::string> {
@@ -90,8 +118,19 @@ const std::vector<Flag>& flags() {
        }},
       {"topology", "FILE", "static topology file (TopologyFile as YAML or JSON)", "none",
        text([](AppOptions& o, const std::string& v) { o.topology_path = v; })},
-      {"expected-unique-blocks", "N", "filter sizing: unique KV blocks per pool (<= 53687091)", "1048576",
-       uint_field<std::uint64_t>(1, 53'687'091, &RelayOptions::expected_unique_blocks)},
+      {"expected-unique-blocks", "N|auto",
+       "a new pool's filter: sized for N unique KV blocks (<= 53687091), or auto: for the sum of total_kv_blocks "
+       "over its declared ranks",
+       "auto", auto_or_uint_field(1, 53'687'091, &RelayOptions::expected_unique_blocks)},
+      {"expected-unique-blocks-fallback", "N", "auto sizing of a pool whose KV capacity is unknown", "1048576",
+       uint_field<std::uint64_t>(1, 53'687'091, &RelayOptions::expected_unique_blocks_fallback)},
+      {"relayout-load", "FRACTION", "a pool re-lays out into twice the buckets past this slot load", "0.85",
+       fraction_field(0.5, 0.95, &RelayOptions::relayout_load)},
+      {"relayout-min-interval-ms", "MS", "a pool re-lays out at most once per this interval", "1000",
+       uint_field<std::uint32_t>(0, u32max, &RelayOptions::relayout_min_interval_ms)},
+      {"memory-budget-bytes", "BYTES|auto",
+       "filters and lineage of all pools together at most (0: no budget); auto: 80 % of the cgroup memory limit",
+       "auto", auto_or_uint_field(0, std::numeric_limits<std::uint64_t>::max(), &RelayOptions::memory_budget_bytes)},
       {"publication-threshold", "N", "events per published delta", "16",
        uint_field<std::uint32_t>(1, u32max, &RelayOptions::publication_threshold)},
       {"publication-delay-ms", "MS", "publish at most this long after the first unpublished event", "1",
@@ -135,6 +174,25 @@ const std::vector<Flag>& flags() {
        uint_field<std::uint32_t>(0, u32max, &RelayOptions::catalog_heartbeat_ms)},
       {"drain-timeout-ms", "MS", "on SIGTERM, cancel calls still open after this long", "5000",
        uint_field<std::uint32_t>(0, u32max, &RelayOptions::drain_timeout_ms)},
+      {"ingest-token-file", "FILE",
+       "every ingest call must send 'authorization: Bearer <token>' with this file's token (re-read when it changes)",
+       "none: no authentication", text([](AppOptions& o, const std::string& v) { o.relay.ingest_token_file = v; })},
+      {"max-batch-events", "N", "events per KV event batch at most", "16384",
+       uint_field<std::size_t>(1, u32max, &RelayOptions::max_batch_events)},
+      {"max-event-blocks", "N", "blocks one KV event stores or removes at most", "65536",
+       uint_field<std::size_t>(1, u32max, &RelayOptions::max_event_blocks)},
+      {"max-event-tokens", "N", "token ids of one stored KV event at most", "1048576",
+       uint_field<std::size_t>(1, u32max, &RelayOptions::max_event_tokens)},
+      {"max-ingest-string-bytes", "BYTES", "bytes of any one string of an ingest request at most", "4096",
+       uint_field<std::size_t>(1, u32max, &RelayOptions::max_ingest_string_bytes)},
+      {"max-serving-endpoints", "N", "serving endpoints with workers at most", "1024",
+       uint_field<std::size_t>(1, szmax, &RelayOptions::max_serving_endpoints)},
+      {"max-workers-per-endpoint", "N", "workers of one serving endpoint at most", "4096",
+       uint_field<std::size_t>(1, szmax, &RelayOptions::max_workers_per_endpoint)},
+      {"max-kv-sources", "N", "KV sources (worker x dp rank) of all workers together at most", "65536",
+       uint_field<std::size_t>(1, szmax, &RelayOptions::max_kv_sources)},
+      {"max-ingest-streams", "N", "open PublishKvEvents and ReportLoad streams at most, together", "4096",
+       uint_field<std::size_t>(1, szmax, &RelayOptions::max_ingest_streams)},
       {"ready-file", "FILE", "written atomically once every listener is bound: {\"wan\",\"ingest\",\"metrics\"}",
        "none", text([](AppOptions& o, const std::string& v) { o.ready_file = v; })},
       {"log-level", "LEVEL", "trace, debug, info, warn, error or off", "info",

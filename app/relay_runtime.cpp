@@ -12,13 +12,17 @@
 #include <random>
 
 #include "actors/catalog.hpp"
+#include "actors/ingest_refusal.hpp"
 #include "actors/load_window.hpp"
 #include "actors/membership.hpp"
 #include "actors/snapshot_encoders.hpp"
 #include "actors/supervisor.hpp"
 #include "actors/topology_projector.hpp"
+#include "app/cgroup_memory.hpp"
+#include "core/capacity.hpp"
 #include "core/ckf.hpp"
 #include "core/identity.hpp"
+#include "core/ingest_limits.hpp"
 #include "core/ingest_validation.hpp"
 #include "core/xxh3.hpp"
 #include "grpc_gateway/ingest_service.hpp"
@@ -51,6 +55,25 @@ std::string host_of(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+ingest_check::Limits ingest_limits(const RelayOptions& options) {
+  return {options.max_batch_events, options.max_event_blocks, options.max_event_tokens,
+          options.max_ingest_string_bytes};
+}
+
+// The ingest plane's limits and credentials: a token file that cannot be read, or holds no
+// token, stops the start (docs/protocol/ingest.md#authentication).
+std::expected<gateway::IngestServiceConfig, std::string> ingest_service_config(const RelayOptions& options) {
+  gateway::IngestServiceConfig config;
+  config.limits = ingest_limits(options);
+  config.max_streams = options.max_ingest_streams;
+  if (options.ingest_token_file) {
+    auto auth = gateway::IngestAuth::open(*options.ingest_token_file);
+    if (!auth) return std::unexpected("--ingest-token-file: " + auth.error());
+    config.auth = std::move(*auth);
+  }
+  return config;
+}
+
 // Feeds the topology file through the same requests as PutWorker / SetAvailability calls,
 // before the listeners open: a relay that starts serves its topology from its first call.
 std::expected<void, std::string> load_topology(caf::actor_system& system, const ingest_v1::TopologyFile& file,
@@ -58,7 +81,9 @@ std::expected<void, std::string> load_topology(caf::actor_system& system, const 
                                                const ServingLoadWindowActor& serving_load) {
   caf::scoped_actor self{system};
   std::optional<std::string> failure;
-  auto fail = [&](const caf::error& error) { failure = "topology: " + caf::to_string(error); };
+  auto fail = [&](const caf::error& error) {
+    failure = "topology: " + ingest_refusal_message(error).value_or(caf::to_string(error));
+  };
   for (const auto& spec : file.endpoints()) {
     for (const auto& worker : spec.workers()) {
       self->request(membership, caf::infinite, atoms::put_worker_atom_v,
@@ -177,19 +202,37 @@ void core_actor_failed(RelayRuntime::Impl& impl, const std::string& failure) {
   impl.stop_requested.notify_all();
 }
 
+// --memory-budget-bytes: auto follows the cgroup limit, 0 turns the budget off.
+std::optional<std::uint64_t> memory_budget(const RelayOptions& options) {
+  const auto budget =
+      options.memory_budget_bytes ? options.memory_budget_bytes : capacity::default_budget(cgroup_memory_limit());
+  if (budget == std::uint64_t{0}) return std::nullopt;
+  if (budget) spdlog::info("memory budget: {} bytes for every pool's filter and lineage", *budget);
+  return budget;
+}
+
 }  // namespace
 
 std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(const RelayOptions& options) {
   auto impl = std::make_unique<Impl>();
   const auto dc_id = identity::stable_dc_id(options.dc_id);
   if (!dc_id) return std::unexpected("--dc-id: " + std::string(identity::to_string(dc_id.error())));
-  const auto bucket_count = ckf::bucket_count_for(options.expected_unique_blocks);
-  if (!bucket_count) {
-    return std::unexpected("--expected-unique-blocks: " + std::string(ckf::to_string(bucket_count.error())));
+  for (const auto& [flag, blocks] :
+       {std::pair{"--expected-unique-blocks", options.expected_unique_blocks},
+        std::pair{"--expected-unique-blocks-fallback", std::optional{options.expected_unique_blocks_fallback}}}) {
+    if (!blocks) continue;
+    if (const auto sized = ckf::bucket_count_for(*blocks); !sized) {
+      return std::unexpected(std::string(flag) + ": " + std::string(ckf::to_string(sized.error())));
+    }
   }
   if (options.topology) {
+    if (auto over = ingest_check::oversize(*options.topology, ingest_limits(options))) {
+      return std::unexpected("topology: " + over->message);
+    }
     if (auto problem = ingest_check::topology_file(*options.topology)) return std::unexpected("topology: " + *problem);
   }
+  auto ingest_config = ingest_service_config(options);
+  if (!ingest_config) return std::unexpected(ingest_config.error());
   impl->dc_id = *dc_id;
   impl->relay.set_drt_instance_id(options.instance_id.value_or(default_instance_id()));
   impl->relay.set_relay_incarnation(fresh_incarnation());
@@ -225,17 +268,22 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders,
                                 metrics::mailbox_gauge(recorder, metrics::ActorKind::kSnapshotEncoders));
   impl->hub_slots = std::make_shared<StreamLimit>("initialized publication hub", options.max_initialized_pool_hubs);
-  MembershipConfig membership_config{
-      impl->relay,
-      impl->dc_id,
-      *bucket_count,
-      ckf::kDefaultSeed,
-      options.publication_threshold,
-      std::chrono::milliseconds(options.publication_delay_ms),
-      options.max_subscribers_per_pool,
-      impl->hub_slots,
-      recorder,
-      EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(), std::chrono::milliseconds(5000), recorder}};
+  MembershipConfig membership_config;
+  membership_config.relay = impl->relay;
+  membership_config.dc_id = impl->dc_id;
+  membership_config.sizing = {options.expected_unique_blocks, options.expected_unique_blocks_fallback};
+  membership_config.seed = ckf::kDefaultSeed;
+  membership_config.relayout_load = options.relayout_load;
+  membership_config.relayout_min_interval = std::chrono::milliseconds(options.relayout_min_interval_ms);
+  membership_config.memory_budget_bytes = memory_budget(options);
+  membership_config.publication_threshold = options.publication_threshold;
+  membership_config.publication_delay = std::chrono::milliseconds(options.publication_delay_ms);
+  membership_config.max_subscribers_per_pool = options.max_subscribers_per_pool;
+  membership_config.hub_slots = impl->hub_slots;
+  membership_config.metrics = recorder;
+  membership_config.feeds =
+      EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(), std::chrono::milliseconds(5000), recorder};
+  membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources};
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load, impl->serving_load});
   impl->supervisor = system.spawn(
@@ -272,7 +320,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
       gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load,
                                  impl->serving_load});
   impl->ingest_service = std::make_unique<gateway::IngestService>(
-      gateway::IngestPeers{&system, impl->membership, impl->load, impl->serving_load}, recorder);
+      gateway::IngestPeers{&system, impl->membership, impl->load, impl->serving_load}, std::move(*ingest_config),
+      recorder);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -329,6 +378,7 @@ std::optional<RelayRuntime::StopReason> RelayRuntime::wait_for_stop(std::chrono:
 namespace {
 
 const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kind) {
+  if (kind == "ingest") return impl.ingest_service->streams();
   return kind == "hubs" ? *impl.hub_slots : impl.relay_service->limit_of(kind);
 }
 

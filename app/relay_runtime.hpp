@@ -20,7 +20,14 @@ struct RelayOptions {
   std::optional<std::string> metrics_listen;
   std::string dc_id = "dc-local";
   std::optional<std::uint64_t> instance_id;  // default: derived from the host name
-  std::uint64_t expected_unique_blocks = 1'048'576;
+  // Filter sizing and growth (docs/protocol/capacity.md). nullopt: "auto", sized from the
+  // declared KV capacity, the fallback when that is unknown.
+  std::optional<std::uint64_t> expected_unique_blocks;
+  std::uint64_t expected_unique_blocks_fallback = 1'048'576;
+  double relayout_load = 0.85;
+  std::uint32_t relayout_min_interval_ms = 1000;
+  // nullopt: "auto", 80 % of the cgroup memory limit (none without one); 0: no budget.
+  std::optional<std::uint64_t> memory_budget_bytes;
   std::uint32_t publication_threshold = 16;
   std::uint32_t publication_delay_ms = 1;
   std::uint32_t load_window_ms = 1000;
@@ -43,6 +50,16 @@ struct RelayOptions {
   std::uint32_t readiness_heartbeat_ms = 10000;
   std::uint32_t catalog_heartbeat_ms = 10000;  // 0 disables
   std::uint32_t drain_timeout_ms = 5000;
+  // The ingest plane (docs/protocol/ingest.md#authentication, docs/protocol/limits.md#ingest-limits).
+  std::optional<std::string> ingest_token_file;  // none: every ingest caller is admitted
+  std::size_t max_batch_events = 16'384;
+  std::size_t max_event_blocks = 65'536;
+  std::size_t max_event_tokens = 1'048'576;
+  std::size_t max_ingest_string_bytes = 4'096;
+  std::size_t max_serving_endpoints = 1'024;
+  std::size_t max_workers_per_endpoint = 4'096;
+  std::size_t max_kv_sources = 65'536;
+  std::size_t max_ingest_streams = 4'096;
   std::size_t actor_threads = 2;
   std::optional<::kvrelay::ingest::v1::TopologyFile> topology;
 };
@@ -95,7 +112,7 @@ class RelayRuntime {
   void shutdown(std::optional<std::chrono::milliseconds> drain = std::nullopt);
 
   // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use;
-  // "hubs": pools that have subscribers.
+  // "hubs": pools that have subscribers; "ingest": open PublishKvEvents and ReportLoad streams.
   std::size_t open_streams(std::string_view kind) const;
   // Bytes of bucket-lane copies held for snapshots being sent (kv_relay_snapshot_image_bytes).
   std::uint64_t snapshot_image_bytes() const;

@@ -1,5 +1,6 @@
 // Throughput of the core formats: CKF insert / contains / remove at a fixed load, the
-// prefix query, and CBI1 snapshot and delta encoding. Run through `make bench`.
+// prefix query, CBI1 snapshot and delta encoding, and a pool's re-layout into twice the
+// buckets. Run through `make bench`.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -7,6 +8,7 @@
 
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
+#include "core/pool_index.hpp"
 #include "core/token_hashing.hpp"
 
 using namespace kvrelay;
@@ -148,5 +150,28 @@ BENCHMARK(BM_PrefixQuery64);
 BENCHMARK(BM_SnapshotEncode)->Arg(1 << 19)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SnapshotDecode)->Arg(1 << 19)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DeltaEncode)->Arg(16)->Arg(4096);
+
+// A pool of 2^range buckets at the re-layout load (0.85 of its slots, one source, one-block
+// stores), re-laid out into twice the buckets: the time a publisher is busy re-placing every
+// live block. Each iteration rebuilds the full pool first (untimed).
+void BM_PoolRelayout(benchmark::State& state) {
+  const std::uint64_t buckets = std::uint64_t{1} << state.range(0);
+  const auto live = static_cast<std::size_t>(0.85 * static_cast<double>(buckets * ckf::kSlotsPerBucket));
+  const auto keys = random_keys(live, 5);
+  for (auto _ : state) {
+    PoolIndex index({buckets});
+    for (std::size_t i = 0; i < live; ++i) {
+      const StoredBlockRef block{i, keys[i]};
+      index.store({1, 0}, std::nullopt, std::nullopt, std::span(&block, 1));
+    }
+    const auto started = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(index.relayout(buckets * 2));
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  state.counters["live_blocks"] = static_cast<double>(live);
+  state.counters["blocks_per_s"] =
+      benchmark::Counter(static_cast<double>(live), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PoolRelayout)->Arg(19)->Arg(22)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -100,7 +100,8 @@ Result<Decoded> decode_chunk(const Header& header, std::span<const std::uint8_t>
                 fmt::format("words [{}, +{}) beyond {} buckets", chunk.bucket_offset, word_count, header.bucket_count));
   }
   chunk.words.resize(word_count);
-  std::memcpy(chunk.words.data(), body.data() + kChunkHeaderBytes, word_bytes);
+  // A chunk of no words leaves data() null, which memcpy must not be given even for 0 bytes.
+  if (word_count != 0) std::memcpy(chunk.words.data(), body.data() + kChunkHeaderBytes, word_bytes);
   return chunk;
 }
 

@@ -32,6 +32,7 @@ bool PoolIndex::admit(std::uint64_t canonical, bool relocate) {
   if (outcome != ckf::InsertOutcome::kInserted) return false;
   window_.mark(scratch_writes_);
   owners_[canonical].resident = true;
+  ++resident_blocks_;
   return true;
 }
 
@@ -134,6 +135,7 @@ std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& linea
       const auto write = filter_.remove(canonical);
       if (!write) return EventError::kIndexerInvariantViolation;  // entry left unchanged
       window_.mark(*write);
+      --resident_blocks_;
     }
     owners_.erase(owner);
   } else {
@@ -171,6 +173,23 @@ std::optional<EventError> PoolIndex::clear(SourceKey source) {
     }
   }
   return std::nullopt;
+}
+
+std::uint64_t PoolIndex::relayout(std::uint64_t bucket_count) {
+  filter_ = ckf::Filter(bucket_count, filter_.seed(), filter_.max_kicks());
+  window_ = PublicationWindow(bucket_count);  // the new layout is a snapshot, not a delta
+  resident_blocks_ = 0;
+  std::uint64_t unplaced = 0;
+  for (auto& [canonical, owner] : owners_) {
+    owner.resident = filter_.insert(canonical, scratch_writes_) == ckf::InsertOutcome::kInserted;
+    if (owner.resident) {
+      ++resident_blocks_;
+    } else {
+      ++unplaced;
+    }
+  }
+  capacity_failures_ += unplaced;
+  return unplaced;
 }
 
 std::uint64_t PoolIndex::published_digest() const {

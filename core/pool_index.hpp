@@ -60,6 +60,11 @@ class PoolIndex {
   std::optional<EventError> remove(SourceKey source, std::span<const std::uint64_t> engine_ids);
   // Drops every block of one source (a Cleared event, or a cold reset of the source).
   std::optional<EventError> clear(SourceKey source);
+  // Rebuilds the filter with `bucket_count` buckets and places every live block again,
+  // resident or omitted, keeping lineage and owner counts (docs/protocol/capacity.md#relayout).
+  // The publication window starts empty: the new layout is published as a snapshot.
+  // Returns how many live blocks the new layout could not place.
+  std::uint64_t relayout(std::uint64_t bucket_count);
 
   // The net-changed bucket images since the last drain, in first-touch order.
   std::vector<BucketImage> drain_publication() { return window_.drain(filter_.words()); }
@@ -71,6 +76,8 @@ class PoolIndex {
 
   const ckf::Filter& filter() const { return filter_; }
   std::uint64_t unique_blocks() const { return owners_.size(); }
+  // Live blocks without their fingerprint in the filter: capacity omissions still in force.
+  std::uint64_t omitted_blocks() const { return owners_.size() - resident_blocks_; }
   std::uint64_t capacity_failures() const { return capacity_failures_; }
   std::uint64_t unknown_removals() const { return unknown_removals_; }
   std::size_t lineage_entries(SourceKey source) const;
@@ -100,6 +107,7 @@ class PoolIndex {
   std::vector<std::uint64_t> scratch_reoffers_;
   absl::flat_hash_map<SourceKey, Lineage> lineage_;
   absl::flat_hash_map<std::uint64_t, Owner> owners_;
+  std::uint64_t resident_blocks_ = 0;  // owners_ entries with resident == true
   std::uint64_t capacity_failures_ = 0;
   std::uint64_t unknown_removals_ = 0;
 };

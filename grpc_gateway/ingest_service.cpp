@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/ingest_refusal.hpp"
 #include "actors/pool_publisher.hpp"
 #include "actors/rate_limited_log.hpp"
+#include "core/bearer_token.hpp"
 #include "core/ingest_validation.hpp"
 #include "grpc_gateway/status.hpp"
 #include "grpc_gateway/windowed_reader.hpp"
@@ -14,6 +16,13 @@ namespace kvrelay::gateway {
 namespace {
 
 grpc::Status draining_status() { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay is shutting down"); }
+
+constexpr const char* kMissingCredentials =
+    "this relay's ingest API needs credentials: send the metadata 'authorization: Bearer <token>' with the token of "
+    "its --ingest-token-file";
+constexpr const char* kInvalidCredentials =
+    "the ingest credentials are not valid: 'authorization' must be 'Bearer <token>' with the token of the relay's "
+    "--ingest-token-file";
 
 // A client stream refused before anything was read.
 template <class Request>
@@ -26,40 +35,10 @@ class RefusedRead final : public grpc::ServerReadReactor<Request> {
 // How long a unary call waits for its actor's answer before it fails with UNAVAILABLE.
 constexpr auto kAnswerDeadline = std::chrono::seconds(10);
 
-RpcStatus unanswerable(const caf::error& error) {
+// An actor's error answer: a refusal by a count limit, or an actor that could not answer.
+RpcStatus status_of(const caf::error& error) {
+  if (auto refusal = ingest_refusal_message(error)) return {StatusCode::kResourceExhausted, std::move(*refusal), {}};
   return RpcStatus{StatusCode::kUnavailable, "the relay could not answer: " + caf::to_string(error), {}};
-}
-
-// Checks the request, then asks `target` (membership, the serving-load window) from a
-// short-lived actor: its answer, or the error when it cannot answer (gone, or past the
-// deadline), finishes the RPC.
-template <class Response, class Target, class... Message>
-grpc::ServerUnaryReactor* dispatch_unary(grpc::CallbackServerContext* context, caf::actor_system& system,
-                                         const Target& target, Response* response, const ingest_check::Problem& problem,
-                                         bool draining, Message... message) {
-  auto* reactor = context->DefaultReactor();
-  if (draining) {
-    reactor->Finish(draining_status());
-    return reactor;
-  }
-  if (problem) {
-    reactor->Finish(to_grpc(context, RpcStatus::invalid_argument(*problem)));
-    return reactor;
-  }
-  // The handle is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
-  // when a function actor takes none (UBSan reports it).
-  system.spawn(
-      [=](caf::event_based_actor* self, const Target& asked) {
-        self->request(asked, kAnswerDeadline, message...)
-            .then(
-                [=](Response& answer) {
-                  *response = std::move(answer);
-                  reactor->Finish(grpc::Status::OK);
-                },
-                [=](const caf::error& error) { reactor->Finish(to_grpc(context, unanswerable(error))); });
-      },
-      target);
-  return reactor;
 }
 
 RateLimitedLog& rejected_input_log() {
@@ -67,28 +46,88 @@ RateLimitedLog& rejected_input_log() {
   return log;
 }
 
-class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchOutcome> {
+// Apart from rejected input, so that a caller without credentials cannot hide bad input.
+RateLimitedLog& refused_caller_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
+metrics::IngestLimit label_of(ingest_check::Limit limit) {
+  switch (limit) {
+    case ingest_check::Limit::kBatchEvents:
+      return metrics::IngestLimit::kBatchEvents;
+    case ingest_check::Limit::kEventBlocks:
+      return metrics::IngestLimit::kEventBlocks;
+    case ingest_check::Limit::kEventTokens:
+      return metrics::IngestLimit::kEventTokens;
+    case ingest_check::Limit::kStringBytes:
+      break;
+  }
+  return metrics::IngestLimit::kStringBytes;
+}
+
+// A request above a size limit: counted and logged (rate-limited); its message is the
+// INVALID_ARGUMENT that refuses it.
+std::string refused_oversize(metrics::RelayMetrics* metrics, const google::protobuf::Message& request,
+                             const ingest_check::LimitExceeded& over) {
+  rejected_input_log().warn(fmt::format("refused {}: {}", request.GetDescriptor()->name(), over.message));
+  if (metrics != nullptr) metrics->ingest_limit_refused(label_of(over.limit));
+  return over.message;
+}
+
+// What a stream's reader is told of one request: the outcome its actor answered, or why the
+// request was above a size limit (the stream then ends with INVALID_ARGUMENT: the feeder sends
+// what this relay does not take, and going on would only turn the loss into a sequence gap).
+template <class Outcome>
+struct Acknowledgement {
+  Outcome outcome;
+  std::optional<std::string> oversize;
+};
+
+struct StreamSettings {
+  ingest_check::Limits limits;
+  std::size_t read_window = 64;
+  metrics::RelayMetrics* metrics = nullptr;
+  std::shared_ptr<StreamLimit::Permit> permit;  // returned when the reader is deleted (OnDone)
+};
+
+using BatchAck = Acknowledgement<BatchOutcome>;
+
+class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchAck> {
  public:
-  EventBatchReader(MembershipActor membership, ingest_v1::PublishKvEventsResponse* response,
-                   metrics::RelayMetrics* metrics, std::size_t window)
-      : WindowedReader(window), membership_(std::move(membership)), response_(response), metrics_(metrics) {}
+  EventBatchReader(MembershipActor membership, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings)
+      : WindowedReader(settings.read_window),
+        membership_(std::move(membership)),
+        response_(response),
+        settings_(std::move(settings)) {}
 
  protected:
   void forward(ingest_v1::KvEventBatch batch) override {
     const std::int64_t receipt_ns = steady_now_ns();
+    if (auto over = ingest_check::oversize(batch, settings_.limits)) {
+      return gate()->acknowledge(BatchAck{{}, refused_oversize(settings_.metrics, batch, *over)});
+    }
     if (auto problem = ingest_check::kv_event_batch(batch)) {
       rejected_input_log().warn("rejected KV event batch: " + *problem);
-      if (metrics_ != nullptr) metrics_->batch(metrics::BatchResult::kMalformed);
-      return gate()->acknowledge(BatchOutcome{false, false, 0});
+      if (settings_.metrics != nullptr) settings_.metrics->batch(metrics::BatchResult::kMalformed);
+      return gate()->acknowledge(BatchAck{BatchOutcome{false, false, 0}, std::nullopt});
     }
     auto shared = std::make_shared<const ingest_v1::KvEventBatch>(std::move(batch));
     // A batch nobody could answer (an actor on its way failed) comes back `lost`.
     auto reply = std::make_shared<Reply<BatchOutcome>>(
-        [gate = gate()](const BatchOutcome& outcome) { gate->acknowledge(outcome); }, BatchOutcome{.lost = true});
+        [gate = gate()](const BatchOutcome& outcome) {
+          gate->acknowledge(BatchAck{outcome, std::nullopt});
+        },
+        BatchOutcome{.lost = true});
     caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), std::move(reply), receipt_ns,
                    SourceTransport::kPush);
   }
-  void tally(const BatchOutcome& outcome) override {
+  void tally(const BatchAck& ack) override {
+    if (ack.oversize) {
+      oversize_ = ack.oversize;
+      return;
+    }
+    const BatchOutcome& outcome = ack.outcome;
     if (outcome.lost) lost_ = true;
     if (outcome.applied) {
       response_->set_batches_applied(response_->batches_applied() + 1);
@@ -97,9 +136,10 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
     }
     if (outcome.source_reset) response_->set_source_resets(response_->source_resets() + 1);
   }
-  // A lost batch means an actor on the way failed and the relay is stopping: the stream ends
-  // at once rather than when the client closes it.
+  // An oversized batch, or a lost batch (an actor on the way failed and the relay is
+  // stopping): the stream ends at once rather than when the client closes it.
   std::optional<grpc::Status> early_status() override {
+    if (oversize_) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *oversize_);
     if (!lost_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
   }
@@ -107,67 +147,104 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
  private:
   MembershipActor membership_;
   ingest_v1::PublishKvEventsResponse* response_;
-  metrics::RelayMetrics* metrics_;
-  bool lost_ = false;  // guarded like the response: tally and early_status run under the reader's lock
+  StreamSettings settings_;
+  // Guarded like the response: tally and early_status run under the reader's lock.
+  bool lost_ = false;
+  std::optional<std::string> oversize_;
 };
 
-class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadOutcome> {
+using LoadAck = Acknowledgement<LoadOutcome>;
+
+class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadAck> {
  public:
-  LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, metrics::RelayMetrics* metrics,
-                   std::size_t window)
-      : WindowedReader(window), load_(std::move(load)), response_(response), metrics_(metrics) {}
+  LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, StreamSettings settings)
+      : WindowedReader(settings.read_window),
+        load_(std::move(load)),
+        response_(response),
+        settings_(std::move(settings)) {}
 
  protected:
   void forward(ingest_v1::LoadReport report) override {
+    if (auto over = ingest_check::oversize(report, settings_.limits)) {
+      return gate()->acknowledge(LoadAck{{}, refused_oversize(settings_.metrics, report, *over)});
+    }
     if (auto problem = ingest_check::load_report(report)) {
       rejected_input_log().warn("rejected load report: " + *problem);
-      if (metrics_ != nullptr) metrics_->load_reports(metrics::LoadReportResult::kMalformed, 1);
-      return gate()->acknowledge(LoadOutcome{0, 1});
+      if (settings_.metrics != nullptr) settings_.metrics->load_reports(metrics::LoadReportResult::kMalformed, 1);
+      return gate()->acknowledge(LoadAck{LoadOutcome{0, 1}, std::nullopt});
     }
     LoadReportBatch batch;
     batch.reports.push_back(std::move(report));
     batch.reply = std::make_shared<Reply<LoadOutcome>>(
-        [gate = gate()](const LoadOutcome& outcome) { gate->acknowledge(outcome); }, LoadOutcome{0, 1});
+        [gate = gate()](const LoadOutcome& outcome) {
+          gate->acknowledge(LoadAck{outcome, std::nullopt});
+        },
+        LoadOutcome{0, 1});
     caf::anon_send(load_, atoms::report_atom_v, std::move(batch));
   }
-  void tally(const LoadOutcome& outcome) override {
-    response_->set_reports_applied(response_->reports_applied() + outcome.applied);
-    response_->set_reports_rejected(response_->reports_rejected() + outcome.rejected);
+  void tally(const LoadAck& ack) override {
+    if (ack.oversize) {
+      oversize_ = ack.oversize;
+      return;
+    }
+    response_->set_reports_applied(response_->reports_applied() + ack.outcome.applied);
+    response_->set_reports_rejected(response_->reports_rejected() + ack.outcome.rejected);
+  }
+  std::optional<grpc::Status> early_status() override {
+    if (!oversize_) return std::nullopt;
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *oversize_);
   }
 
  private:
   LoadWindowActor load_;
   ingest_v1::ReportLoadResponse* response_;
-  metrics::RelayMetrics* metrics_;
+  StreamSettings settings_;
+  std::optional<std::string> oversize_;  // guarded like the response
 };
 
 }  // namespace
 
-grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context,
-                                                   const ingest_v1::PutWorkerRequest* request,
-                                                   ingest_v1::PutWorkerResponse* response) {
-  return dispatch_unary(context, *peers_.system, peers_.membership, response, ingest_check::put_worker(*request),
-                        draining_, atoms::put_worker_atom_v, *request);
+// ---- admission ----
+
+std::optional<grpc::Status> IngestService::refusal(const grpc::CallbackServerContext& context) {
+  if (draining_) return draining_status();
+  return unauthenticated(context);
 }
 
-grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
-                                                      const ingest_v1::RemoveWorkerRequest* request,
-                                                      ingest_v1::RemoveWorkerResponse* response) {
-  return dispatch_unary(context, *peers_.system, peers_.membership, response, ingest_check::remove_worker(*request),
-                        draining_, atoms::remove_worker_atom_v, *request);
+std::optional<grpc::Status> IngestService::unauthenticated(const grpc::CallbackServerContext& context) {
+  if (!config_.auth) return std::nullopt;
+  std::vector<std::string_view> presented;
+  const auto [first, last] =
+      context.client_metadata().equal_range(grpc::string_ref(bearer::kMetadataKey.data(), bearer::kMetadataKey.size()));
+  for (auto it = first; it != last; ++it) presented.emplace_back(it->second.data(), it->second.size());
+  const auto verdict = config_.auth->check(presented);
+  if (verdict == IngestAuth::Verdict::kAccepted) return std::nullopt;
+  const bool missing = verdict == IngestAuth::Verdict::kMissing;
+  if (metrics_ != nullptr) {
+    metrics_->ingest_auth_failed(missing ? metrics::AuthFailure::kMissing : metrics::AuthFailure::kInvalid);
+  }
+  refused_caller_log().warn(
+      fmt::format("refused an ingest call from {}: {} credentials", context.peer(), missing ? "no" : "invalid"));
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, missing ? kMissingCredentials : kInvalidCredentials);
 }
 
-grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
-                                                         const ingest_v1::SetAvailabilityRequest* request,
-                                                         ingest_v1::SetAvailabilityResponse* response) {
-  return dispatch_unary(context, *peers_.system, peers_.membership, response, ingest_check::set_availability(*request),
-                        draining_, atoms::availability_atom_v, *request);
+std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService::admit_stream(
+    const grpc::CallbackServerContext& context) {
+  if (auto refused = refusal(context)) return std::unexpected(std::move(*refused));
+  if (auto permit = streams_.try_acquire()) return permit;
+  const std::string message =
+      fmt::format("the relay has {} open ingest streams, the most --max-ingest-streams ({}) allows", streams_.max(),
+                  streams_.max());
+  refused_caller_log().warn(fmt::format("refused an ingest stream from {}: {}", context.peer(), message));
+  if (metrics_ != nullptr) metrics_->ingest_limit_refused(metrics::IngestLimit::kIngestStreams);
+  return std::unexpected(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message));
 }
 
-grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
-                                                  const ingest_v1::GetStateRequest*, ingest_v1::RelayState* response) {
-  return dispatch_unary(context, *peers_.system, peers_.membership, response, std::nullopt, draining_,
-                        atoms::get_state_atom_v);
+template <class Request>
+ingest_check::Problem IngestService::checked(const Request& request,
+                                             ingest_check::Problem (*structure)(const Request&)) {
+  if (auto over = ingest_check::oversize(request, config_.limits)) return refused_oversize(metrics_, request, *over);
+  return structure(request);
 }
 
 // A serving-load report that fails validation is counted and logged (rate-limited) here.
@@ -179,50 +256,120 @@ ingest_check::Problem IngestService::checked_report(metrics::ServingLoadSource s
   return problem;
 }
 
+// Asks `target` (membership, the serving-load window) from a short-lived actor: its answer, or
+// the error when it cannot answer (gone, or past the deadline) or refuses, finishes the RPC.
+template <class Response, class Target, class Check, class... Message>
+grpc::ServerUnaryReactor* IngestService::unary(grpc::CallbackServerContext* context, const Target& target,
+                                               Response* response, Check check, Message... message) {
+  auto* reactor = context->DefaultReactor();
+  if (auto refused = refusal(*context)) {
+    reactor->Finish(std::move(*refused));
+    return reactor;
+  }
+  if (auto problem = check()) {
+    reactor->Finish(to_grpc(context, RpcStatus::invalid_argument(*problem)));
+    return reactor;
+  }
+  // The handle is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
+  // when a function actor takes none (UBSan reports it).
+  peers_.system->spawn(
+      [=](caf::event_based_actor* self, const Target& asked) {
+        self->request(asked, kAnswerDeadline, message...)
+            .then(
+                [=](Response& answer) {
+                  *response = std::move(answer);
+                  reactor->Finish(grpc::Status::OK);
+                },
+                [=](const caf::error& error) { reactor->Finish(to_grpc(context, status_of(error))); });
+      },
+      target);
+  return reactor;
+}
+
+// ---- calls ----
+
+grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context,
+                                                   const ingest_v1::PutWorkerRequest* request,
+                                                   ingest_v1::PutWorkerResponse* response) {
+  return unary(
+      context, peers_.membership, response, [&] { return checked(*request, &ingest_check::put_worker); },
+      atoms::put_worker_atom_v, *request);
+}
+
+grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
+                                                      const ingest_v1::RemoveWorkerRequest* request,
+                                                      ingest_v1::RemoveWorkerResponse* response) {
+  return unary(
+      context, peers_.membership, response, [&] { return checked(*request, &ingest_check::remove_worker); },
+      atoms::remove_worker_atom_v, *request);
+}
+
+grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
+                                                         const ingest_v1::SetAvailabilityRequest* request,
+                                                         ingest_v1::SetAvailabilityResponse* response) {
+  return unary(
+      context, peers_.membership, response, [&] { return checked(*request, &ingest_check::set_availability); },
+      atoms::availability_atom_v, *request);
+}
+
+grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
+                                                  const ingest_v1::GetStateRequest*, ingest_v1::RelayState* response) {
+  return unary(
+      context, peers_.membership, response, [] { return ingest_check::Problem{}; }, atoms::get_state_atom_v);
+}
+
 grpc::ServerUnaryReactor* IngestService::ReportFrontendLoad(grpc::CallbackServerContext* context,
                                                             const ingest_v1::FrontendLoadReport* request,
                                                             ingest_v1::ReportFrontendLoadResponse* response) {
-  const auto problem =
-      checked_report(metrics::ServingLoadSource::kFrontend, ingest_check::frontend_load_report(*request));
-  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, problem, draining_,
-                        atoms::frontend_load_atom_v, *request);
+  const auto check = [&] {
+    return checked_report(metrics::ServingLoadSource::kFrontend,
+                          checked(*request, &ingest_check::frontend_load_report));
+  };
+  return unary(context, peers_.serving_load, response, check, atoms::frontend_load_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::ReportSchedulerLoad(grpc::CallbackServerContext* context,
                                                              const ingest_v1::SchedulerLoadReport* request,
                                                              ingest_v1::ReportSchedulerLoadResponse* response) {
-  const auto problem =
-      checked_report(metrics::ServingLoadSource::kScheduler, ingest_check::scheduler_load_report(*request));
-  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, problem, draining_,
-                        atoms::scheduler_load_atom_v, *request);
+  const auto check = [&] {
+    return checked_report(metrics::ServingLoadSource::kScheduler,
+                          checked(*request, &ingest_check::scheduler_load_report));
+  };
+  return unary(context, peers_.serving_load, response, check, atoms::scheduler_load_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetFrontends(grpc::CallbackServerContext* context,
                                                       const ingest_v1::SetFrontendsRequest* request,
                                                       ingest_v1::SetFrontendsResponse* response) {
-  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, ingest_check::set_frontends(*request),
-                        draining_, atoms::frontends_atom_v, *request);
+  return unary(
+      context, peers_.serving_load, response, [&] { return checked(*request, &ingest_check::set_frontends); },
+      atoms::frontends_atom_v, *request);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerContext* context,
                                                        const ingest_v1::SetSchedulersRequest* request,
                                                        ingest_v1::SetSchedulersResponse* response) {
-  return dispatch_unary(context, *peers_.system, peers_.serving_load, response, ingest_check::set_schedulers(*request),
-                        draining_, atoms::schedulers_atom_v, *request);
+  return unary(
+      context, peers_.serving_load, response, [&] { return checked(*request, &ingest_check::set_schedulers); },
+      atoms::schedulers_atom_v, *request);
 }
 
 grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(
-    grpc::CallbackServerContext*, ingest_v1::PublishKvEventsResponse* response) {
-  if (draining_) return new RefusedRead<ingest_v1::KvEventBatch>(draining_status());
-  auto* reader = new EventBatchReader(peers_.membership, response, metrics_, read_window_);
+    grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) {
+  auto permit = admit_stream(*context);
+  if (!permit) return new RefusedRead<ingest_v1::KvEventBatch>(std::move(permit.error()));
+  auto* reader = new EventBatchReader(
+      peers_.membership, response, StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit)});
   reader->start();
   return reader;
 }
 
-grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext*,
+grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext* context,
                                                                           ingest_v1::ReportLoadResponse* response) {
-  if (draining_) return new RefusedRead<ingest_v1::LoadReport>(draining_status());
-  auto* reader = new LoadReportReader(peers_.load, response, metrics_, read_window_);
+  auto permit = admit_stream(*context);
+  if (!permit) return new RefusedRead<ingest_v1::LoadReport>(std::move(permit.error()));
+  auto* reader = new LoadReportReader(
+      peers_.load, response, StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit)});
   reader->start();
   return reader;
 }

@@ -1,19 +1,30 @@
 #pragma once
-// kvrelay.ingest.v1.RelayIngest: the DC-local ingest plane. Requests are checked whole
-// (core/ingest_validation) before anything applies; malformed unary calls answer
-// INVALID_ARGUMENT naming the field; a bad batch on a stream is counted and the stream
-// goes on. Every call gets an answer: a unary call whose answer cannot come (membership gone,
-// or silent past its deadline) fails with UNAVAILABLE, and so does a stream whose batches
-// cannot be answered.
+// kvrelay.ingest.v1.RelayIngest: the DC-local ingest plane. Every call is admitted first: not
+// while draining (UNAVAILABLE), only with the bearer token when --ingest-token-file is set
+// (UNAUTHENTICATED, grpc_gateway/ingest_auth.hpp), and a client stream only within
+// --max-ingest-streams (RESOURCE_EXHAUSTED). Requests are then checked whole before anything
+// applies: against the size limits (core/ingest_limits), then structurally
+// (core/ingest_validation). A unary call that fails either answers INVALID_ARGUMENT naming the
+// field; on a stream, a request above a size limit ends the stream with INVALID_ARGUMENT, and
+// a malformed one is counted while the stream goes on. Every call gets an answer: a unary call
+// whose answer cannot come (membership gone, or silent past its deadline) fails with
+// UNAVAILABLE, and so does a stream whose batches cannot be answered. Membership refuses a
+// PutWorker beyond a count limit with RESOURCE_EXHAUSTED (actors/ingest_refusal.hpp).
 #include <caf/all.hpp>
 
 #include <atomic>
+#include <expected>
+#include <memory>
+#include <optional>
 
 #include "actors/load_window.hpp"
 #include "actors/membership.hpp"
 #include "actors/messages.hpp"
+#include "actors/permits.hpp"
 #include "actors/serving_load_window.hpp"
+#include "core/ingest_limits.hpp"
 #include "core/ingest_validation.hpp"
+#include "grpc_gateway/ingest_auth.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 #include "metrics/relay_metrics.hpp"
 
@@ -26,11 +37,21 @@ struct IngestPeers {
   ServingLoadWindowActor serving_load;
 };
 
+struct IngestServiceConfig {
+  ingest_check::Limits limits;       // the size limits of one request
+  std::size_t max_streams = 4'096;   // --max-ingest-streams: open PublishKvEvents and ReportLoad streams
+  std::shared_ptr<IngestAuth> auth;  // none: every caller is admitted
+  std::size_t read_window = 64;      // a stream's requests read ahead of their acknowledgements
+};
+
 class IngestService final : public ingest_v1::RelayIngest::CallbackService {
  public:
-  // `metrics` (may be null) counts the inputs rejected here, before any actor sees them.
-  IngestService(IngestPeers peers, metrics::RelayMetrics* metrics, std::size_t read_window = 64)
-      : peers_(std::move(peers)), metrics_(metrics), read_window_(read_window) {}
+  // `metrics` (may be null) counts the inputs refused or rejected here, before any actor sees them.
+  IngestService(IngestPeers peers, IngestServiceConfig config, metrics::RelayMetrics* metrics)
+      : peers_(std::move(peers)),
+        config_(std::move(config)),
+        metrics_(metrics),
+        streams_("ingest stream", config_.max_streams) {}
 
   grpc::ServerUnaryReactor* PutWorker(grpc::CallbackServerContext* context, const ingest_v1::PutWorkerRequest* request,
                                       ingest_v1::PutWorkerResponse* response) override;
@@ -63,12 +84,29 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
   // From now on every new call is refused with UNAVAILABLE.
   void begin_drain() { draining_ = true; }
 
+  // The open client streams (PublishKvEvents and ReportLoad), for tests and the runtime.
+  const StreamLimit& streams() const { return streams_; }
+
  private:
+  // Why the call may not go on (draining, credentials), before anything of it is read.
+  std::optional<grpc::Status> refusal(const grpc::CallbackServerContext& context);
+  std::optional<grpc::Status> unauthenticated(const grpc::CallbackServerContext& context);
+  // A client stream's permit, or the status that refuses it.
+  std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> admit_stream(
+      const grpc::CallbackServerContext& context);
+  // The size limits, then `structure`: the first problem, a size one counted and logged.
+  template <class Request>
+  ingest_check::Problem checked(const Request& request, ingest_check::Problem (*structure)(const Request&));
   ingest_check::Problem checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem);
+  // Admits the call, checks it with `check`, then asks `target` and finishes with its answer.
+  template <class Response, class Target, class Check, class... Message>
+  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const Target& target, Response* response,
+                                  Check check, Message... message);
 
   IngestPeers peers_;
+  IngestServiceConfig config_;
   metrics::RelayMetrics* metrics_;
-  std::size_t read_window_;
+  StreamLimit streams_;
   std::atomic<bool> draining_{false};
 };
 

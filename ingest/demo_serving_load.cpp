@@ -2,7 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <set>
+#include <sstream>
+
+#include "core/bearer_token.hpp"
 
 namespace kvrelay::demo {
 
@@ -50,9 +54,24 @@ bool ServingLoadFeed::ok(const grpc::Status& status, const char* call) {
   return false;
 }
 
+// A file that cannot be read or holds no token keeps the token read before, as the relay does.
+void ServingLoadFeed::refresh_authorization() {
+  if (!token_file_) return;
+  std::ifstream in(*token_file_);
+  std::stringstream content;
+  content << in.rdbuf();
+  const std::string token = bearer::token_of_file(content.str());
+  if (!token.empty()) authorization_ = bearer::metadata_value(token);
+}
+
+void ServingLoadFeed::authorize(grpc::ClientContext& context) const {
+  if (authorization_) context.AddMetadata(std::string(bearer::kMetadataKey), *authorization_);
+}
+
 void ServingLoadFeed::tick(ingest_v1::RelayIngest::Stub& ingest, std::chrono::steady_clock::time_point now) {
   if (now < next_report_) return;
   next_report_ = now + kReportPeriod;
+  refresh_authorization();
   if (!declared_) declare(ingest);
   if (declared_) report(ingest, now);
 }
@@ -65,6 +84,7 @@ void ServingLoadFeed::declare(ingest_v1::RelayIngest::Stub& ingest) {
     request.set_namespace_(ns);
     request.add_frontend_ids(kFrontendId);
     grpc::ClientContext context;
+    authorize(context);
     ingest_v1::SetFrontendsResponse response;
     if (!ok(ingest.SetFrontends(&context, request, &response), "SetFrontends")) return;
   }
@@ -75,6 +95,7 @@ void ServingLoadFeed::declare(ingest_v1::RelayIngest::Stub& ingest) {
     *request.mutable_endpoint() = rank.endpoint;
     request.add_router_ids(kRouterId);
     grpc::ClientContext context;
+    authorize(context);
     ingest_v1::SetSchedulersResponse response;
     if (!ok(ingest.SetSchedulers(&context, request, &response), "SetSchedulers")) return;
   }
@@ -117,6 +138,7 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     frontend.set_serving_ready(true);
     frontend.set_published_ms(published_ms);
     grpc::ClientContext context;
+    authorize(context);
     ingest_v1::ReportFrontendLoadResponse response;
     if (!ok(ingest.ReportFrontendLoad(&context, frontend, &response), "ReportFrontendLoad")) return;
   }
@@ -137,6 +159,7 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     router.set_sequence(sequence_);
     router.set_published_ms(published_ms);
     grpc::ClientContext context;
+    authorize(context);
     ingest_v1::ReportSchedulerLoadResponse response;
     if (!ok(ingest.ReportSchedulerLoad(&context, router, &response), "ReportSchedulerLoad")) return;
   }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ class ServingLoadFeed {
               std::uint64_t uncached, std::chrono::steady_clock::time_point now);
   void set_decode_blocks(std::size_t rank, std::uint64_t blocks) { decode_blocks_.at(rank) = blocks; }
 
+  // The relay's --ingest-token-file: every call then carries its token, re-read before each
+  // report so that a rotation reaches the demo too (docs/protocol/ingest.md#authentication).
+  void set_token_file(std::optional<std::string> path) { token_file_ = std::move(path); }
+
   // Declares the sources, then reports once a second; failures are logged once and retried.
   void tick(ingest_v1::RelayIngest::Stub& ingest, std::chrono::steady_clock::time_point now);
 
@@ -55,6 +60,8 @@ class ServingLoadFeed {
   void declare(ingest_v1::RelayIngest::Stub& ingest);
   void report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::steady_clock::time_point now);
   bool ok(const grpc::Status& status, const char* call);
+  void refresh_authorization();
+  void authorize(grpc::ClientContext& context) const;
 
   std::vector<RouterRank> ranks_;
   std::vector<std::uint64_t> decode_blocks_;   // by rank
@@ -65,6 +72,8 @@ class ServingLoadFeed {
   bool declared_ = false;
   bool failing_ = false;
   std::chrono::steady_clock::time_point next_report_{};
+  std::optional<std::string> token_file_;
+  std::optional<std::string> authorization_;  // "Bearer <token>", once a token was read
 };
 
 }  // namespace kvrelay::demo

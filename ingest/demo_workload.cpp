@@ -248,9 +248,10 @@ std::size_t DemoWorkload::start() {
   return engines_.size();
 }
 
-void DemoWorkload::report_serving_load_to(std::string ingest_address) {
+void DemoWorkload::report_serving_load_to(std::string ingest_address, std::optional<std::string> token_file) {
   std::lock_guard lock(ingest_mutex_);
   ingest_address_ = std::move(ingest_address);
+  token_file_ = std::move(token_file);
 }
 
 void DemoWorkload::stop() {
@@ -263,6 +264,7 @@ void DemoWorkload::stop() {
 std::unique_ptr<ingest_v1::RelayIngest::Stub> DemoWorkload::ingest_stub() {
   std::lock_guard lock(ingest_mutex_);
   if (!ingest_address_) return nullptr;
+  serving_load_->set_token_file(token_file_);
   return ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(*ingest_address_, grpc::InsecureChannelCredentials()));
 }
 

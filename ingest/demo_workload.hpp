@@ -41,8 +41,9 @@ class DemoWorkload {
   // Binds every fake engine and page the topology allows (logging the ones it cannot) and
   // starts publishing; returns the number of engines started.
   std::size_t start();
-  // From now on the demo's frontends and routers report to this ingest API.
-  void report_serving_load_to(std::string ingest_address);
+  // From now on the demo's frontends and routers report to this ingest API, with the token of
+  // `token_file` (the relay's --ingest-token-file) when it needs credentials.
+  void report_serving_load_to(std::string ingest_address, std::optional<std::string> token_file = std::nullopt);
   void stop();
 
  private:
@@ -55,6 +56,7 @@ class DemoWorkload {
   std::unique_ptr<demo::ServingLoadFeed> serving_load_;
   std::mutex ingest_mutex_;
   std::optional<std::string> ingest_address_;  // guarded by ingest_mutex_
+  std::optional<std::string> token_file_;      // guarded by ingest_mutex_
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -66,22 +66,29 @@ bool plain_number(const std::string& text) {
   return i == text.size();
 }
 
-void emit(const YAML::Node& node, std::string& out) {
+// Aliases let a few bytes of YAML stand for any number of copies of a node (a 430-byte file of
+// nested aliases expands to 10^9 scalars), so the JSON form is bounded: such a file is refused
+// instead of exhausting memory. The bound is far above any static deployment's file.
+constexpr std::size_t kMaxJsonBytes = std::size_t{4} << 20;
+
+// false once the JSON would exceed kMaxJsonBytes.
+bool emit(const YAML::Node& node, std::string& out) {
+  if (out.size() > kMaxJsonBytes) return false;
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       out += "null";
-      return;
+      return true;
     case YAML::NodeType::Sequence: {
       out += '[';
       bool first = true;
       for (const auto& item : node) {
         if (!first) out += ',';
         first = false;
-        emit(item, out);
+        if (!emit(item, out)) return false;
       }
       out += ']';
-      return;
+      return true;
     }
     case YAML::NodeType::Map: {
       out += '{';
@@ -91,10 +98,10 @@ void emit(const YAML::Node& node, std::string& out) {
         first = false;
         out += json_string(entry.first.as<std::string>());
         out += ':';
-        emit(entry.second, out);
+        if (!emit(entry.second, out)) return false;
       }
       out += '}';
-      return;
+      return true;
     }
     case YAML::NodeType::Scalar: {
       const std::string& text = node.Scalar();
@@ -104,9 +111,10 @@ void emit(const YAML::Node& node, std::string& out) {
       } else {
         out += json_string(text);
       }
-      return;
+      return true;
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -114,7 +122,10 @@ void emit(const YAML::Node& node, std::string& out) {
 std::expected<std::string, std::string> yaml_to_json(const std::string& yaml) {
   try {
     std::string json;
-    emit(YAML::Load(yaml), json);
+    if (!emit(YAML::Load(yaml), json)) {
+      return std::unexpected("YAML: its JSON form exceeds " + std::to_string(kMaxJsonBytes >> 20) +
+                             " MiB (aliases repeating a node without bound?)");
+    }
     return json;
   } catch (const YAML::Exception& error) {
     return std::unexpected(std::string("YAML: ") + error.what());

@@ -122,6 +122,25 @@ KVRELAY_LABEL_SET(ServingLoadSource, "source", KVRELAY_SERVING_LOAD_SOURCES);
   X(kInvalid, "invalid")
 KVRELAY_LABEL_SET(ServingLoadOutcome, "outcome", KVRELAY_SERVING_LOAD_OUTCOMES);
 
+// Why an ingest call was refused UNAUTHENTICATED (--ingest-token-file).
+#define KVRELAY_AUTH_FAILURES(X)                           \
+  X(kMissing, "missing") /* no `authorization` metadata */ \
+  X(kInvalid, "invalid") /* not "Bearer <token>", or not the token of the file */
+KVRELAY_LABEL_SET(AuthFailure, "reason", KVRELAY_AUTH_FAILURES);
+
+// The ingest limit a request was refused by (docs/protocol/limits.md#ingest-limits): a size
+// (INVALID_ARGUMENT) or a count of live things (RESOURCE_EXHAUSTED).
+#define KVRELAY_INGEST_LIMITS(X)                                                  \
+  X(kBatchEvents, "batch_events")                /* --max-batch-events */         \
+  X(kEventBlocks, "event_blocks")                /* --max-event-blocks */         \
+  X(kEventTokens, "event_tokens")                /* --max-event-tokens */         \
+  X(kStringBytes, "string_bytes")                /* --max-ingest-string-bytes */  \
+  X(kServingEndpoints, "serving_endpoints")      /* --max-serving-endpoints */    \
+  X(kWorkersPerEndpoint, "workers_per_endpoint") /* --max-workers-per-endpoint */ \
+  X(kKvSources, "kv_sources")                    /* --max-kv-sources */           \
+  X(kIngestStreams, "ingest_streams")            /* --max-ingest-streams */
+KVRELAY_LABEL_SET(IngestLimit, "limit", KVRELAY_INGEST_LIMITS);
+
 // The kind of a KV event of an accepted batch.
 #define KVRELAY_EVENT_KINDS(X) \
   X(kStored, "stored")         \

@@ -163,15 +163,21 @@ std::span<const std::string_view> values_of() {
 constexpr auto kGauge = prometheus::MetricType::Gauge;
 constexpr auto kCounter = prometheus::MetricType::Counter;
 
-const std::array<KeyedFamily<PoolStats>, 8> kPoolFamilies = {{
+const std::array<KeyedFamily<PoolStats>, 11> kPoolFamilies = {{
     {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.sequence); }},
     {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool's filter holds", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.unique_blocks); }},
     {"kv_relay_pool_load_factor", "Occupied filter slots / (buckets * 4)", kGauge, load_factor},
     {"kv_relay_pool_capacity_failures_total",
-     "Blocks the pool's filter could not place (restarts at 0 with each generation)", kCounter,
-     [](const PoolStats& s, std::size_t) { return load(s.capacity_failures); }},
+     "Placements the pool's filter failed (a re-layout places them again; restarts at 0 when the pool is rebuilt)",
+     kCounter, [](const PoolStats& s, std::size_t) { return load(s.capacity_failures); }},
+    {"kv_relay_pool_omitted_blocks", "Live blocks the pool's filter does not hold (capacity omissions in force)",
+     kGauge, [](const PoolStats& s, std::size_t) { return load(s.omitted_blocks); }},
+    {"kv_relay_pool_relayouts_total", "Re-layouts of the pool into twice the buckets", kCounter,
+     [](const PoolStats& s, std::size_t) { return load(s.relayouts); }},
+    {"kv_relay_pool_bucket_count", "Buckets of the pool's current layout", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.bucket_count); }},
     {"kv_relay_pool_subscribers", "Open SubscribeKvPool streams of the pool", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.subscribers); }},
     {"kv_relay_pool_active_sources", "Active KV sources of the pool's workers", kGauge,

@@ -57,15 +57,18 @@ std::string termination_reason(const RpcStatus& status, bool draining);
 // is draining is labelled "draining" by the caller, which knows why it refused.)
 std::string refusal_result(const RpcStatus& status);
 
-// One pool generation's figures, written by its actors with relaxed stores and read at
-// scrape time. A new generation gets a fresh PoolStats, so the late writes of a retiring
-// generation land in an object nobody reads any more.
+// One pool's figures, written by its actors with relaxed stores and read at scrape time. A
+// rebuilt pool (a new publisher) gets a fresh PoolStats, so the late writes of a retiring
+// publisher land in an object nobody reads any more; a re-layout keeps its publisher and so
+// its PoolStats.
 struct PoolStats {
   std::atomic<std::uint64_t> sequence{0};
   std::atomic<std::uint64_t> unique_blocks{0};
   std::atomic<std::uint64_t> occupied_slots{0};
   std::atomic<std::uint64_t> bucket_count{0};
   std::atomic<std::uint64_t> capacity_failures{0};
+  std::atomic<std::uint64_t> omitted_blocks{0};  // live blocks the filter does not hold
+  std::atomic<std::uint64_t> relayouts{0};       // re-layouts into more buckets (one generation each)
   std::atomic<std::uint32_t> subscribers{0};     // written by the pool publisher
   std::atomic<std::uint32_t> active_sources{0};  // by membership
   std::atomic<std::uint32_t> observed_ranks{0};  // by the load window
@@ -110,6 +113,12 @@ using ScrapeCollector = KeyedCollector<ScrapeStats>;
   X(snapshot_image_bytes_, Gauge, "kv_relay_snapshot_image_bytes",                                                   \
     "Bytes of bucket-lane copies held for snapshots being sent")                                                     \
   X(pools_materialized_, Gauge, "kv_relay_pools_materialized", "Pools the relay currently publishes")                \
+  X(pools_over_budget_, Gauge, "kv_relay_pools_over_budget",                                                         \
+    "Pools left unmaterialized because the memory budget cannot hold them")                                          \
+  X(memory_budget_bytes_, Gauge, "kv_relay_memory_budget_bytes", "The memory budget of all pools (0: no budget)")    \
+  X(memory_charged_bytes_, Gauge, "kv_relay_memory_charged_bytes", "Bytes the materialized pools are charged")       \
+  X(growth_refusals_, Counter, "kv_relay_pool_growth_refusals_total",                                                \
+    "Re-layouts not made because the memory budget cannot hold the bigger layout")                                   \
   X(generations_created_, Counter, "kv_relay_generations_created_total", "Pool producer generations materialized")   \
   X(generations_retired_, Counter, "kv_relay_generations_retired_total",                                             \
     "Pool producer generations retired, withdrawn or fenced")                                                        \
@@ -123,6 +132,10 @@ using ScrapeCollector = KeyedCollector<ScrapeStats>;
   X(serving_load_reports_, Counter, "kv_relay_serving_load_reports_total",                                           \
     "Frontend and scheduler serving-load reports received, by source and outcome", ServingLoadSource,                \
     ServingLoadOutcome)                                                                                              \
+  X(ingest_auth_failures_, Counter, "kv_relay_ingest_auth_failures_total",                                           \
+    "Ingest calls refused UNAUTHENTICATED, by reason", AuthFailure)                                                  \
+  X(ingest_limit_refusals_, Counter, "kv_relay_ingest_limit_refusals_total",                                         \
+    "Ingest requests and streams refused by an ingest limit, by limit", IngestLimit)                                 \
   X(readiness_entries_, Gauge, "kv_relay_readiness_entries",                                                         \
     "Serving readiness entries of the current revision, by state", ReadinessLabel)                                   \
   X(mailbox_depth_, Gauge, "kv_relay_mailbox_depth",                                                                 \
@@ -180,6 +193,12 @@ class RelayMetrics {
   void generation_created() { generations_created_->Increment(); }
   void generation_retired() { generations_retired_->Increment(); }
   void set_pools_materialized(std::size_t count) { pools_materialized_->Set(static_cast<double>(count)); }
+  void set_memory(std::size_t pools_over_budget, std::uint64_t budget_bytes, std::uint64_t charged_bytes) {
+    pools_over_budget_->Set(static_cast<double>(pools_over_budget));
+    memory_budget_bytes_->Set(static_cast<double>(budget_bytes));
+    memory_charged_bytes_->Set(static_cast<double>(charged_bytes));
+  }
+  void growth_refused() { growth_refusals_->Increment(); }
   PoolCollector& pools() { return *pools_; }
   SourceCollector& sources() { return *sources_; }
   ScrapeCollector& scrapes() { return *scrapes_; }
@@ -196,6 +215,8 @@ class RelayMetrics {
   void serving_load_report_invalid(ServingLoadSource source) {
     serving_load_reports_[source][ServingLoadOutcome::kInvalid]->Increment();
   }
+  void ingest_auth_failed(AuthFailure reason) { ingest_auth_failures_[reason]->Increment(); }
+  void ingest_limit_refused(IngestLimit limit) { ingest_limit_refusals_[limit]->Increment(); }
 
   // ---- readiness ----
   void set_readiness_entries(std::size_t ready, std::size_t unavailable, std::size_t unknown);

@@ -145,6 +145,8 @@ render fixed-id --set instanceId.source=value --set instanceId.value=4242
 render metrics-off --set metrics.enabled=false --set serviceMonitor.enabled=true --set prometheusRule.enabled=true
 render mtls-clusterip --set mtls.enabled=true --set mtls.secretName=wan-tls --set 'relay.drain_timeout_ms=2500'
 render topology-file --set-file topology=deploy/demo/topology.yaml
+# The ingest token without the pod-index variable: the container's env holds only the token file.
+render ingest-auth --set ingestAuth.existingSecret=kv-relay-ingest-token --set instanceId.source=hostname
 # Scale-out on engine sources: each replica subscribes to every engine itself, no feeder fan-out.
 render engine-replicas --set replicaCount=2 --set-file topology=deploy/demo/topology.yaml
 render plaintext-lb --set wanService.type=LoadBalancer --set wanService.allowUnauthenticated=true \
@@ -161,6 +163,8 @@ refuse() {  # refuse EXPECTED_MESSAGE [helm template options]
 }
 refuse "set by the chart" --set relay.listen=0.0.0.0:1
 refuse "set by the chart" --set relay.dc_id=x
+refuse "set by the chart" --set relay.ingest-token-file=/etc/token
+refuse "needs ingestAuth.key" --set ingestAuth.existingSecret=kv-relay-ingest-token --set ingestAuth.key=
 refuse "must be above the drain timeout" --set terminationGracePeriodSeconds=5
 refuse "must be above the drain timeout" --set relay.drain-timeout-ms=30000 --set terminationGracePeriodSeconds=30
 refuse "unauthenticated relay" --set wanService.type=LoadBalancer
@@ -168,7 +172,7 @@ refuse "needs mtls.secretName" --set mtls.enabled=true
 refuse "same instance id" --set instanceId.source=value --set instanceId.value=1 --set replicaCount=2
 refuse "instanceId.source must be" --set instanceId.source=random
 refuse "relayLoopback must differ" --set mtls.enabled=true --set mtls.secretName=s --set ports.relayLoopback=50051
-say "the chart refuses 9 invalid configurations"
+say "the chart refuses 11 invalid configurations"
 
 # ---- 3 + 4. read the manifests: embedded YAML out, flags checked ----------------------
 
@@ -234,6 +238,12 @@ for name in sorted(os.listdir(os.path.join(work, "rendered"))):
         if relay.get("command"):
             problems.append(f"{where}: the kv-relay container must keep the image's entrypoint")
         args = [str(a) for a in relay.get("args", [])]
+        # The memory budget follows the container's limit (2Gi by default) unless set outright.
+        budget = [a for a in args if a.startswith("--memory-budget-bytes=")]
+        if name == "default.yaml" and budget != ["--memory-budget-bytes=1717986918"]:
+            problems.append(f"{where}: expected --memory-budget-bytes=1717986918 (80 % of 2Gi), got {budget}")
+        if name == "all-on.yaml" and budget != ["--memory-budget-bytes=1500000000"]:
+            problems.append(f"{where}: relay.memory-budget-bytes must replace the derived budget, got {budget}")
         env = {}
         for var in relay.get("env", []) or []:
             if not var["name"].startswith("KV_RELAY_"):

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bearer_token.hpp"
+
 namespace kvrelay::cli {
 
 const char* const kUsage =
@@ -37,7 +39,10 @@ const char* const kUsage =
     "  --json               machine-readable output\n"
     "  --interval-ms N      top: refresh period (default 1000)\n"
     "  --iterations N       top: stop after N refreshes (default: until interrupted)\n"
-    "  --timeout-ms N       top/overlap: how long to wait for the relays' state (default 10000)\n\n"
+    "  --timeout-ms N       top/overlap: how long to wait for the relays' state (default 10000)\n"
+    "  --ingest-token-file FILE\n"
+    "                       state: send the token of FILE, for a relay started with\n"
+    "                       --ingest-token-file (default: $KV_RELAY_INGEST_TOKEN_FILE)\n\n"
     "Exit codes: 0 ok, 1 relay error or unreachable, 2 usage, 3 contract mismatch,\n"
     "4 invalid input file.\n";
 
@@ -54,10 +59,12 @@ std::expected<std::uint32_t, std::string> number(const std::string& flag, const 
 
 }  // namespace
 
-std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv) {
+std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv,
+                                            std::optional<std::string> token_file_variable) {
   if (argv.empty()) return std::unexpected("missing COMMAND");
   Args args;
   args.command = argv[0];
+  args.ingest_token_file = std::move(token_file_variable);
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& flag = argv[i];
     auto value = [&]() -> std::expected<std::string, std::string> {
@@ -79,13 +86,15 @@ std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv
       args.json = true;
     } else if (flag == "--eagle") {
       args.eagle = true;
-    } else if (flag == "--target" || flag == "--model" || flag == "--tokens" || flag == "--lora") {
+    } else if (flag == "--target" || flag == "--model" || flag == "--tokens" || flag == "--lora" ||
+               flag == "--ingest-token-file") {
       auto text = value();
       if (!text) return std::unexpected(text.error());
       if (flag == "--target") args.targets.push_back(*text);
       if (flag == "--model") args.model = *text;
       if (flag == "--tokens") args.tokens_file = *text;
       if (flag == "--lora") args.lora = *text;
+      if (flag == "--ingest-token-file") args.ingest_token_file = *text;
     } else if (flag == "--block-size") {
       outcome = assign_number(args.block_size);
     } else if (flag == "--interval-ms") {
@@ -128,6 +137,19 @@ std::optional<std::vector<std::uint32_t>> read_tokens(const std::string& path) {
     tokens.push_back(token);
   }
   return tokens;
+}
+
+std::optional<std::string> read_ingest_token(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string token = bearer::token_of_file(content.str());
+  if (!in || token.empty()) {
+    std::fprintf(stderr, "kvrelay-cli: --ingest-token-file %s: %s\n", path.c_str(),
+                 in ? "holds no token (it is empty or only whitespace)" : "cannot be read");
+    return std::nullopt;
+  }
+  return token;
 }
 
 }  // namespace kvrelay::cli

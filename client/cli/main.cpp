@@ -1,6 +1,7 @@
 // kvrelay-cli: an operator's window into one or more relays, built on the consumer library.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,7 +16,9 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return kOk;
   }
-  const auto args = parse_args(argv_list);
+  const char* token_file = std::getenv("KV_RELAY_INGEST_TOKEN_FILE");
+  const auto args =
+      parse_args(argv_list, token_file != nullptr ? std::optional<std::string>(token_file) : std::nullopt);
   if (!args) {
     std::fprintf(stderr, "kvrelay-cli: %s\n\n%s", args.error().c_str(), kUsage);
     return kUsageError;

@@ -9,6 +9,7 @@
 #include "client/cli/format.hpp"
 #include "client/cli/table.hpp"
 #include "client/lib/reaction.hpp"
+#include "core/bearer_token.hpp"
 #include "core/wire_validation.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
@@ -268,10 +269,13 @@ int run_serving_load(const Args& args) {
 }
 
 int run_state(const Args& args) {
+  std::optional<std::string> token;
+  if (args.ingest_token_file && !(token = read_ingest_token(*args.ingest_token_file))) return kInvalidInput;
   int worst = kOk;
   for (const auto& target : targets_of(args, kIngestTarget)) {
     auto stub = ingest_v1::RelayIngest::NewStub(channel_to(target));
     grpc::ClientContext context;
+    if (token) context.AddMetadata(std::string(bearer::kMetadataKey), bearer::metadata_value(*token));
     ingest_v1::RelayState state;
     const auto status = stub->GetState(&context, ingest_v1::GetStateRequest{}, &state);
     const int outcome = report(status, context, target);
@@ -282,17 +286,24 @@ int run_state(const Args& args) {
       continue;
     }
     std::printf("%s  %d endpoints, %d pools\n", target.c_str(), state.endpoints_size(), state.pools_size());
-    Table table(
-        {"ENDPOINT", "GENERATION", "SEQUENCE", "BLOCKS", "SLOTS", "BUCKETS", "SUBSCRIBERS", "SOURCES", "DIGEST"});
+    Table table({"ENDPOINT", "GENERATION", "SEQUENCE", "BLOCKS", "SLOTS", "BUCKETS", "RELAYOUTS", "OMITTED",
+                 "SUBSCRIBERS", "SOURCES", "DIGEST"});
     for (const auto& pool : state.pools()) {
       const auto& e = pool.serving_endpoint();
       table.add({fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint()),
                  std::to_string(pool.layout_generation()), std::to_string(pool.sequence()),
                  std::to_string(pool.unique_blocks()), std::to_string(pool.occupied_slots()),
-                 std::to_string(pool.bucket_count()), std::to_string(pool.subscribers()),
+                 std::to_string(pool.bucket_count()), std::to_string(pool.relayouts()),
+                 std::to_string(pool.omitted_blocks()), std::to_string(pool.subscribers()),
                  std::to_string(pool.active_sources()), fmt::format("{:016x}", pool.filter_digest())});
     }
     table.print();
+    for (const auto& pool : state.pools()) {
+      if (pool.growth_refusal().empty()) continue;
+      const auto& e = pool.serving_endpoint();
+      std::printf("  %s/%s/%s cannot grow: %s\n", e.namespace_().c_str(), e.component().c_str(), e.endpoint().c_str(),
+                  pool.growth_refusal().c_str());
+    }
     print_sources(state);
   }
   return worst;

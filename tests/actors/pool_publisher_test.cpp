@@ -47,16 +47,16 @@ struct PublisherUnderTest {
     config.semantics = {4, hashing::HashFormat::kStandard};
     config.publication_threshold = threshold;
     config.publication_delay = kDelay;
-    config.owner = caf::actor_cast<FenceListenerActor>(owner);
+    config.owner = caf::actor_cast<PoolOwnerActor>(owner);
     publisher = fixture.spawn(pool_publisher, std::move(config));
     fixture.run();
   }
 
-  // A recording stream attached to the publisher.
-  std::pair<caf::actor, std::shared_ptr<Inbox>> attach() {
+  // A recording stream attached to the publisher, admitted to `layout_generation`.
+  std::pair<caf::actor, std::shared_ptr<Inbox>> attach(std::uint64_t layout_generation = 5) {
     auto inbox = std::make_shared<Inbox>();
     caf::actor stream = spawn_recorder(fixture, inbox);
-    caf::anon_send(publisher, atoms::attach_atom_v, caf::actor_cast<PoolFrameSinkActor>(stream));
+    caf::anon_send(publisher, atoms::attach_atom_v, caf::actor_cast<PoolFrameSinkActor>(stream), layout_generation);
     fixture.run();
     return {stream, inbox};
   }
@@ -193,4 +193,87 @@ TEST_CASE("publisher actor: an index invariant violation fences the generation",
   REQUIRE(ending_of(*inbox).has_value());
   CHECK(ending_of(*inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
   CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
+}
+
+namespace {
+
+// The producer identity membership grants for a re-layout.
+v1::ProducerIdentity grown_producer(std::uint64_t layout_generation, std::uint64_t bucket_count) {
+  v1::ProducerIdentity producer;
+  producer.set_layout_generation(layout_generation);
+  producer.mutable_ckf_format()->set_bucket_count(bucket_count);
+  producer.mutable_ckf_format()->set_seed(42);
+  return producer;
+}
+
+std::size_t grow_requests(const Inbox& inbox) { return inbox.count<atoms::grow_atom, std::uint64_t, std::uint64_t>(); }
+
+// The bucket count of the owner's last grow request.
+std::uint64_t last_grow_size(const Inbox& inbox) {
+  std::uint64_t size = 0;
+  for (const auto& message : inbox.messages) {
+    if (message.match_elements<atoms::grow_atom, std::uint64_t, std::uint64_t>()) {
+      size = message.get_as<std::uint64_t>(2);
+    }
+  }
+  return size;
+}
+
+// Past 0.85 of 1024 x 4 slots.
+constexpr std::size_t kBlocksPastRelayoutLoad = 3500;
+
+}  // namespace
+
+TEST_CASE("publisher actor: past the re-layout load it asks its owner once, then re-lays out as told",
+          "[actors][publisher][relayout]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 16);
+  fixture.advance(std::chrono::seconds(1));  // the first layout is one min interval old
+  auto [stream, inbox] = under_test.attach();
+  under_test.send(stores(1, kBlocksPastRelayoutLoad));
+  REQUIRE(grow_requests(*under_test.owner_inbox) == 1);
+  CHECK(last_grow_size(*under_test.owner_inbox) == 2 * kBuckets);
+  under_test.send(stores(10'000, 10));  // still past the load, but the request is outstanding
+  CHECK(grow_requests(*under_test.owner_inbox) == 1);
+
+  caf::anon_send(under_test.publisher, atoms::relayout_atom_v, grown_producer(6, 2 * kBuckets));
+  fixture.run();
+  REQUIRE(ending_of(*inbox).has_value());  // the old generation's stream ends
+  CHECK(ending_of(*inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
+  const auto state = under_test.state();
+  CHECK(state.layout_generation() == 6);
+  CHECK(state.bucket_count() == 2 * kBuckets);
+  CHECK(state.unique_blocks() == kBlocksPastRelayoutLoad + 10);
+  CHECK(state.occupied_slots() == kBlocksPastRelayoutLoad + 10);
+  CHECK(state.omitted_blocks() == 0);
+  CHECK(state.relayouts() == 1);
+  CHECK(state.sequence() == 0);
+
+  auto [late, late_inbox] = under_test.attach(5);  // admitted before the re-layout
+  CHECK(late_inbox->count<PoolSnapshotMsg>() == 0);
+  REQUIRE(ending_of(*late_inbox).has_value());
+  CHECK(ending_of(*late_inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
+  auto [fresh, fresh_inbox] = under_test.attach(6);
+  REQUIRE(fresh_inbox->count<PoolSnapshotMsg>() == 1);
+  CHECK(fresh_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image->words.size() == 2 * kBuckets);
+  CHECK(under_test.sink->outcomes.size() == 2);  // no batch was refused, no source reset
+  CHECK(under_test.sink->outcomes[1].applied);
+}
+
+TEST_CASE("publisher actor: re-layouts are at least the min interval apart", "[actors][publisher][relayout]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 16);
+  under_test.send(stores(1, kBlocksPastRelayoutLoad));  // the first layout is brand new
+  CHECK(grow_requests(*under_test.owner_inbox) == 0);
+  fixture.advance(std::chrono::milliseconds(999));
+  CHECK(grow_requests(*under_test.owner_inbox) == 0);
+  fixture.advance(std::chrono::milliseconds(1));  // its own timer asks, no new batch needed
+  REQUIRE(grow_requests(*under_test.owner_inbox) == 1);
+
+  caf::anon_send(under_test.publisher, atoms::growth_refused_atom_v, std::string("memory budget: full"));
+  fixture.run();
+  CHECK(under_test.state().growth_refusal() == "memory budget: full");
+  CHECK(grow_requests(*under_test.owner_inbox) == 1);
+  fixture.advance(std::chrono::seconds(1));  // asks again one interval after the refusal
+  CHECK(grow_requests(*under_test.owner_inbox) == 2);
 }

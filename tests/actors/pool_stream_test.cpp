@@ -56,14 +56,14 @@ TEST_CASE("pool stream actor: holds nothing and joins no fan-out until it has an
 
   caf::anon_send(under_test.stream, atoms::granted_atom_v);
   fixture.run();
-  REQUIRE(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor>() == 1);
+  REQUIRE(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor, std::uint64_t>() == 1);
   CHECK(under_test.publisher_inbox->messages[0].get_as<PoolFrameSinkActor>(1).address() == under_test.stream.address());
 }
 
 TEST_CASE("pool stream actor: without encoder pacing it attaches at once", "[actors][pool]") {
   ActorFixture fixture;
   StreamUnderTest under_test(fixture, 1024, /*paced=*/false);
-  CHECK(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor>() == 1);
+  CHECK(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor, std::uint64_t>() == 1);
 }
 
 TEST_CASE("pool stream actor: the progress timeout guards every snapshot chunk but the last", "[actors][pool]") {

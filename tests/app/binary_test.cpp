@@ -42,6 +42,26 @@ TEST_CASE("kv-relay refuses a bad value with one message and exit code 2", "[bin
   close(child.output);
 }
 
+TEST_CASE("kv-relay refuses to start without a usable --ingest-token-file, with exit code 2", "[binary]") {
+  const std::string token = std::string(KVRELAY_TEST_TMP_DIR) + "/binary-test-token";
+  unlink(token.c_str());
+  Child missing = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                               "--ingest-token-file", token});
+  const std::string missing_output = read_until(missing.output, "\n");
+  CHECK(wait_exit(missing.pid) == 2);
+  CHECK_THAT(missing_output, Catch::StartsWith("kv-relay: --ingest-token-file: cannot read " + token));
+  close(missing.output);
+
+  std::ofstream(token) << "\n";
+  Child empty = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--ingest-token-file", token});
+  const std::string empty_output = read_until(empty.output, "\n");
+  CHECK(wait_exit(empty.pid) == 2);
+  CHECK(empty_output ==
+        "kv-relay: --ingest-token-file: " + token + " holds no token (it is empty or only whitespace)\n");
+  close(empty.output);
+}
+
 TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary]") {
   namespace v1 = dynamo::kvrelay::v1;
   const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-drain.json";

@@ -23,7 +23,11 @@ TEST_CASE("options: defaults", "[options]") {
   CHECK(options->relay.listen == "0.0.0.0:50051");
   CHECK(options->relay.ingest_listen == "127.0.0.1:50052");
   CHECK(options->metrics_listen == "0.0.0.0:9464");
-  CHECK(options->relay.expected_unique_blocks == 1048576);
+  CHECK_FALSE(options->relay.expected_unique_blocks.has_value());  // auto
+  CHECK(options->relay.expected_unique_blocks_fallback == 1048576);
+  CHECK(options->relay.relayout_load == 0.85);
+  CHECK(options->relay.relayout_min_interval_ms == 1000);
+  CHECK_FALSE(options->relay.memory_budget_bytes.has_value());  // auto
   CHECK(options->relay.publication_threshold == 16);
   CHECK(options->relay.publication_delay_ms == 1);
   CHECK(options->relay.load_window_ms == 1000);
@@ -34,6 +38,43 @@ TEST_CASE("options: defaults", "[options]") {
   CHECK(options->relay.serving_load_retention_ms == 600000);
   CHECK_FALSE(options->demo);
   CHECK_FALSE(options->relay.instance_id.has_value());
+}
+
+TEST_CASE("options: the ingest plane's credentials and limits", "[options]") {
+  const auto defaults = parse_options({}, {});
+  REQUIRE(defaults.has_value());
+  CHECK_FALSE(defaults->relay.ingest_token_file.has_value());  // no authentication
+  CHECK(defaults->relay.max_batch_events == 16384);
+  CHECK(defaults->relay.max_event_blocks == 65536);
+  CHECK(defaults->relay.max_event_tokens == 1048576);
+  CHECK(defaults->relay.max_ingest_string_bytes == 4096);
+  CHECK(defaults->relay.max_serving_endpoints == 1024);
+  CHECK(defaults->relay.max_workers_per_endpoint == 4096);
+  CHECK(defaults->relay.max_kv_sources == 65536);
+  CHECK(defaults->relay.max_ingest_streams == 4096);
+
+  // The file is read when the relay starts, not while the flags are parsed (--help never reads it).
+  const auto set =
+      parse_options({"--ingest-token-file", "/nonexistent/token", "--max-batch-events=8", "--max-ingest-streams", "3"},
+                    {{"KV_RELAY_MAX_KV_SOURCES", "10"}});
+  REQUIRE(set.has_value());
+  CHECK(set->relay.ingest_token_file == "/nonexistent/token");
+  CHECK(set->relay.max_batch_events == 8);
+  CHECK(set->relay.max_ingest_streams == 3);
+  CHECK(set->relay.max_kv_sources == 10);
+  for (const char* flag :
+       {"--max-batch-events", "--max-event-blocks", "--max-event-tokens", "--max-ingest-string-bytes",
+        "--max-serving-endpoints", "--max-workers-per-endpoint", "--max-kv-sources", "--max-ingest-streams"}) {
+    INFO(flag);
+    const auto zero = parse_options({flag, "0"}, {});
+    REQUIRE_FALSE(zero.has_value());
+    CHECK_THAT(zero.error(), Catch::StartsWith(std::string(flag) + ": 0 is outside [1, "));
+    CHECK_THAT(usage(), Catch::Contains(flag));
+  }
+  const auto empty = parse_options({"--ingest-token-file="}, {});
+  REQUIRE_FALSE(empty.has_value());
+  CHECK(empty.error() == "--ingest-token-file: must not be empty");
+  CHECK_THAT(usage(), Catch::Contains("--ingest-token-file FILE") && Catch::Contains("KV_RELAY_INGEST_TOKEN_FILE"));
 }
 
 TEST_CASE("options: command line over environment over config file", "[options]") {
@@ -47,11 +88,28 @@ TEST_CASE("options: command line over environment over config file", "[options]"
   CHECK(options->demo);
 }
 
+TEST_CASE("options: filter sizing and the memory budget take a number or auto", "[options]") {
+  const auto numbers =
+      parse_options({"--expected-unique-blocks", "64", "--relayout-load", "0.9", "--memory-budget-bytes", "0"}, {});
+  REQUIRE(numbers.has_value());
+  CHECK(numbers->relay.expected_unique_blocks == 64u);
+  CHECK(numbers->relay.relayout_load == 0.9);
+  CHECK(numbers->relay.memory_budget_bytes == 0u);
+  const auto automatic = parse_options({"--expected-unique-blocks=auto"}, {{"KV_RELAY_MEMORY_BUDGET_BYTES", "auto"}});
+  REQUIRE(automatic.has_value());
+  CHECK_FALSE(automatic->relay.expected_unique_blocks.has_value());
+  CHECK_FALSE(automatic->relay.memory_budget_bytes.has_value());
+}
+
 TEST_CASE("options: every bad value is one clear message", "[options]") {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
       {{"--bogus"}, "unknown flag --bogus"},
       {{"--listen"}, "--listen needs a ADDR"},
       {{"--expected-unique-blocks", "53687092"}, "--expected-unique-blocks"},
+      {{"--expected-unique-blocks", "automatic"}, "(or 'auto')"},
+      {{"--relayout-load", "0.99"}, "--relayout-load: 0.99 is outside [0.5, 0.95]"},
+      {{"--relayout-load", "most"}, "--relayout-load: 'most' is not a decimal number"},
+      {{"--memory-budget-bytes", "-1"}, "--memory-budget-bytes"},
       {{"--publication-threshold", "0"}, "--publication-threshold"},
       {{"--stream-queue-bytes", "1024"}, "--stream-queue-bytes"},
       {{"--max-message-bytes", "4259903"}, "--max-message-bytes"},  // below one full chunk frame

@@ -1,9 +1,12 @@
 // `kv-relay --demo` (what `make run` starts): the demo's in-process fake vLLM engines feed
 // every pool over ZeroMQ and serve the load on their metrics pages, so no KV event or
-// occupancy comes through the ingest API; its frontend and routers report serving load there.
-// The demo topology is moved to free ports so that the test never meets a running demo.
+// occupancy comes through the ingest API; its frontend and routers report serving load there,
+// with the relay's ingest token (the relay runs with --ingest-token-file, as a deployment that
+// authenticates its ingest API does). The demo topology is moved to free ports so that the test
+// never meets a running demo.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <sstream>
 
 #include "tests/app/demo_topology.hpp"
@@ -30,7 +33,11 @@ std::size_t lines_with(const std::string& text, const std::vector<std::string>& 
 TEST_CASE(
     "engines: the demo feeds every pool through fake vLLM engines and their metrics pages, and reports serving load",
     "[engines][demo]") {
-  RelayProcess relay("demo", write_demo_topology("demo-topology", on_free_ports), {"--demo"});
+  const std::string token_file = std::string(KVRELAY_TEST_TMP_DIR) + "/demo-ingest-token";
+  std::ofstream(token_file) << "demo-token\n";
+  RelayProcess relay("demo", write_demo_topology("demo-topology", on_free_ports),
+                     {"--demo", "--ingest-token-file", token_file});
+  relay.send_ingest_token("demo-token");
 
   // Every rank's occupancy comes from its worker's page: all three pools' windows complete.
   const auto window = relay.load_until([](const v1::KvPoolLoadUpdate& update) {
@@ -94,7 +101,11 @@ TEST_CASE(
   CHECK(readiness_exit == 0);
   CHECK(lines_with(readiness, {"meta/llama-3-8b", "READY", "tenant-a=READY"}) == 1);
   CHECK(lines_with(readiness, {"Qwen/Qwen3-32B", "READY", "PREFILL,DECODE"}) == 1);
-  const auto [table, state_exit] = run_to_end(KVRELAY_CLI, {"state", "--target", relay.ingest_address()});
+  const auto [refused, refused_exit] = run_to_end(KVRELAY_CLI, {"state", "--target", relay.ingest_address()});
+  CHECK(refused_exit == 1);
+  CHECK_THAT(refused, Catch::Contains("needs credentials"));
+  const auto [table, state_exit] =
+      run_to_end(KVRELAY_CLI, {"state", "--target", relay.ingest_address(), "--ingest-token-file", token_file});
   CHECK(state_exit == 0);
   INFO(table);
   CHECK(lines_with(table, {"prod/llama/generate", "zmq", "yes", "tcp://127.0.0.1:"}) == 4);

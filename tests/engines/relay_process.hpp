@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/bearer_token.hpp"
 #include "ingest/http_scrape.hpp"
 #include "tests/app/process.hpp"
 #include "tests/integration/harness.hpp"
@@ -42,10 +43,13 @@ class RelayProcess {
 
   const std::string& wan_address() const { return wan_address_; }
   const std::string& ingest_address() const { return ingest_address_; }
+  // For a relay started with --ingest-token-file: its ingest calls carry `token`.
+  void send_ingest_token(std::string token) { authorization_ = bearer::metadata_value(token); }
 
   ingest_v1::RelayState state() {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (authorization_) context.AddMetadata(std::string(bearer::kMetadataKey), *authorization_);
     ingest_v1::RelayState state;
     REQUIRE(ingest_->GetState(&context, {}, &state).ok());
     return state;
@@ -100,6 +104,7 @@ class RelayProcess {
   std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
   std::unique_ptr<v1::KvEventRelay::Stub> wan_;
   std::string wan_address_, ingest_address_, metrics_;
+  std::optional<std::string> authorization_;
 };
 
 }  // namespace kvrelay::test

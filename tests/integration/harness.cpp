@@ -1,16 +1,75 @@
 #include "tests/integration/harness.hpp"
 
+#include <grpcpp/support/client_interceptor.h>
 #include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/bearer_token.hpp"
 
 namespace kvrelay::test {
 
 namespace {
 
-std::shared_ptr<grpc::Channel> channel_to(const std::string& address, bool own_connection = false) {
+// Adds `authorization: <value>` to the call it intercepts.
+class AuthorizationInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit AuthorizationInterceptor(std::string value) : value_(std::move(value)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(std::string(bearer::kMetadataKey), value_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::string value_;
+};
+
+// Every call gets a fixed `authorization` value, or "Bearer <token>" with the token a file
+// holds as the call starts.
+class Authorization final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  static std::unique_ptr<Authorization> fixed(std::string value) {
+    return std::unique_ptr<Authorization>(new Authorization(std::move(value), std::nullopt));
+  }
+  static std::unique_ptr<Authorization> from_file(std::string path) {
+    return std::unique_ptr<Authorization>(new Authorization({}, std::move(path)));
+  }
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    if (!token_file_) return new AuthorizationInterceptor(value_);
+    std::stringstream content;
+    content << std::ifstream(*token_file_).rdbuf();
+    return new AuthorizationInterceptor(bearer::metadata_value(bearer::token_of_file(content.str())));
+  }
+
+ private:
+  Authorization(std::string value, std::optional<std::string> token_file)
+      : value_(std::move(value)), token_file_(std::move(token_file)) {}
+  std::string value_;
+  std::optional<std::string> token_file_;
+};
+
+grpc::ChannelArguments channel_arguments(bool own_connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(8 << 20);
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> channel_to(const std::string& address, bool own_connection = false) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_arguments(own_connection));
+}
+
+// A channel whose calls carry what `authorization` adds (nothing when null).
+std::shared_ptr<grpc::Channel> ingest_channel_to(const std::string& address,
+                                                 std::unique_ptr<Authorization> authorization, bool own_connection) {
+  if (!authorization) return channel_to(address, own_connection);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::move(authorization));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, grpc::InsecureChannelCredentials(), channel_arguments(own_connection), std::move(interceptors));
 }
 
 void require_ok(const grpc::Status& status) {
@@ -36,7 +95,9 @@ TestRelay::TestRelay(RelayOptions options) {
   REQUIRE(runtime.has_value());
   runtime_ = std::move(*runtime);
   wan_channel_ = channel_to(runtime_->wan_address());
-  ingest_channel_ = channel_to(runtime_->ingest_address());
+  ingest_channel_ = ingest_channel_to(
+      runtime_->ingest_address(),
+      options.ingest_token_file ? Authorization::from_file(*options.ingest_token_file) : nullptr, false);
   wan_ = v1::KvEventRelay::NewStub(wan_channel_);
   ingest_ = ingest_v1::RelayIngest::NewStub(ingest_channel_);
 }
@@ -45,6 +106,11 @@ TestRelay::~TestRelay() { shutdown(); }
 
 std::unique_ptr<v1::KvEventRelay::Stub> TestRelay::separate_wan_client() {
   return v1::KvEventRelay::NewStub(channel_to(runtime_->wan_address(), true));
+}
+
+std::unique_ptr<ingest_v1::RelayIngest::Stub> TestRelay::ingest_client(std::optional<std::string> authorization) {
+  return ingest_v1::RelayIngest::NewStub(ingest_channel_to(
+      runtime_->ingest_address(), authorization ? Authorization::fixed(std::move(*authorization)) : nullptr, true));
 }
 
 void TestRelay::shutdown() {

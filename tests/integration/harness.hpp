@@ -26,6 +26,8 @@ inline constexpr auto kStreamDeadline = std::chrono::seconds(60);
 
 RelayOptions loopback_options();
 
+// With `options.ingest_token_file` set, the relay's ingest client sends the file's token on
+// every call, re-read for each call as a feeder given the file would (so it follows rotations).
 class TestRelay {
  public:
   explicit TestRelay(RelayOptions options = loopback_options());
@@ -38,6 +40,9 @@ class TestRelay {
   // A WAN client on a connection of its own (HTTP/2 flow control is per connection).
   std::unique_ptr<v1::KvEventRelay::Stub> separate_wan_client();
   ingest_v1::RelayIngest::Stub& ingest() { return *ingest_; }
+  // An ingest client on a channel of its own that sends exactly this `authorization` value on
+  // every call (none: no credentials at all).
+  std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_client(std::optional<std::string> authorization);
 
   // Unary ingest calls; REQUIRE success.
   ingest_v1::PutWorkerResponse put_worker(const ingest_v1::PutWorkerRequest& request);

@@ -166,3 +166,42 @@ TEST_CASE("net-reverted buckets are not published", "[pool]") {
   REQUIRE_FALSE(index.clear({1, 0}));
   CHECK(index.drain_publication().empty());
 }
+
+TEST_CASE("a re-layout places every live block, omitted ones included, and keeps the lineage", "[pool][relayout]") {
+  PoolIndex index({2, ckf::kDefaultSeed, 4});  // eight slots
+  const SourceKey source{1, 0};
+  std::vector<StoredBlockRef> blocks;
+  for (std::uint64_t i = 1; i <= 40; ++i) blocks.push_back({i, i * 0x1000193});
+  for (const auto& block : blocks) index.store(source, std::nullopt, std::nullopt, std::span(&block, 1));
+  REQUIRE(index.omitted_blocks() == 32);
+  index.drain_publication();
+
+  CHECK(index.relayout(64) == 0);
+  CHECK(index.filter().bucket_count() == 64);
+  CHECK(index.omitted_blocks() == 0);
+  CHECK(index.unique_blocks() == 40);
+  CHECK(index.filter().occupied_slots() == 40);
+  CHECK_FALSE(index.publication_pending());  // the new layout goes out as a snapshot
+  for (const auto& block : blocks) CHECK(index.filter().contains(block.local_hash));
+  CHECK(index.lineage_entries(source) == 40);
+
+  // Lineage still resolves engine ids: removing one clears its fingerprint from the new layout.
+  const std::vector<std::uint64_t> first{blocks[0].engine_id};
+  REQUIRE_FALSE(index.remove(source, first));
+  CHECK_FALSE(index.is_resident(blocks[0].local_hash));
+  CHECK(index.filter().occupied_slots() == 39);
+  CHECK(index.publication_pending());
+}
+
+TEST_CASE("a re-layout too small for the live blocks counts what it could not place", "[pool][relayout]") {
+  PoolIndex index({64});
+  const SourceKey source{1, 0};
+  for (std::uint64_t i = 1; i <= 20; ++i) {
+    const StoredBlockRef block{i, i * 0x9E3779B97F4A7C15ULL};
+    REQUIRE_FALSE(index.store(source, std::nullopt, std::nullopt, std::span(&block, 1)));
+  }
+  CHECK(index.relayout(2) == 12);
+  CHECK(index.omitted_blocks() == 12);
+  CHECK(index.capacity_failures() == 12);
+  CHECK(index.filter().occupied_slots() == 8);
+}

@@ -120,13 +120,23 @@ print 16777216 as 1.6777216e+07.
 {{- if .Values.topology -}}true{{- end -}}
 {{- end -}}
 
+{{/* The ingest API's bearer token: a Secret's key, mounted as a directory (so that the
+kubelet's updates reach it; a subPath mount would never see a rotation). */}}
+{{- define "kv-relay.hasIngestAuth" -}}
+{{- if .Values.ingestAuth.existingSecret -}}true{{- end -}}
+{{- end -}}
+
+{{- define "kv-relay.ingestTokenFile" -}}
+/etc/kv-relay/ingest-auth/token
+{{- end -}}
+
 {{/*
 The kv-relay command line the chart appends to the image's entrypoint, one flag per line
 as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --help`.
 */}}
 {{- define "kv-relay.args" -}}
 {{- $relay := include "kv-relay.relayValues" . | fromJson -}}
-{{- range $managed := list "listen" "ingest-listen" "metrics-listen" "dc-id" "instance-id" "topology" "config" -}}
+{{- range $managed := list "listen" "ingest-listen" "metrics-listen" "dc-id" "instance-id" "topology" "ingest-token-file" "config" -}}
 {{- if hasKey $relay $managed -}}
 {{- fail (printf "relay.%s is set by the chart (see the comment above relay: in values.yaml)" $managed) -}}
 {{- end -}}
@@ -145,9 +155,31 @@ as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --
 {{- if include "kv-relay.hasTopology" . }}
 - "--topology=/etc/kv-relay/topology/topology.yaml"
 {{- end }}
+{{- if include "kv-relay.hasIngestAuth" . }}
+- {{ printf "--ingest-token-file=%s" (include "kv-relay.ingestTokenFile" .) | quote }}
+{{- end }}
+{{- if and (not (hasKey $relay "memory-budget-bytes")) (include "kv-relay.memoryLimitBytes" .) }}
+- {{ printf "--memory-budget-bytes=%d" (div (mul (include "kv-relay.memoryLimitBytes" . | int64) 4) 5) | quote }}
+{{- end }}
 {{- range $name, $value := $relay }}
 - {{ printf "--%s=%s" $name (include "kv-relay.scalar" $value) | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The relay container's memory limit in bytes, or "" without one: the memory budget is 80 %
+of it (docs/protocol/capacity.md#budget). Kubernetes quantities: plain bytes, k/M/G/T, Ki/Mi/Gi/Ti. */}}
+{{- define "kv-relay.memoryLimitBytes" -}}
+{{- $limit := "" -}}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = toString . }}{{ end }}{{ end }}{{ end -}}
+{{- if $limit -}}
+{{- $number := regexFind "^[0-9]+" $limit -}}
+{{- $unit := trimPrefix $number $limit -}}
+{{- $scale := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if or (not $number) (not (hasKey $scale $unit)) -}}
+{{- fail (printf "resources.limits.memory %q: use bytes or a k, M, G, T, Ki, Mi, Gi or Ti suffix" $limit) -}}
+{{- end -}}
+{{- mul ($number | int64) (get $scale $unit) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Every check on the values that the templates cannot express as a schema. */}}
@@ -171,6 +203,9 @@ as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --
 {{- end -}}
 {{- if and (ne .Values.wanService.type "ClusterIP") (not .Values.mtls.enabled) (not .Values.wanService.allowUnauthenticated) -}}
 {{- fail (printf "wanService.type %s without mtls.enabled would expose the unauthenticated relay; enable mtls or set wanService.allowUnauthenticated=true if an authenticating proxy is in front" .Values.wanService.type) -}}
+{{- end -}}
+{{- if and .Values.ingestAuth.existingSecret (not .Values.ingestAuth.key) -}}
+{{- fail "ingestAuth.existingSecret needs ingestAuth.key (the Secret's key that holds the token)" -}}
 {{- end -}}
 {{- if and .Values.mtls.enabled (not .Values.mtls.secretName) -}}
 {{- fail "mtls.enabled needs mtls.secretName (a Secret with tls.crt, tls.key and ca.crt)" -}}

@@ -1,0 +1,70 @@
+#pragma once
+// How big a pool's filter starts, when it grows, and what it costs
+// (docs/protocol/capacity.md): sizing from the deployment's declared KV capacity, the slot
+// load past which a pool re-lays out into twice the buckets, and the memory budget that
+// materialization and growth are charged against. Pure arithmetic, no I/O.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/ckf.hpp"
+#include "core/topology_model.hpp"
+
+namespace kvrelay::capacity {
+
+// Bounds of an automatically sized filter (docs/protocol/decisions.md#d34).
+inline constexpr std::uint64_t kMinAutoBuckets = std::uint64_t{1} << 10;
+inline constexpr std::uint64_t kMaxBuckets = ckf::kMaxBucketCount;
+// What one live block costs beyond the filter: its lineage entry and owner count
+// (docs/benchmarks.md measures about 61 bytes).
+inline constexpr std::uint64_t kBytesPerLiveBlock = 64;
+
+struct Sizing {
+  std::optional<std::uint64_t> expected_blocks;  // nullopt: from the declared capacity ("auto")
+  std::uint64_t fallback_blocks = 1'048'576;     // auto, when the capacity is unknown
+};
+
+// Σ total_kv_blocks over the declared ranks of the workers, or nullopt when any rank's
+// capacity is unknown (or the runtime configs declare no rank).
+std::optional<std::uint64_t> declared_capacity(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs);
+
+// The first layout of a pool. A number keeps --expected-unique-blocks' meaning; auto sizes
+// for the declared capacity within [kMinAutoBuckets, kMaxBuckets].
+std::uint64_t initial_bucket_count(const Sizing& sizing, std::optional<std::uint64_t> declared);
+
+// Whether a pool should re-lay out: its slot load passed `relayout_load`, or a live block
+// is missing from the filter. Never past kMaxBuckets.
+bool wants_growth(std::uint64_t bucket_count, std::uint64_t occupied_slots, std::uint64_t omitted_blocks,
+                  double relayout_load);
+
+// The layout a pool grows into: twice its buckets, or more when its live blocks need more
+// (a flood into a small pool re-lays out once, not once per doubling). At most kMaxBuckets.
+std::uint64_t grown_bucket_count(std::uint64_t bucket_count, std::uint64_t live_blocks);
+
+// Bytes a pool with `bucket_count` buckets is charged: its bucket lane and one snapshot
+// image of it, plus the lineage of as many live blocks as that layout holds before it
+// re-lays out.
+std::uint64_t pool_charge_bytes(std::uint64_t bucket_count, double relayout_load);
+
+// The bytes every pool together may be charged. Owned by one actor (membership).
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(std::optional<std::uint64_t> limit_bytes) : limit_(limit_bytes) {}
+
+  // Reserves `bytes`, or explains in one sentence why they do not fit.
+  std::optional<std::string> try_reserve(std::uint64_t bytes);
+  void release(std::uint64_t bytes) { reserved_ -= bytes < reserved_ ? bytes : reserved_; }
+
+  std::optional<std::uint64_t> limit() const { return limit_; }
+  std::uint64_t reserved() const { return reserved_; }
+
+ private:
+  std::optional<std::uint64_t> limit_;  // nullopt: no budget
+  std::uint64_t reserved_ = 0;
+};
+
+// 80 % of a cgroup memory limit, the default budget; nullopt for no limit.
+std::optional<std::uint64_t> default_budget(std::optional<std::uint64_t> cgroup_limit_bytes);
+
+}  // namespace kvrelay::capacity

@@ -1,0 +1,163 @@
+// Filters that size and grow themselves (docs/protocol/capacity.md), through real gRPC: a pool
+// sized for 64 blocks takes tens of thousands, re-laying out through several generations with
+// no block omitted and no source reset; a consumer of an old generation is ended and the
+// catalog leads to the new one; and the memory budget refuses a pool it cannot hold while
+// every other pool goes on.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "core/ckf.hpp"
+#include "core/token_hashing.hpp"
+#include "tests/integration/harness.hpp"
+#include "tests/integration/replica.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+
+namespace {
+
+constexpr std::size_t kBlocksPerEvent = 64;
+constexpr std::size_t kEvents = 625;  // 40 000 unique blocks
+
+// kEvents stores of kBlocksPerEvent chained blocks each, every chain from its own root, one
+// event per batch; returns the batches and the sequence hashes they hold.
+std::pair<std::vector<ingest_v1::KvEventBatch>, std::vector<std::uint64_t>> unique_chains(
+    const ingest_v1::EndpointRef& endpoint) {
+  std::vector<ingest_v1::KvEventBatch> batches;
+  std::vector<std::uint64_t> sequence_hashes;
+  std::uint64_t engine_id = 1;
+  for (std::size_t event = 0; event < kEvents; ++event) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
+    std::vector<std::uint64_t> local;
+    for (std::size_t i = 0; i < kBlocksPerEvent; ++i, ++engine_id) {
+      local.push_back(engine_id * 0x9E3779B97F4A7C15ULL);
+      blocks.emplace_back(engine_id, local.back());
+    }
+    for (std::uint64_t hash : hashing::sequence_hashes(local)) sequence_hashes.push_back(hash);
+    batches.push_back(stored_batch(endpoint, 1, 0, 1, event, blocks));
+  }
+  return {std::move(batches), std::move(sequence_hashes)};
+}
+
+const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
+  REQUIRE(state.pools_size() == 1);
+  return state.pools(0);
+}
+
+// Installs the pool's current generation and follows it until the replica is at the
+// relay's published sequence with nothing pending.
+Replica replicate(TestRelay& relay, const v1::ProducerIdentity& producer) {
+  Replica replica(producer);
+  auto stream = subscribe_pool(relay, producer);
+  while (true) {
+    const auto state = relay.get_state();
+    const auto& pool = only_pool(state);
+    REQUIRE(pool.layout_generation() == producer.layout_generation());
+    if (replica.installed() && !pool.publication_pending() && replica.sequence() == pool.sequence()) break;
+    const auto frame = stream->next();
+    REQUIRE(frame.has_value());
+    replica.apply(*frame);
+  }
+  stream->cancel();
+  return replica;
+}
+
+}  // namespace
+
+TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omits none of 40 000",
+          "[capacity][relayout]") {
+  auto options = loopback_options();
+  options.expected_unique_blocks = 64;
+  options.relayout_min_interval_ms = 0;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  const auto endpoint = endpoint_ref("ns", "backend");
+  relay.put_worker(put_worker_request(endpoint, 1));
+  const v1::ProducerIdentity first = await_single_pool(*catalog);
+  REQUIRE(first.ckf_format().bucket_count() == 32);
+  auto old_stream = subscribe_pool(relay, first, "first-generation");
+  REQUIRE(old_stream->next().has_value());  // its snapshot
+
+  const auto [batches, sequence_hashes] = unique_chains(endpoint);
+  const auto tally = relay.publish(batches);
+  CHECK(tally.batches_applied() == kEvents);
+  CHECK(tally.source_resets() == 0);
+
+  // The old generation's consumer is told to go back to the catalog.
+  CHECK(old_stream->ending() ==
+        std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+
+  // The catalog names ever larger generations of the same pool until one holds every block.
+  const std::uint64_t needed = ckf::bucket_count_for(sequence_hashes.size()).value();
+  std::set<std::pair<std::uint64_t, std::uint64_t>> generations{
+      {first.layout_generation(), first.ckf_format().bucket_count()}};
+  const auto grown = catalog->until([&](const v1::KvPoolCatalogUpdate& update) {
+    REQUIRE(update.snapshot().pools_size() == 1);
+    const auto& producer = update.snapshot().pools(0).producer();
+    CHECK(producer.pool_id().SerializeAsString() == first.pool_id().SerializeAsString());
+    generations.emplace(producer.layout_generation(), producer.ckf_format().bucket_count());
+    return producer.ckf_format().bucket_count() == needed;
+  });
+  REQUIRE(grown.has_value());
+  CHECK(generations.size() >= 3);
+  std::uint64_t previous_buckets = 0;
+  for (const auto& [generation, buckets] : generations) {  // ascending generation, ascending size
+    CHECK(buckets > previous_buckets);
+    previous_buckets = buckets;
+  }
+
+  const v1::ProducerIdentity last = grown->snapshot().pools(0).producer();
+  const Replica replica = replicate(relay, last);
+  const ckf::Addressing addressing(last.ckf_format().seed(), last.ckf_format().bucket_count());
+  std::size_t missing = 0;
+  for (std::uint64_t hash : sequence_hashes) missing += ckf::contains(replica.words(), addressing.probe(hash)) ? 0 : 1;
+  CHECK(missing == 0);
+
+  const auto state = relay.get_state();
+  const auto& pool = only_pool(state);
+  CHECK(pool.unique_blocks() == sequence_hashes.size());
+  CHECK(pool.omitted_blocks() == 0);
+  CHECK(pool.relayouts() >= generations.size() - 1);
+  CHECK(pool.filter_digest() == replica.digest());
+  REQUIRE(state.endpoints_size() == 1);
+  REQUIRE(state.endpoints(0).sources_size() == 1);
+  CHECK(state.endpoints(0).sources(0).resets() == 0);  // a re-layout resets no source
+}
+
+TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conflict, others go on",
+          "[capacity][budget]") {
+  auto options = loopback_options();
+  options.expected_unique_blocks = 64;  // 32 buckets: 512 + 108 x 64 bytes, 7 424 in all
+  options.memory_budget_bytes = 10'000;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  const auto first = endpoint_ref("ns", "first");
+  const auto second = endpoint_ref("ns", "second");
+  CHECK(relay.put_worker(put_worker_request(first, 1)).conflicts_size() == 0);
+  const std::string first_pool = await_single_pool(*catalog).pool_id().SerializeAsString();
+  WorkerShape other;
+  other.model = "other";
+  const auto refused = relay.put_worker(put_worker_request(second, 2, other));
+  REQUIRE(refused.conflicts_size() == 1);
+  CHECK(refused.conflicts(0) ==
+        "PoolMaterialization: memory budget: needs 7424 bytes, 2576 of --memory-budget-bytes 10000 are left");
+
+  const auto state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 2);
+  for (const auto& e : state.endpoints()) {
+    CHECK(e.pool_materialized() == (e.endpoint().component() == "first"));
+    CHECK(e.conflicts_size() == (e.endpoint().component() == "first" ? 0 : 1));
+  }
+  // The first pool is served as before; once it goes, the budget holds the second.
+  relay.publish({stored_batch(first, 1, 0, 1, 0, {{1, 0x11}})});
+  CHECK(only_pool(relay.get_state()).unique_blocks() == 1);
+  relay.remove_worker(first, 1);
+  REQUIRE(catalog->until([&](const v1::KvPoolCatalogUpdate& update) {
+    return update.snapshot().pools_size() == 1 &&
+           update.snapshot().pools(0).producer().pool_id().SerializeAsString() != first_pool;
+  }));
+  const auto after = relay.get_state();
+  for (const auto& e : after.endpoints()) CHECK(e.conflicts_size() == 0);
+  CHECK(only_pool(after).serving_endpoint().component() == "second");
+}
