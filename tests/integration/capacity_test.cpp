@@ -161,3 +161,30 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
   for (const auto& e : after.endpoints()) CHECK(e.conflicts_size() == 0);
   CHECK(only_pool(after).serving_endpoint().component() == "second");
 }
+
+TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and the omissions are counted",
+          "[capacity][budget]") {
+  auto options = loopback_options();
+  options.expected_unique_blocks = 64;  // 32 buckets, charged 7 424 bytes; 64 buckets would be 14 912
+  options.memory_budget_bytes = 10'000;
+  options.relayout_min_interval_ms = 0;
+  TestRelay relay(options);
+  const auto endpoint = endpoint_ref("ns", "backend");
+  relay.put_worker(put_worker_request(endpoint, 1));
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;
+  for (std::uint64_t id = 1; id <= 200; ++id) blocks.emplace_back(id, id * 0x9E3779B97F4A7C15ULL);
+  std::vector<ingest_v1::KvEventBatch> batches;
+  for (std::uint64_t sequence = 0; sequence < blocks.size(); ++sequence) {
+    batches.push_back(stored_batch(endpoint, 1, 0, 1, sequence, {blocks[sequence]}));
+  }
+  CHECK(relay.publish(batches).batches_applied() == blocks.size());
+
+  const auto state = relay.get_state();
+  const auto& pool = only_pool(state);
+  CHECK(pool.bucket_count() == 32);
+  CHECK(pool.relayouts() == 0);
+  CHECK(pool.unique_blocks() == 200);
+  CHECK(pool.omitted_blocks() == 200 - pool.occupied_slots());
+  CHECK(pool.omitted_blocks() >= 200 - 128);
+  CHECK(pool.growth_refusal() == "memory budget: needs 7488 bytes, 2576 of --memory-budget-bytes 10000 are left");
+}
