@@ -151,6 +151,73 @@ BENCHMARK(BM_SnapshotEncode)->Arg(1 << 19)->Arg(1 << 24)->Unit(benchmark::kMilli
 BENCHMARK(BM_SnapshotDecode)->Arg(1 << 19)->Arg(1 << 24)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DeltaEncode)->Arg(16)->Arg(4096);
 
+// What a user gets from a filter too large for the caches: random keys into 2^range(0)
+// buckets, timed from range(1) % to range(2) % of the slots (the fill up to range(1) is not
+// timed), one insert at a time (range(3) == 0) or as one batch with prefetching (1). A fresh
+// filter each iteration.
+void BM_CkfFill(benchmark::State& state) {
+  const std::uint64_t buckets = std::uint64_t{1} << state.range(0);
+  const auto slots = static_cast<double>(buckets * ckf::kSlotsPerBucket);
+  const auto from = static_cast<std::size_t>(static_cast<double>(state.range(1)) / 100.0 * slots);
+  const auto to = static_cast<std::size_t>(static_cast<double>(state.range(2)) / 100.0 * slots);
+  const bool batched = state.range(3) != 0;
+  const auto keys = random_keys(to, 11);
+  const auto timed = std::span(keys).subspan(from, to - from);
+  std::vector<ckf::BucketWrite> writes;
+  std::size_t failed = 0;
+  for (auto _ : state) {
+    ckf::Filter filter(buckets);
+    filter.insert_each(std::span(keys).first(from), filter.max_kicks(), writes, [](auto...) {});
+    const auto start = std::chrono::steady_clock::now();
+    if (batched) {
+      filter.insert_each(timed, filter.max_kicks(), writes, [&](std::size_t, ckf::InsertOutcome outcome, const auto&) {
+        failed += outcome != ckf::InsertOutcome::kInserted;
+      });
+    } else {
+      for (std::uint64_t key : timed) failed += filter.insert(key, writes) != ckf::InsertOutcome::kInserted;
+    }
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * timed.size()));
+  state.counters["failed"] = static_cast<double>(failed) / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_CkfFill)
+    ->ArgNames({"log2_buckets", "from", "to", "batch"})
+    ->ArgsProduct({{19, 22}, {0}, {50}, {0, 1}})
+    ->Args({22, 50, 80, 1})
+    ->Args({22, 80, 95, 1})
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+// Random lookups over a whole 2^range(0)-bucket filter at 50 % load, half resident keys, half
+// absent: one at a time (range(1) == 0) or a batch with prefetching (1).
+void BM_CkfLookup(benchmark::State& state) {
+  const std::uint64_t buckets = std::uint64_t{1} << state.range(0);
+  const auto resident = static_cast<std::size_t>(0.5 * static_cast<double>(buckets * ckf::kSlotsPerBucket));
+  const auto keys = random_keys(resident, 12);
+  ckf::Filter filter(buckets);
+  std::vector<ckf::BucketWrite> writes;
+  filter.insert_each(keys, filter.max_kicks(), writes, [](auto...) {});
+  auto probes = random_keys(resident, 13);
+  std::mt19937_64 rng(14);
+  for (std::size_t i = 0; i < probes.size(); i += 2) probes[i] = keys[rng() % keys.size()];
+  std::size_t hits = 0;
+  for (auto _ : state) {
+    if (state.range(1) != 0) {
+      filter.contains_each(probes, [&](std::size_t, bool hit) { hits += hit; });
+    } else {
+      for (std::uint64_t probe : probes) hits += filter.contains(probe);
+    }
+  }
+  benchmark::DoNotOptimize(hits);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * probes.size()));
+}
+BENCHMARK(BM_CkfLookup)
+    ->ArgNames({"log2_buckets", "batch"})
+    ->ArgsProduct({{19, 22}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
 // A pool of 2^range buckets at the re-layout load (0.85 of its slots, one source, one-block
 // stores), re-laid out into twice the buckets: the time a publisher is busy re-placing every
 // live block. Each iteration rebuilds the full pool first (untimed).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <list>
+#include <mutex>
 
 namespace kvrelay::ckf {
 
@@ -22,6 +24,39 @@ std::expected<std::uint64_t, ConfigError> bucket_count_for(std::uint64_t expecte
   if (expected_blocks > kMaxExpectedBlocks) return std::unexpected(ConfigError::kCapacityOverflow);
   const std::uint64_t required = std::max<std::uint64_t>((5 * expected_blocks + 15) / 16, 2);
   return std::bit_ceil(required);
+}
+
+namespace {
+
+// Tables of the seeds seen most recently. A relay uses one seed; a consumer one per relay it
+// follows. The bound keeps a peer that announces ever new seeds from growing this without
+// limit: an evicted table lives on in the filters and replicas that still hold it.
+constexpr std::size_t kKeptSeeds = 16;
+
+std::shared_ptr<const AlternateOffsets> compute_offsets(std::uint64_t seed) {
+  auto table = std::make_shared<AlternateOffsets>();
+  for (std::uint32_t fingerprint = 0; fingerprint < table->size(); ++fingerprint) {
+    std::uint8_t bytes[2];
+    store_le16(bytes, static_cast<std::uint16_t>(fingerprint));
+    (*table)[fingerprint] = static_cast<std::uint32_t>(xxh3(bytes, sizeof bytes, seed ^ kGolden));
+  }
+  return table;
+}
+
+}  // namespace
+
+std::shared_ptr<const AlternateOffsets> alternate_offsets(std::uint64_t seed) {
+  static std::mutex mutex;
+  static std::list<std::pair<std::uint64_t, std::shared_ptr<const AlternateOffsets>>> recent;  // newest first
+  std::lock_guard lock(mutex);
+  const auto hit = std::find_if(recent.begin(), recent.end(), [&](const auto& entry) { return entry.first == seed; });
+  if (hit != recent.end()) {
+    recent.splice(recent.begin(), recent, hit);
+    return hit->second;
+  }
+  recent.emplace_front(seed, compute_offsets(seed));
+  if (recent.size() > kKeptSeeds) recent.pop_back();
+  return recent.front().second;
 }
 
 std::uint64_t lane_rng_seed(std::uint64_t seed, std::uint64_t lane) {
@@ -53,9 +88,8 @@ bool Filter::place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint
   return true;
 }
 
-InsertOutcome Filter::insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
+InsertOutcome Filter::insert_probe(const Probe& p, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
   writes.clear();
-  const Probe p = addressing_.probe(hash);
   if (place_in_empty_slot(p.bucket_a, p.fingerprint, writes) ||
       place_in_empty_slot(p.bucket_b, p.fingerprint, writes)) {
     ++occupied_;

@@ -2,8 +2,10 @@
 // The cuckoo filter (CKF) of one KV pool (docs/protocol/cbi1-ckf.md#ckf): packed buckets of four
 // 16-bit fingerprints, two candidate buckets per hash, bounded relocation with a SplitMix64
 // stream, and every write of a failed insertion undone.
+#include <array>
 #include <cstdint>
 #include <expected>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -64,6 +66,13 @@ inline bool bucket_holds(std::uint64_t word, std::uint16_t fingerprint) {
 
 // ---- addressing ----
 
+// The alternate-bucket offset of every fingerprint under one seed, before masking to a
+// filter's bucket count: the low 32 bits of XXH3-64(le16(fingerprint), seed ^ kGolden). Bucket
+// counts stop at 2^24, so 32 bits are all any mask keeps. 256 KiB per seed, computed once and
+// shared by every filter and replica of that seed (docs/protocol/cbi1-ckf.md#addressing).
+using AlternateOffsets = std::array<std::uint32_t, 65536>;
+std::shared_ptr<const AlternateOffsets> alternate_offsets(std::uint64_t seed);
+
 struct Probe {
   std::uint16_t fingerprint;
   std::uint64_t bucket_a;
@@ -74,7 +83,8 @@ struct Probe {
 class Addressing {
  public:
   // bucket_count must be a power of two >= 2.
-  Addressing(std::uint64_t seed, std::uint64_t bucket_count) : seed_(seed), mask_(bucket_count - 1) {}
+  Addressing(std::uint64_t seed, std::uint64_t bucket_count)
+      : seed_(seed), mask_(bucket_count - 1), offsets_(alternate_offsets(seed)) {}
 
   Probe probe(std::uint64_t sequence_hash) const {
     const std::uint64_t mixed = xxh3_u64(sequence_hash, seed_);
@@ -86,9 +96,7 @@ class Addressing {
 
   // An involution: depends only on (fingerprint, seed, bucket_count), never returns bucket.
   std::uint64_t alternate(std::uint64_t bucket, std::uint16_t fingerprint) const {
-    std::uint8_t bytes[2];
-    store_le16(bytes, fingerprint);
-    std::uint64_t delta = xxh3(bytes, sizeof bytes, seed_ ^ kGolden) & mask_;
+    std::uint64_t delta = (*offsets_)[fingerprint] & mask_;
     if (delta == 0) delta = 1;
     return bucket ^ delta;
   }
@@ -99,6 +107,7 @@ class Addressing {
  private:
   std::uint64_t seed_;
   std::uint64_t mask_;
+  std::shared_ptr<const AlternateOffsets> offsets_;
 };
 
 // ---- relocation RNG ----
@@ -151,12 +160,45 @@ class Filter {
     return insert_with_kicks(hash, max_kicks_, writes);
   }
   // max_kicks 0: direct placement only (one RNG draw still happens when both are full).
-  InsertOutcome insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks, std::vector<BucketWrite>& writes);
+  InsertOutcome insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
+    return insert_probe(addressing_.probe(hash), max_kicks, writes);
+  }
+  InsertOutcome insert_probe(const Probe& probe, std::uint32_t max_kicks, std::vector<BucketWrite>& writes);
+
+  // Inserts each hash in order exactly as insert_with_kicks would, hashing ahead and prefetching
+  // the candidate buckets of the next few so that a cache-cold filter waits on memory for
+  // several inserts at once. on_outcome(i, outcome, writes) follows each insert.
+  template <class OnOutcome>
+  void insert_each(std::span<const std::uint64_t> hashes, std::uint32_t max_kicks, std::vector<BucketWrite>& writes,
+                   OnOutcome&& on_outcome) {
+    constexpr std::size_t kAhead = 8;
+    std::array<Probe, kAhead> ring;
+    const std::size_t primed = std::min(kAhead, hashes.size());
+    for (std::size_t i = 0; i < primed; ++i) ring[i] = prefetched(hashes[i]);
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      const Probe probe = ring[i % kAhead];
+      if (i + kAhead < hashes.size()) ring[i % kAhead] = prefetched(hashes[i + kAhead]);
+      on_outcome(i, insert_probe(probe, max_kicks, writes), writes);
+    }
+  }
 
   // Clears the lowest matching slot, bucket_a first; nullopt when no copy is present.
   std::optional<BucketWrite> remove(std::uint64_t hash);
 
   bool contains(std::uint64_t hash) const { return ckf::contains(words_, addressing_.probe(hash)); }
+  // on_result(i, contained) for each hash, with the buckets of the next few prefetched.
+  template <class OnResult>
+  void contains_each(std::span<const std::uint64_t> hashes, OnResult&& on_result) const {
+    constexpr std::size_t kAhead = 8;
+    std::array<Probe, kAhead> ring;
+    const std::size_t primed = std::min(kAhead, hashes.size());
+    for (std::size_t i = 0; i < primed; ++i) ring[i] = prefetched(hashes[i]);
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      const Probe probe = ring[i % kAhead];
+      if (i + kAhead < hashes.size()) ring[i % kAhead] = prefetched(hashes[i + kAhead]);
+      on_result(i, ckf::contains(words_, probe));
+    }
+  }
   std::size_t prefix_hits(std::span<const std::uint64_t> sequence_hashes) const {
     return ckf::prefix_hits(words_, addressing_, sequence_hashes);
   }
@@ -174,6 +216,12 @@ class Filter {
   std::uint64_t occupied_count() const { return occupied_; }
 
  private:
+  Probe prefetched(std::uint64_t hash) const {
+    const Probe probe = addressing_.probe(hash);
+    __builtin_prefetch(&words_[probe.bucket_a], 1);
+    __builtin_prefetch(&words_[probe.bucket_b], 1);
+    return probe;
+  }
   bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
   void write_slot(std::uint64_t bucket, unsigned slot, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
 

@@ -27,13 +27,10 @@ std::string_view to_string(EventError error) {
 PoolIndex::PoolIndex(const PoolIndexConfig& config)
     : filter_(config.bucket_count, config.seed, config.max_kicks), window_(config.bucket_count) {}
 
-bool PoolIndex::admit(std::uint64_t canonical, bool relocate) {
-  const auto outcome = filter_.insert_with_kicks(canonical, relocate ? filter_.max_kicks() : 0, scratch_writes_);
-  if (outcome != ckf::InsertOutcome::kInserted) return false;
-  window_.mark(scratch_writes_);
+void PoolIndex::placed(std::uint64_t canonical, std::span<const ckf::BucketWrite> writes) {
+  window_.mark(writes);
   owners_[canonical].resident = true;
   ++resident_blocks_;
-  return true;
 }
 
 namespace {
@@ -113,15 +110,19 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
     }
   }
   std::optional<EventError> first_error;
-  for (std::uint64_t canonical : candidates) {
-    if (!owners_[canonical].resident && !admit(canonical, /*relocate=*/true)) {
-      ++capacity_failures_;
-      if (!first_error) first_error = EventError::kCapacityExhausted;
-    }
-  }
+  std::erase_if(candidates, [&](std::uint64_t canonical) { return owners_[canonical].resident; });
+  filter_.insert_each(candidates, filter_.max_kicks(), scratch_writes_,
+                      [&](std::size_t i, ckf::InsertOutcome outcome, const std::vector<ckf::BucketWrite>& writes) {
+                        if (outcome == ckf::InsertOutcome::kInserted) return placed(candidates[i], writes);
+                        ++capacity_failures_;
+                        if (!first_error) first_error = EventError::kCapacityExhausted;
+                      });
   // The only retry path for a capacity-omitted block: direct placement, silent on failure.
   for (std::uint64_t canonical : reoffers) {
-    if (!owners_[canonical].resident) admit(canonical, /*relocate=*/false);
+    if (owners_[canonical].resident) continue;
+    if (filter_.insert_with_kicks(canonical, 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {
+      placed(canonical, scratch_writes_);
+    }
   }
   return first_error;
 }
@@ -180,14 +181,28 @@ std::uint64_t PoolIndex::relayout(std::uint64_t bucket_count) {
   window_ = PublicationWindow(bucket_count);  // the new layout is a snapshot, not a delta
   resident_blocks_ = 0;
   std::uint64_t unplaced = 0;
+  // In runs of live blocks, so the filter prefetches ahead without a copy of every hash.
+  constexpr std::size_t kRun = 4096;
+  std::vector<Owner*> run;
+  std::vector<std::uint64_t> hashes;
+  run.reserve(kRun);
+  hashes.reserve(kRun);
+  auto place_run = [&] {
+    filter_.insert_each(hashes, filter_.max_kicks(), scratch_writes_,
+                        [&](std::size_t i, ckf::InsertOutcome outcome, const std::vector<ckf::BucketWrite>&) {
+                          Owner& owner = *run[i];
+                          owner.resident = outcome == ckf::InsertOutcome::kInserted;
+                          owner.resident ? ++resident_blocks_ : ++unplaced;
+                        });
+    run.clear();
+    hashes.clear();
+  };
   for (auto& [canonical, owner] : owners_) {
-    owner.resident = filter_.insert(canonical, scratch_writes_) == ckf::InsertOutcome::kInserted;
-    if (owner.resident) {
-      ++resident_blocks_;
-    } else {
-      ++unplaced;
-    }
+    run.push_back(&owner);
+    hashes.push_back(canonical);
+    if (run.size() == kRun) place_run();
   }
+  place_run();
   capacity_failures_ += unplaced;
   return unplaced;
 }

@@ -95,7 +95,8 @@ class PoolIndex {
   };
   using Lineage = absl::flat_hash_map<std::uint64_t, std::uint64_t>;  // engine id -> canonical
 
-  bool admit(std::uint64_t canonical, bool relocate);
+  // A new canonical hash took its slot with these writes.
+  void placed(std::uint64_t canonical, std::span<const ckf::BucketWrite> writes);
   std::optional<EventError> remove_one(SourceKey source, Lineage& lineage, std::uint64_t engine_id);
 
   ckf::Filter filter_;

@@ -127,3 +127,46 @@ TEST_CASE("occupied_in counts the non-empty 16-bit slots of a bucket word", "[ck
     REQUIRE(ckf::occupied_in(word) == expected);
   }
 }
+
+namespace {
+
+// The alternate bucket as the format defines it, hashed afresh (docs/protocol/cbi1-ckf.md#addressing).
+std::uint64_t alternate_by_formula(std::uint64_t seed, std::uint64_t bucket_count, std::uint64_t bucket,
+                                   std::uint16_t fingerprint) {
+  std::uint8_t bytes[2];
+  store_le16(bytes, fingerprint);
+  std::uint64_t delta = xxh3(bytes, sizeof bytes, seed ^ ckf::kGolden) & (bucket_count - 1);
+  if (delta == 0) delta = 1;
+  return bucket ^ delta;
+}
+
+}  // namespace
+
+TEST_CASE("the precomputed alternate offsets equal the formula for every fingerprint", "[ckf][addressing]") {
+  for (std::uint64_t bucket_count : {std::uint64_t{2}, std::uint64_t{1} << 10, ckf::kMaxBucketCount}) {
+    const ckf::Addressing addressing(ckf::kDefaultSeed, bucket_count);
+    for (std::uint32_t fingerprint = 1; fingerprint <= 0xFFFF; ++fingerprint) {
+      const auto fp = static_cast<std::uint16_t>(fingerprint);
+      const std::uint64_t bucket = (fingerprint * 0x9E3779B9u) & (bucket_count - 1);
+      if (addressing.alternate(bucket, fp) != alternate_by_formula(ckf::kDefaultSeed, bucket_count, bucket, fp)) {
+        FAIL("fingerprint " << fingerprint << " at " << bucket_count << " buckets");
+      }
+    }
+  }
+}
+
+TEST_CASE("alternate offsets: random seeds and sizes agree with the formula, tables are shared per seed",
+          "[ckf][addressing]") {
+  std::mt19937_64 rng(27);
+  for (int round = 0; round < 40; ++round) {  // more seeds than the table cache keeps
+    const std::uint64_t seed = rng();
+    const std::uint64_t bucket_count = std::uint64_t{1} << (1 + rng() % 24);
+    const ckf::Addressing addressing(seed, bucket_count);
+    for (int i = 0; i < 2000; ++i) {
+      const auto fp = static_cast<std::uint16_t>(rng() | 1);
+      const std::uint64_t bucket = rng() & (bucket_count - 1);
+      REQUIRE(addressing.alternate(bucket, fp) == alternate_by_formula(seed, bucket_count, bucket, fp));
+    }
+  }
+  CHECK(ckf::alternate_offsets(ckf::kDefaultSeed) == ckf::alternate_offsets(ckf::kDefaultSeed));
+}
