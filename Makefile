@@ -33,6 +33,7 @@ test-normal: build
 	@cd build && ctest $(CTEST_FLAGS)
 	@bash scripts/image-check.sh build/bin
 	@bash scripts/deploy-check.sh build/bin/kv-relay
+	@bash scripts/image-test.sh build/bin
 
 test-asan: build-asan
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -63,6 +64,15 @@ soak: build
 # The Helm chart: lint, render, yamllint, and every flag it passes known to kv-relay.
 deploy-check: build
 	@bash scripts/deploy-check.sh build/bin/kv-relay
+
+# The container image kv-relay:<version> (podman, from build/bin on a mmdebstrap base: no
+# registry needed), and that image run for real: the demo, an engine, the chart's command lines.
+.PHONY: image image-test
+image: build
+	@bash scripts/image-build.sh build/bin
+
+image-test: build
+	@bash scripts/image-test.sh build/bin
 
 # libFuzzer: every harness of tests/fuzz/ for FUZZ_SECONDS each, from a clang build in build-fuzz/
 # (crashes in build-fuzz/crashes/<harness>/); fails if any harness found one.

@@ -88,7 +88,7 @@ struct StreamSettings {
   ingest_check::Limits limits;
   std::size_t read_window = 64;
   metrics::RelayMetrics* metrics = nullptr;
-  std::shared_ptr<StreamLimit::Permit> permit;  // returned when the reader is deleted (OnDone)
+  std::shared_ptr<StreamLimit::Permit> permit;  // returned as the stream finishes (finishing())
 };
 
 using BatchAck = Acknowledgement<BatchOutcome>;
@@ -143,6 +143,7 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
     if (!lost_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
   }
+  void finishing() override { settings_.permit.reset(); }
 
  private:
   MembershipActor membership_;
@@ -194,6 +195,7 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
     if (!oversize_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *oversize_);
   }
+  void finishing() override { settings_.permit.reset(); }
 
  private:
   LoadWindowActor load_;

@@ -143,6 +143,11 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
   // (an outcome showed that nothing more can be applied). Runs under the reader's lock after
   // every tally(): bookkeeping only. gRPC completes a read still outstanding with ok = false.
   virtual std::optional<grpc::Status> early_status() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return std::nullopt; }
+  // Just before Finish, on the thread that makes it, without the reader's lock (nothing else
+  // touches the reader then but OnDone, which comes after Finish): what the stream holds only
+  // while it is open (an admission permit) goes back before the client learns of the end, so
+  // a client that opens its next stream at once is never refused by the one it just closed.
+  virtual void finishing() {}
 
   const std::shared_ptr<Gate>& gate() const { return gate_; }
 
@@ -182,6 +187,7 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
         continue;
       }
       // The last call: `issuing_` stays set, and the reader may be deleted from here on.
+      finishing();
       this->Finish(std::move(status));
       return;
     }

@@ -67,13 +67,16 @@ bool plain_number(const std::string& text) {
 }
 
 // Aliases let a few bytes of YAML stand for any number of copies of a node (a 430-byte file of
-// nested aliases expands to 10^9 scalars), so the JSON form is bounded: such a file is refused
-// instead of exhausting memory. The bound is far above any static deployment's file.
+// nested aliases expands to 10^9 scalars), and an alias inside its own anchor makes a node
+// contain itself, so the JSON form is bounded in size and depth: such a file is refused instead
+// of exhausting memory or the stack. Both bounds are far above what a real file needs (the
+// TopologyFile schema nests 7 levels deep).
 constexpr std::size_t kMaxJsonBytes = std::size_t{4} << 20;
+constexpr std::size_t kMaxDepth = 64;
 
-// false once the JSON would exceed kMaxJsonBytes.
-bool emit(const YAML::Node& node, std::string& out) {
-  if (out.size() > kMaxJsonBytes) return false;
+// false once the JSON would exceed a bound.
+bool emit(const YAML::Node& node, std::string& out, std::size_t depth = 0) {
+  if (depth > kMaxDepth || out.size() > kMaxJsonBytes) return false;
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -85,7 +88,7 @@ bool emit(const YAML::Node& node, std::string& out) {
       for (const auto& item : node) {
         if (!first) out += ',';
         first = false;
-        if (!emit(item, out)) return false;
+        if (!emit(item, out, depth + 1)) return false;
       }
       out += ']';
       return true;
@@ -98,7 +101,7 @@ bool emit(const YAML::Node& node, std::string& out) {
         first = false;
         out += json_string(entry.first.as<std::string>());
         out += ':';
-        if (!emit(entry.second, out)) return false;
+        if (!emit(entry.second, out, depth + 1)) return false;
       }
       out += '}';
       return true;
@@ -123,8 +126,9 @@ std::expected<std::string, std::string> yaml_to_json(const std::string& yaml) {
   try {
     std::string json;
     if (!emit(YAML::Load(yaml), json)) {
-      return std::unexpected("YAML: its JSON form exceeds " + std::to_string(kMaxJsonBytes >> 20) +
-                             " MiB (aliases repeating a node without bound?)");
+      return std::unexpected("YAML: the document nests deeper than " + std::to_string(kMaxDepth) +
+                             " levels or its JSON form exceeds " + std::to_string(kMaxJsonBytes >> 20) +
+                             " MiB (an alias repeating a node without bound?)");
     }
     return json;
   } catch (const YAML::Exception& error) {

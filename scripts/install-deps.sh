@@ -18,6 +18,10 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack
   curl unzip
 )
+# `install-deps.sh --image`: only the container tools of `make image` and `make image-test`
+# (scripts/image-build.sh asks for them when it needs them, so `make build` never waits for them).
+IMAGE_PACKAGES=(mmdebstrap podman buildah runc)
+if [[ "${1:-}" == "--image" ]]; then PACKAGES=("${IMAGE_PACKAGES[@]}"); fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -179,9 +179,9 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   ingest_v1::LoadReport load;
   *load.mutable_endpoint() = kBackend;
   require_refusal(report_load_status(relay, load), grpc::StatusCode::RESOURCE_EXHAUSTED, streams);
+  // A stream's permit is back before its client sees the end: the next stream is admitted at once.
   held[0]->WritesDone();
   REQUIRE(held[0]->Finish().ok());
-  REQUIRE(relay.runtime().await_open_streams_at_most("ingest", 1));
   CHECK(publish_status(relay, {stored_batch(kBackend, 2, 0, 1, 0, {{1, 11}})}).ok());
   held[1]->WritesDone();
   REQUIRE(held[1]->Finish().ok());
