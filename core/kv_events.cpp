@@ -72,15 +72,15 @@ std::optional<std::string> malformed_batch_reason(const ingest_v1::KvEventBatch&
   for (int i = 0; i < batch.events_size(); ++i) {
     const ingest_v1::KvEvent& event = batch.events(i);
     if (event.data_case() == ingest_v1::KvEvent::DATA_NOT_SET) {
-      return fmt::format("events[{}] has no data", i);
+      return fmt::format("events[{}]: has no data", i);
     }
     if (!ingest_v1::StorageTier_IsValid(event.tier())) {
-      return fmt::format("events[{}].tier {} is not a known storage tier", i, static_cast<int>(event.tier()));
+      return fmt::format("events[{}].tier: {} is not a known storage tier", i, static_cast<int>(event.tier()));
     }
     if (!event.has_stored()) continue;
     for (int b = 0; b < event.stored().blocks_size(); ++b) {
       if (event.stored().blocks(b).content_case() == ingest_v1::StoredBlock::CONTENT_NOT_SET) {
-        return fmt::format("events[{}].stored.blocks[{}] has neither tokens_hash nor tokens", i, b);
+        return fmt::format("events[{}].stored.blocks[{}]: has neither tokens_hash nor tokens", i, b);
       }
     }
   }

@@ -1,7 +1,6 @@
 #pragma once
 // What every harness shares: cutting one fuzz input into records, and failing loudly when the
 // code under test breaks one of its own invariants (a finding, reported as a crash).
-#include <google/protobuf/stubs/logging.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +8,8 @@
 #include <source_location>
 #include <string_view>
 #include <vector>
+
+#include <google/protobuf/stubs/logging.h>
 
 namespace kvrelay::fuzz {
 

@@ -10,7 +10,9 @@
 // the drained delta) rebuilds exactly the filter on a replica of the bucket lane.
 //
 // Byte 0: bits 0-2 the pool's block size minus 1, bit 3 Eagle hashing, bits 4-5 the filter's size
-// (4 << n buckets: small, so capacity omissions and relocation happen).
+// (4 << n buckets: small, so capacity omissions and relocation happen), bit 6: a batch that
+// leaves a block omitted re-lays the index out into twice the buckets, as its publisher would
+// (docs/protocol/capacity.md#relayout), and the replica starts over from the new layout.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -137,6 +139,7 @@ void check_index(const PoolIndex& index, const ReferenceLineage& model) {
   }
   require(index.filter().occupied_count() == index.filter().occupied_slots(), "the running slot count is exact");
   require(index.filter().occupied_slots() == resident, "one fingerprint copy per resident hash");
+  require(index.omitted_blocks() == owners.size() - resident, "every live block is resident or omitted");
 }
 
 // A consumer's lane, kept only from what the index publishes.
@@ -159,6 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const QuerySemantics semantics{static_cast<std::uint32_t>(1 + (data[0] & 7)),
                                  (data[0] & 8) != 0 ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard};
   const std::uint64_t bucket_count = std::uint64_t{4} << ((data[0] >> 4) & 3);
+  const bool grows = (data[0] & 0x40) != 0;
   PoolIndex index({bucket_count});
   std::vector<std::uint64_t> lane(bucket_count, 0);
   ReferenceLineage model;
@@ -173,6 +177,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     check_index(index, model);
     check_publication(index, lane);
+    if (grows && index.omitted_blocks() > 0 && index.filter().bucket_count() < 1024) {
+      index.relayout(index.filter().bucket_count() * 2);
+      require(!index.publication_pending(), "a re-layout is published as a snapshot, not a delta");
+      lane.assign(index.filter().words().begin(), index.filter().words().end());
+      check_index(index, model);
+    }
   }
   return 0;
 }
