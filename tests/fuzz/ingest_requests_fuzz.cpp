@@ -49,14 +49,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check<ingest_v1::SetAvailabilityRequest>(bytes, ingest_check::set_availability);
       break;
     case 4:
-      check<ingest_v1::KvEventBatch>(
-          bytes,
-          [](const auto& batch) {
-            const auto problem = ingest_check::kv_event_batch(batch);
-            // A batch the gateway admits is one membership never refuses as malformed.
-            if (!problem) require(!malformed_batch_reason(batch), "an admitted batch is well-formed");
-            return problem;
-          });
+      check<ingest_v1::KvEventBatch>(bytes, [](const auto& batch) {
+        const auto problem = ingest_check::kv_event_batch(batch);
+        // A batch the gateway admits is one membership never refuses as malformed.
+        if (!problem) require(!malformed_batch_reason(batch), "an admitted batch is well-formed");
+        return problem;
+      });
       break;
     case 5:
       check<ingest_v1::LoadReport>(bytes, ingest_check::load_report);
