@@ -195,6 +195,13 @@ void publish_stats(Self self) {
   }
 }
 
+// Both load windows cover the same pools, each with its current producer.
+void send_load_pools(Self self) {
+  const auto pools = load_pools(self->state);
+  self->send(self->state.peers.load, atoms::load_pools_atom_v, pools);
+  self->send(self->state.peers.serving_load, atoms::load_pools_atom_v, pools);
+}
+
 // Re-projects everything after a change and tells every actor the complete new state.
 // The catalog withdraws a pool before its publisher is retired.
 void reconcile(Self self) {
@@ -230,9 +237,7 @@ void reconcile(Self self) {
     generation_gone(self, endpoint);
   }
   self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
-  const auto pools = load_pools(state);
-  self->send(state.peers.load, atoms::load_pools_atom_v, pools);
-  self->send(state.peers.serving_load, atoms::load_pools_atom_v, pools);
+  send_load_pools(self);
 }
 
 // ---- ingest calls ----
@@ -506,9 +511,7 @@ void on_grow(Self self, std::uint64_t layout_generation, std::uint64_t bucket_co
   pool->second.descriptor = membership::descriptor(state.projection.at(pool->first), pool->second.producer).value();
   publish_stats(self);
   self->send(state.peers.catalog, atoms::catalog_atom_v, catalog_entries(state));
-  const auto pools = load_pools(state);
-  self->send(state.peers.load, atoms::load_pools_atom_v, pools);
-  self->send(state.peers.serving_load, atoms::load_pools_atom_v, pools);
+  send_load_pools(self);
 }
 
 // ---- GetState ----

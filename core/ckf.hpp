@@ -171,15 +171,9 @@ class Filter {
   template <class OnOutcome>
   void insert_each(std::span<const std::uint64_t> hashes, std::uint32_t max_kicks, std::vector<BucketWrite>& writes,
                    OnOutcome&& on_outcome) {
-    constexpr std::size_t kAhead = 8;
-    std::array<Probe, kAhead> ring;
-    const std::size_t primed = std::min(kAhead, hashes.size());
-    for (std::size_t i = 0; i < primed; ++i) ring[i] = prefetched(hashes[i]);
-    for (std::size_t i = 0; i < hashes.size(); ++i) {
-      const Probe probe = ring[i % kAhead];
-      if (i + kAhead < hashes.size()) ring[i % kAhead] = prefetched(hashes[i + kAhead]);
+    each_prefetched(hashes, [&](std::size_t i, const Probe& probe) {
       on_outcome(i, insert_probe(probe, max_kicks, writes), writes);
-    }
+    });
   }
 
   // Clears the lowest matching slot, bucket_a first; nullopt when no copy is present.
@@ -189,15 +183,7 @@ class Filter {
   // on_result(i, contained) for each hash, with the buckets of the next few prefetched.
   template <class OnResult>
   void contains_each(std::span<const std::uint64_t> hashes, OnResult&& on_result) const {
-    constexpr std::size_t kAhead = 8;
-    std::array<Probe, kAhead> ring;
-    const std::size_t primed = std::min(kAhead, hashes.size());
-    for (std::size_t i = 0; i < primed; ++i) ring[i] = prefetched(hashes[i]);
-    for (std::size_t i = 0; i < hashes.size(); ++i) {
-      const Probe probe = ring[i % kAhead];
-      if (i + kAhead < hashes.size()) ring[i % kAhead] = prefetched(hashes[i + kAhead]);
-      on_result(i, ckf::contains(words_, probe));
-    }
+    each_prefetched(hashes, [&](std::size_t i, const Probe& probe) { on_result(i, ckf::contains(words_, probe)); });
   }
   std::size_t prefix_hits(std::span<const std::uint64_t> sequence_hashes) const {
     return ckf::prefix_hits(words_, addressing_, sequence_hashes);
@@ -221,6 +207,20 @@ class Filter {
     __builtin_prefetch(&words_[probe.bucket_a], 1);
     __builtin_prefetch(&words_[probe.bucket_b], 1);
     return probe;
+  }
+  // visit(i, probe) for each hash in order, its probe computed and its buckets prefetched
+  // kAhead hashes earlier.
+  template <class Visit>
+  void each_prefetched(std::span<const std::uint64_t> hashes, Visit&& visit) const {
+    constexpr std::size_t kAhead = 8;
+    std::array<Probe, kAhead> ring;
+    const std::size_t primed = std::min(kAhead, hashes.size());
+    for (std::size_t i = 0; i < primed; ++i) ring[i] = prefetched(hashes[i]);
+    for (std::size_t i = 0; i < hashes.size(); ++i) {
+      const Probe probe = ring[i % kAhead];
+      if (i + kAhead < hashes.size()) ring[i % kAhead] = prefetched(hashes[i + kAhead]);
+      visit(i, probe);
+    }
   }
   bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
   void write_slot(std::uint64_t bucket, unsigned slot, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);

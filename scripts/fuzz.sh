@@ -17,21 +17,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_PARALLEL=${FUZZ_PARALLEL:-1}
 JOBS=${JOBS:-$(nproc)}
 BUILD=build-fuzz
-PACKAGES=(clang-16 libclang-rt-16-dev)
-
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
-  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
-done
-if ((${#missing[@]} > 0)); then
-  echo "fuzz: installing ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash scripts/install-deps.sh --fuzz
 
 if [[ ! -f $BUILD/build.ninja ]]; then
   launcher=()

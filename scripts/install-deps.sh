@@ -21,7 +21,12 @@ PACKAGES=(
 # `install-deps.sh --image`: only the container tools of `make image` and `make image-test`
 # (scripts/image-build.sh asks for them when it needs them, so `make build` never waits for them).
 IMAGE_PACKAGES=(mmdebstrap podman buildah runc)
-if [[ "${1:-}" == "--image" ]]; then PACKAGES=("${IMAGE_PACKAGES[@]}"); fi
+# `install-deps.sh --fuzz`: only the clang of `make fuzz` (scripts/fuzz.sh), with libFuzzer.
+FUZZ_PACKAGES=(clang-16 libclang-rt-16-dev)
+case "${1:-}" in
+  --image) PACKAGES=("${IMAGE_PACKAGES[@]}") ;;
+  --fuzz) PACKAGES=("${FUZZ_PACKAGES[@]}") ;;
+esac
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
