@@ -42,13 +42,13 @@ std::string write_topology(const std::string& name, const FakeEngineProcess& ran
   return path;
 }
 
-// GetState once both ranks have applied the engines' batch `seq` and it is published.
-ingest_v1::PoolState settled(RelayProcess& relay, std::uint64_t seq) {
+// GetState once `ranks` sources have applied the engines' batch `seq` and it is published.
+ingest_v1::PoolState settled(RelayProcess& relay, std::uint64_t seq, int ranks) {
   const auto state = relay.state_until([&](const ingest_v1::RelayState& s) {
     if (s.pools_size() != 1 || s.pools(0).publication_pending() || s.endpoints_size() != 1) return false;
     int done = 0;
     for (const auto& source : s.endpoints(0).sources()) done += source.last_sequence() == seq ? 1 : 0;
-    return done == 2;
+    return done == ranks;
   });
   return state.pools(0);
 }
@@ -71,10 +71,15 @@ TEST_CASE("engines: two relay processes on one set of fake engines hold the same
         {"op", "random"}, {"seed", seed}, {"batches", 100}, {"events_per_batch", 4}, {"blocks_per_store", 2}};
   };
   rank0.command({{"op", "raw"}, {"frames", {"", "00"}}});  // dropped: no seq, no payload
+  // The filter's bits depend on the order blocks arrive in (which slot of a shared bucket a
+  // fingerprint takes), so rank 1 publishes only once both relays have applied rank 0: each
+  // relay then sees the same order, and the same blocks must give the same bits.
   const std::uint64_t seq = FakeEngineProcess::seq_of(rank0.command(random(1)));
+  settled(first, seq, 1);
+  settled(second, seq, 1);
   REQUIRE(FakeEngineProcess::seq_of(rank1.command(random(2))) == seq);
-  const auto a = settled(first, seq);
-  const auto b = settled(second, seq);
+  const auto a = settled(first, seq, 2);
+  const auto b = settled(second, seq, 2);
   CHECK(a.unique_blocks() > 0);
   CHECK(a.unique_blocks() == b.unique_blocks());
   CHECK(a.filter_digest() == b.filter_digest());
