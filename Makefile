@@ -42,12 +42,13 @@ test-asan: build-asan
 # The whole suite twice: the normal build, then AddressSanitizer + UBSan.
 test: test-normal test-asan
 
-# Starts the relay on its built-in demo deployment (Ctrl-C stops it).
+# Starts the relay on its built-in demo deployment (Ctrl-C stops it). Ingest calls need the
+# demo's bearer token, deploy/demo/ingest-token, as a deployment's would need its own.
 RUN_FLAGS ?=
 run: deps
 	@$(call configure,build)
 	@cmake --build build -j $(JOBS) --target kv-relay
-	@build/bin/kv-relay --demo --topology deploy/demo/topology.yaml $(RUN_FLAGS)
+	@build/bin/kv-relay --demo --topology deploy/demo/topology.yaml --ingest-token-file deploy/demo/ingest-token $(RUN_FLAGS)
 
 bench: build
 	@bash scripts/run-benchmarks.sh build/bin

@@ -141,6 +141,42 @@ std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoi
   return pool;
 }
 
+// Makes a layout of `bucket_count` buckets the pool's new generation, if the memory budget
+// holds it (docs/protocol/capacity.md#relayout); otherwise counts and logs the refusal and
+// returns it. The publisher is told its new generation before the catalog names it, so a
+// stream admitted to the new generation always finds the publisher already re-laid out. The
+// pool keeps its publisher, lineage, sources and stats. The caller publishes the catalog.
+std::optional<std::string> grant_relayout(Self self, const EndpointKey& endpoint, MaterializedPool& pool,
+                                          std::uint64_t bucket_count) {
+  auto& state = self->state;
+  const std::uint64_t charge = capacity::pool_charge_bytes(bucket_count, state.config.relayout_load);
+  const std::uint64_t extra = charge > pool.charged_bytes ? charge - pool.charged_bytes : 0;
+  if (auto refusal = state.budget.try_reserve(extra)) {
+    if (state.config.metrics != nullptr) state.config.metrics->growth_refused();
+    state.growth_log->warn(fmt::format("endpoint {}: re-layout refused: {}", endpoint.display(), *refusal));
+    return refusal;
+  }
+  pool.charged_bytes += extra;
+  pool.producer = new_producer(self, pool.domain, bucket_count);
+  pool.subscribers = generation_subscribers(state);
+  self->send(pool.publisher, atoms::relayout_atom_v, pool.producer);
+  return std::nullopt;
+}
+
+// With auto sizing a pool's layout follows its declared capacity: a worker that raised it
+// past what the layout was sized for re-lays the pool out to the size the new sum gives
+// (docs/protocol/decisions.md#d34). Layouts never shrink.
+void follow_declared_capacity(Self self, const EndpointKey& endpoint, MaterializedPool& pool) {
+  const auto& state = self->state;
+  if (state.config.sizing.expected_blocks) return;
+  const std::uint64_t wanted = capacity::initial_bucket_count(
+      state.config.sizing, capacity::declared_capacity(state.projection.at(endpoint).runtime_configs));
+  if (wanted <= pool.producer.ckf_format().bucket_count()) return;
+  spdlog::info("endpoint {}: declared capacity needs {} buckets, the layout has {}: re-laying out", endpoint.display(),
+               wanted, pool.producer.ckf_format().bucket_count());
+  grant_relayout(self, endpoint, pool, wanted);
+}
+
 // ---- what the other actors are told ----
 
 std::vector<CatalogEntry> catalog_entries(const MembershipState& state) {
@@ -222,8 +258,11 @@ void reconcile(Self self) {
   }
   std::erase_if(state.over_budget, [&](const auto& entry) { return !desired.contains(entry.first); });
   for (const auto& [endpoint, domain] : desired) {
-    if (state.pools.contains(endpoint)) continue;
-    if (auto pool = materialize(self, endpoint, domain)) state.pools.emplace(endpoint, std::move(*pool));
+    if (auto kept = state.pools.find(endpoint); kept != state.pools.end()) {
+      follow_declared_capacity(self, endpoint, kept->second);
+    } else if (auto pool = materialize(self, endpoint, domain)) {
+      state.pools.emplace(endpoint, std::move(*pool));
+    }
   }
   for (auto& [endpoint, pool] : state.pools) {
     // A materializable endpoint always has a base registration, hence a descriptor.
@@ -483,10 +522,7 @@ void on_fenced(Self self) {
   generation_gone(self, endpoint);
 }
 
-// A publisher asks for a re-layout of its generation into `bucket_count` buckets
-// (docs/protocol/capacity.md#relayout). Granted: the publisher is told its new generation
-// before the catalog names it, so a stream admitted to the new generation always finds the
-// publisher already re-laid out. The pool keeps its publisher, lineage, sources and stats.
+// A publisher asks for a re-layout of its generation into `bucket_count` buckets.
 void on_grow(Self self, std::uint64_t layout_generation, std::uint64_t bucket_count) {
   auto& state = self->state;
   const auto pool = sending_pool(self);
@@ -496,18 +532,10 @@ void on_grow(Self self, std::uint64_t layout_generation, std::uint64_t bucket_co
     self->send(publisher, atoms::growth_refused_atom_v, std::string("the pool is at the format's largest layout"));
     return;
   }
-  const std::uint64_t charge = capacity::pool_charge_bytes(bucket_count, state.config.relayout_load);
-  const std::uint64_t extra = charge > pool->second.charged_bytes ? charge - pool->second.charged_bytes : 0;
-  if (auto refusal = state.budget.try_reserve(extra)) {
-    if (state.config.metrics != nullptr) state.config.metrics->growth_refused();
-    state.growth_log->warn(fmt::format("endpoint {}: re-layout refused: {}", pool->first.display(), *refusal));
+  if (auto refusal = grant_relayout(self, pool->first, pool->second, bucket_count)) {
     self->send(publisher, atoms::growth_refused_atom_v, std::move(*refusal));
     return;
   }
-  pool->second.charged_bytes += extra;
-  pool->second.producer = new_producer(self, pool->second.domain, bucket_count);
-  pool->second.subscribers = generation_subscribers(state);
-  self->send(publisher, atoms::relayout_atom_v, pool->second.producer);
   pool->second.descriptor = membership::descriptor(state.projection.at(pool->first), pool->second.producer).value();
   publish_stats(self);
   self->send(state.peers.catalog, atoms::catalog_atom_v, catalog_entries(state));

@@ -11,6 +11,7 @@
 #include "core/token_hashing.hpp"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/replica.hpp"
+#include "tests/integration/scrape.hpp"
 
 using namespace kvrelay;
 using namespace kvrelay::test;
@@ -70,6 +71,7 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
   auto options = loopback_options();
   options.expected_unique_blocks = 64;
   options.relayout_min_interval_ms = 0;
+  options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
   const auto endpoint = endpoint_ref("ns", "backend");
@@ -123,6 +125,13 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
   REQUIRE(state.endpoints_size() == 1);
   REQUIRE(state.endpoints(0).sources_size() == 1);
   CHECK(state.endpoints(0).sources(0).resets() == 0);  // a re-layout resets no source
+  const Labels series{{"pool", "ns/backend/generate"}};
+  const Scrape s = scrape_until(relay, [&](const Scrape& now) {
+    return now.count("kv_relay_pool_relayouts_total", series) == static_cast<double>(pool.relayouts());
+  });
+  CHECK(s.count("kv_relay_pool_relayouts_total", series) == static_cast<double>(pool.relayouts()));
+  CHECK(s.value("kv_relay_pool_omitted_blocks", series) == 0);
+  CHECK(s.count("kv_relay_pool_growth_refusals_total") == 0);
 }
 
 TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conflict, others go on",
@@ -130,6 +139,7 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
   auto options = loopback_options();
   options.expected_unique_blocks = 64;  // 32 buckets: 512 + 108 x 64 bytes, 7 424 in all
   options.memory_budget_bytes = 10'000;
+  options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
   const auto first = endpoint_ref("ns", "first");
@@ -149,6 +159,11 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
     CHECK(e.pool_materialized() == (e.endpoint().component() == "first"));
     CHECK(e.conflicts_size() == (e.endpoint().component() == "first" ? 0 : 1));
   }
+  const Scrape refused_scrape =
+      scrape_until(relay, [](const Scrape& now) { return now.count("kv_relay_pools_over_budget") == 1; });
+  CHECK(refused_scrape.count("kv_relay_pools_over_budget") == 1);
+  CHECK(refused_scrape.value("kv_relay_memory_budget_bytes") == 10'000);
+  CHECK(refused_scrape.value("kv_relay_memory_charged_bytes") == 7'424);
   // The first pool is served as before; once it goes, the budget holds the second.
   relay.publish({stored_batch(first, 1, 0, 1, 0, {{1, 0x11}})});
   CHECK(only_pool(relay.get_state()).unique_blocks() == 1);
@@ -160,6 +175,9 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
   const auto after = relay.get_state();
   for (const auto& e : after.endpoints()) CHECK(e.conflicts_size() == 0);
   CHECK(only_pool(after).serving_endpoint().component() == "second");
+  CHECK(scrape_until(relay, [](const Scrape& now) {
+          return now.count("kv_relay_pools_over_budget") == 0;
+        }).count("kv_relay_pools_over_budget") == 0);
 }
 
 TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and the omissions are counted",
@@ -168,6 +186,7 @@ TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and th
   options.expected_unique_blocks = 64;  // 32 buckets, charged 7 424 bytes; 64 buckets would be 14 912
   options.memory_budget_bytes = 10'000;
   options.relayout_min_interval_ms = 0;
+  options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
   const auto endpoint = endpoint_ref("ns", "backend");
   relay.put_worker(put_worker_request(endpoint, 1));
@@ -187,4 +206,64 @@ TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and th
   CHECK(pool.omitted_blocks() == 200 - pool.occupied_slots());
   CHECK(pool.omitted_blocks() >= 200 - 128);
   CHECK(pool.growth_refusal() == "memory budget: needs 7488 bytes, 2576 of --memory-budget-bytes 10000 are left");
+  const Labels series{{"pool", "ns/backend/generate"}};
+  const Scrape s = scrape_until(relay, [&](const Scrape& now) {
+    return now.value("kv_relay_pool_omitted_blocks", series) == static_cast<double>(pool.omitted_blocks());
+  });
+  CHECK(s.value("kv_relay_pool_omitted_blocks", series) == static_cast<double>(pool.omitted_blocks()));
+  CHECK(s.count("kv_relay_pool_growth_refusals_total") >= 1);
+  CHECK(s.count("kv_relay_pool_relayouts_total", series) == 0);
+}
+
+TEST_CASE("capacity: auto sizing follows the declared capacity as workers join, and never shrinks",
+          "[capacity][sizing]") {
+  auto options = loopback_options();
+  options.expected_unique_blocks = std::nullopt;  // auto
+  options.expected_unique_blocks_fallback = 100'000;
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  const auto endpoint = endpoint_ref("ns", "backend");
+  WorkerShape shape;
+  shape.dp_size = 2;
+  shape.total_kv_blocks = 4096;
+  relay.put_worker(put_worker_request(endpoint, 1, shape));
+  // 2 ranks x 4 096 blocks: 8 192 x 1.25 slots / 4 per bucket = 2 560, the next power of two.
+  const v1::ProducerIdentity first = await_single_pool(*catalog);
+  CHECK(first.ckf_format().bucket_count() == 4096);
+  relay.publish({stored_batch(endpoint, 1, 0, 1, 0, {{1, 0x11}, {2, 0x22}})});
+
+  // Which layout the catalog names once it has `buckets` buckets.
+  const auto layout_with = [&](std::uint64_t buckets) {
+    const auto update = catalog->until([&](const v1::KvPoolCatalogUpdate& u) {
+      return u.snapshot().pools_size() == 1 && u.snapshot().pools(0).producer().ckf_format().bucket_count() == buckets;
+    });
+    REQUIRE(update.has_value());
+    const v1::ProducerIdentity producer = update->snapshot().pools(0).producer();
+    CHECK(producer.pool_id().SerializeAsString() == first.pool_id().SerializeAsString());
+    return producer;
+  };
+  // A second worker doubles the sum: 16 384 blocks need 5 120 buckets.
+  relay.put_worker(put_worker_request(endpoint, 2, shape));
+  const auto second = layout_with(8192);
+  CHECK(second.layout_generation() > first.layout_generation());
+  // A worker of unknown capacity sizes the pool for the fallback: 100 000 x 1.25 / 4 = 31 250.
+  WorkerShape unknown = shape;
+  unknown.total_kv_blocks = std::nullopt;
+  relay.put_worker(put_worker_request(endpoint, 3, unknown));
+  const auto third = layout_with(32768);
+  CHECK(third.layout_generation() > second.layout_generation());
+
+  // Workers leaving shrink nothing; the live blocks and the first worker's source went through.
+  relay.remove_worker(endpoint, 3);
+  relay.remove_worker(endpoint, 2);
+  relay.publish({stored_batch(endpoint, 1, 0, 1, 1, {{3, 0x33}})});
+  const auto state = relay.get_state();
+  const auto& pool = only_pool(state);
+  CHECK(pool.bucket_count() == 32768);
+  CHECK(pool.layout_generation() == third.layout_generation());
+  CHECK(pool.unique_blocks() == 3);
+  CHECK(pool.omitted_blocks() == 0);
+  CHECK(pool.relayouts() == 2);
+  REQUIRE(state.endpoints_size() == 1);
+  for (const auto& source : state.endpoints(0).sources()) CHECK(source.resets() == 0);
 }

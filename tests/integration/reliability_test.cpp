@@ -178,6 +178,53 @@ std::vector<Row> ingest_rows() {
   return rows;
 }
 
+// The ingest limits (docs/protocol/limits.md#ingest-limits), each met by a request just past it.
+std::vector<Row> ingest_limit_rows() {
+  auto options = loopback_options();
+  options.max_event_blocks = 3;
+  options.max_event_tokens = 8;
+  options.max_ingest_string_bytes = 32;
+  options.max_serving_endpoints = 2;
+  options.max_kv_sources = 3;
+  options.max_ingest_streams = 1;
+  TestRelay relay(options);
+  const auto endpoint = endpoint_ref("prod", "backend");
+  relay.put_worker(put_worker_request(endpoint, 1));
+  auto& ingest = relay.ingest();
+
+  std::vector<Row> rows;
+  rows.push_back({"ingest", "`PutWorker` with a 33-byte component past `--max-ingest-string-bytes 32`",
+                  put_worker_answer(ingest, put_worker_request(endpoint_ref("prod", std::string(33, 'n')), 2))});
+  rows.push_back(
+      {"ingest", "a stored event of 4 blocks past `--max-event-blocks 3`",
+       publish_answer(ingest, {stored_batch(endpoint, 1, 0, 1, 0, {{1, 0x11}, {2, 0x22}, {3, 0x33}, {4, 0x44}})})});
+  auto tokens = stored_batch(endpoint, 1, 0, 1, 0, {});
+  for (std::uint32_t b = 0; b < 3; ++b) {
+    auto* block = tokens.mutable_events(0)->mutable_stored()->add_blocks();
+    block->set_block_hash(100 + b);
+    for (std::uint32_t t = 0; t < 4; ++t) block->mutable_tokens()->add_token_ids(4 * b + t);
+  }
+  rows.push_back(
+      {"ingest", "a stored event of 12 token ids past `--max-event-tokens 8`", publish_answer(ingest, {tokens})});
+  WorkerShape three_ranks;
+  three_ranks.dp_size = 3;
+  rows.push_back({"ingest", "`PutWorker` whose ranks would make 4 KV sources, past `--max-kv-sources 3`",
+                  put_worker_answer(ingest, put_worker_request(endpoint, 2, three_ranks))});
+  relay.put_worker(put_worker_request(endpoint_ref("prod", "second"), 3));
+  rows.push_back({"ingest", "`PutWorker` of a third endpoint past `--max-serving-endpoints 2`",
+                  put_worker_answer(ingest, put_worker_request(endpoint_ref("prod", "third"), 4))});
+  {
+    grpc::ClientContext held_context;
+    ingest_v1::PublishKvEventsResponse held_response;
+    auto held = ingest.PublishKvEvents(&held_context, &held_response);
+    REQUIRE(relay.runtime().await_open_streams_at_least("ingest", 1));
+    rows.push_back({"ingest", "a second open ingest stream past `--max-ingest-streams 1`", publish_answer(ingest, {})});
+    held->WritesDone();
+    REQUIRE(held->Finish().ok());
+  }
+  return rows;
+}
+
 std::string cbi1_answer(std::string frame) {
   const auto decoded = cbi1::decode(frame, cbi1::FilterFormat{ckf::kDefaultSeed, 1024});
   if (decoded) return "accepted";
@@ -200,6 +247,14 @@ std::vector<Row> decoder_rows() {
   const std::string other_size =
       cbi1::encode_snapshot({ckf::kDefaultSeed, 2048}, 7, 1, std::vector<std::uint64_t>(2048)).value().front();
   rows.push_back({"CBI1 (consumer)", "a snapshot of 2048 buckets where 1024 are expected", cbi1_answer(other_size)});
+  std::string version = good;
+  version[4] = 2;  // wire_version, little-endian u16 at offset 4
+  rows.push_back({"CBI1 (consumer)", "a frame of wire version 2", cbi1_answer(version)});
+  std::string both_kinds = good;
+  both_kinds[6] = 3;  // flags: chunk and delta at once
+  rows.push_back({"CBI1 (consumer)", "a frame flagged both snapshot chunk and delta", cbi1_answer(both_kinds)});
+  rows.push_back({"CBI1 (consumer)", "a frame one byte past the largest a frame can be",
+                  cbi1_answer(good + std::string(cbi1::kMaxFrameBytes + 1 - good.size(), '\0'))});
 
   const std::string seq(8, '\0');
   const std::array<std::byte, 3> topic{std::byte{'k'}, std::byte{'v'}, std::byte{'s'}};
@@ -239,6 +294,7 @@ constexpr std::string_view kEnd = "<!-- end: generated -->\n";
 TEST_CASE("docs/reliability.md lists every bad input with the answer kv-relay gives now", "[reliability]") {
   std::vector<Row> rows = wan_rows();
   for (auto& row : ingest_rows()) rows.push_back(std::move(row));
+  for (auto& row : ingest_limit_rows()) rows.push_back(std::move(row));
   for (auto& row : decoder_rows()) rows.push_back(std::move(row));
   const std::string generated = markdown(rows);
 
