@@ -1,0 +1,61 @@
+#pragma once
+// kvrelay-bench's consumers: M instances of the consumer library, each its own router with its
+// own gRPC channel and streams, all replicating every pool of one relay. Each times the
+// producers' probe blocks: from just before the batch was written to the moment the first
+// delta whose bucket image holds the block's fingerprint reaches that consumer (the library's
+// frame tap, which sees each frame just before the replica applies it).
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bench/load/push_sources.hpp"
+#include "core/ckf.hpp"
+#include "kvrelay/client/consumer.hpp"
+
+namespace kvrelay::bench {
+
+struct FleetTotals {
+  std::vector<double> latencies_ms;  // every timed probe of every consumer, sorted
+  std::uint64_t probes_unseen = 0;   // probes sent while measuring that some consumer never saw
+  std::uint64_t deltas = 0;          // delta frames received while measuring, all consumers
+  std::uint64_t lagged_streams = 0;  // pool streams that had to start over (re-subscribed)
+};
+
+class ConsumerFleet {
+ public:
+  ConsumerFleet(const std::string& wan_address, std::size_t consumers);
+  ~ConsumerFleet();
+
+  // Blocks until every consumer holds the complete snapshot of all `pools` pools (the ones
+  // the push sources feed); false after `timeout`.
+  bool await_installed(std::size_t pools, std::chrono::milliseconds timeout);
+  // Why a consumer does not hold them yet: the first such consumer's stream errors.
+  std::string install_problem(std::size_t pools) const;
+
+  // From now on probes are timed and deltas counted.
+  void start_measuring();
+  void expect(const Probe& probe);
+  std::uint64_t deltas_so_far() const { return deltas_.load(std::memory_order_relaxed); }
+  // Waits up to `grace` for probes still in flight, stops every consumer, and sums up.
+  FleetTotals finish(std::chrono::milliseconds grace);
+
+ private:
+  struct Member;
+  struct PoolAddress {
+    std::string pool_key;  // the producer's pool id, serialized
+    ckf::Addressing addressing;
+    std::uint64_t bucket_count;
+  };
+
+  std::vector<std::unique_ptr<Member>> members_;
+  std::vector<PoolAddress> pools_;                // by pool index, once installed
+  std::vector<std::uint64_t> subscriptions_at_start_;  // per member and pool
+  std::atomic<bool> measuring_{false};
+  std::atomic<std::uint64_t> deltas_{0};
+};
+
+}  // namespace kvrelay::bench

@@ -1,0 +1,63 @@
+// kvrelay-bench as an operator runs it: it starts a real kv-relay, feeds it over gRPC ingest,
+// replicates it with consumer-library routers, and reports what it measured.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "tests/app/process.hpp"
+
+using namespace kvrelay::test;
+
+namespace {
+
+// The cells of the first table row after the header and its rule.
+std::vector<std::string> first_row(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line;
+  int table_lines = 0;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("| ") || ++table_lines < 3) continue;
+    std::vector<std::string> cells;
+    std::istringstream row(line.substr(2));
+    for (std::string cell; std::getline(row, cell, '|');) {
+      const auto first = cell.find_first_not_of(' ');
+      cells.push_back(first == std::string::npos ? "" : cell.substr(first, cell.find_last_not_of(' ') + 1 - first));
+    }
+    return cells;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("kvrelay-bench: a short run times every consumer's replica and reads the relay's own usage") {
+  const std::string log = std::string(KVRELAY_TEST_TMP_DIR) + "/load-generator-relay.log";
+  const auto [output, status] = run_to_end(
+      KVRELAY_LOAD_GENERATOR, {"--relay-binary", KVRELAY_BINARY, "--relay-log", log, "--rate", "2000", "--consumers",
+                               "2", "--sources", "2", "--pools", "2", "--duration", "1", "--warmup", "0.2"});
+  INFO(output);
+  REQUIRE(status == 0);
+  const auto row = first_row(output);
+  REQUIRE(row.size() == 15);
+  CHECK(row[2] == "2 / 2");
+  CHECK(row[3] == "2");
+  CHECK(std::stoul(row[7]) > 0);  // probes timed
+  CHECK(row[8] == "0");           // every probe reached both consumers
+  CHECK(std::stod(row[9]) > 0);   // deltas per consumer per second
+  CHECK(row[10] == "0");          // no stream lagged at this rate
+  CHECK(row[11] != "n/a");        // the relay's CPU, from /proc of its pid
+  CHECK(std::stoul(row[13]) > 0);  // its resident memory, in MiB
+  CHECK(row[14] != "n/a");         // the load generator's own CPU
+}
+
+TEST_CASE("kvrelay-bench: a relay that cannot start and a bad command line are clear errors") {
+  const std::string missing = std::string(KVRELAY_TEST_TMP_DIR) + "/no-such-relay";
+  const auto [started, start_status] = run_to_end(
+      KVRELAY_LOAD_GENERATOR, {"--relay-binary", missing, "--relay-log", missing + ".log", "--duration", "1"});
+  CHECK(start_status == 1);
+  CHECK_THAT(started, Catch::Contains("the relay exited before it was ready (exit status 127)"));
+
+  const auto [usage, usage_status] = run_to_end(KVRELAY_LOAD_GENERATOR, {"--sources", "1", "--pools", "2"});
+  CHECK(usage_status == 2);
+  CHECK_THAT(usage, Catch::Contains("--pools must be between 1 and --sources"));
+}
