@@ -21,7 +21,7 @@ const client::PoolView* pool_named(const client::ConsumerView& view, const std::
 
 bool holds_every_pool(const client::ConsumerView& view, std::size_t pools) {
   for (std::size_t i = 0; i < pools; ++i) {
-    const auto* pool = pool_named(view, PushSources::endpoint_name(i));
+    const auto* pool = pool_named(view, Sources::endpoint_name(i));
     if (pool == nullptr || pool->status != client::ReplicaStatus::kInstalled) return false;
   }
   return true;
@@ -36,7 +36,7 @@ struct ConsumerFleet::Member {
     Clock::time_point sent;
   };
   struct PoolProbes {
-    std::unordered_map<std::uint64_t, Pending> pending;        // probe number -> probe
+    std::unordered_map<std::uint64_t, Pending> pending;               // probe number -> probe
     std::unordered_multimap<std::uint64_t, std::uint64_t> by_bucket;  // candidate bucket -> probe number
   };
 
@@ -133,7 +133,7 @@ bool ConsumerFleet::await_installed(std::size_t pools, std::chrono::milliseconds
   }
   const auto view = members_.front()->consumer->view();
   for (std::size_t i = 0; i < pools; ++i) {
-    const auto& producer = pool_named(view, PushSources::endpoint_name(i))->descriptor.producer();
+    const auto& producer = pool_named(view, Sources::endpoint_name(i))->descriptor.producer();
     const auto& format = producer.ckf_format();
     pools_.push_back({producer.pool_id().SerializeAsString(), ckf::Addressing(format.seed(), format.bucket_count()),
                       format.bucket_count()});
@@ -142,7 +142,7 @@ bool ConsumerFleet::await_installed(std::size_t pools, std::chrono::milliseconds
     member->pools.resize(pools);
     const auto member_view = member->consumer->view();
     for (std::size_t i = 0; i < pools; ++i) {
-      subscriptions_at_start_.push_back(pool_named(member_view, PushSources::endpoint_name(i))->subscriptions);
+      subscriptions_at_start_.push_back(pool_named(member_view, Sources::endpoint_name(i))->subscriptions);
     }
   }
   return true;
@@ -157,8 +157,8 @@ std::string ConsumerFleet::install_problem(std::size_t pools) const {
       return who + "no catalog (" + (view.relays.empty() ? "" : view.relays.front().catalog.last_error) + ")";
     }
     for (std::size_t i = 0; i < pools; ++i) {
-      const auto* pool = pool_named(view, PushSources::endpoint_name(i));
-      if (pool == nullptr) return who + PushSources::endpoint_name(i) + " is not in its catalog";
+      const auto* pool = pool_named(view, Sources::endpoint_name(i));
+      if (pool == nullptr) return who + Sources::endpoint_name(i) + " is not in its catalog";
       if (pool->status != client::ReplicaStatus::kInstalled) {
         return who + pool->endpoint + " is " + std::string(client::to_string(pool->status)) + " (" + pool->last_fault +
                ")";
@@ -180,16 +180,15 @@ FleetTotals ConsumerFleet::finish(std::chrono::milliseconds grace) {
   FleetTotals totals;
   const auto deadline = Clock::now() + grace;
   for (auto& member : members_) {
-    totals.probes_unseen +=
-        member->unseen(std::max(std::chrono::milliseconds(0),
-                                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+    totals.probes_unseen += member->unseen(std::max(
+        std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
   }
   measuring_.store(false, std::memory_order_release);
   totals.deltas = deltas_.load();
   for (std::size_t m = 0; m < members_.size(); ++m) {
     const auto view = members_[m]->consumer->view();
     for (std::size_t i = 0; i < pools_.size(); ++i) {
-      const auto* pool = pool_named(view, PushSources::endpoint_name(i));
+      const auto* pool = pool_named(view, Sources::endpoint_name(i));
       const std::uint64_t before = subscriptions_at_start_[m * pools_.size() + i];
       totals.lagged_streams += pool == nullptr || pool->subscriptions > before ? 1 : 0;
     }

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/load/push_sources.hpp"
+#include "bench/load/sources.hpp"
 #include "core/ckf.hpp"
 #include "kvrelay/client/consumer.hpp"
 
@@ -52,7 +52,7 @@ class ConsumerFleet {
   };
 
   std::vector<std::unique_ptr<Member>> members_;
-  std::vector<PoolAddress> pools_;                // by pool index, once installed
+  std::vector<PoolAddress> pools_;                     // by pool index, once installed
   std::vector<std::uint64_t> subscriptions_at_start_;  // per member and pool
   std::atomic<bool> measuring_{false};
   std::atomic<std::uint64_t> deltas_{0};

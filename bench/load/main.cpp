@@ -1,6 +1,6 @@
-// kvrelay-bench: a load generator for one kv-relay process. N push sources write KV events at a
-// target rate, M consumer-library routers replicate every pool over real gRPC, and each run
-// prints one row: event-to-replica latency, deltas received, lagged streams, and the relay's
+// kvrelay-bench: a load generator for one kv-relay process. N sources (pushed over gRPC, or
+// fake vLLM engines on ZeroMQ) feed KV events at a target rate, M consumer-library routers replicate every pool over
+// real gRPC, and each run prints one row: event-to-replica latency, deltas received, lagged streams, and the relay's
 // own CPU and resident memory (from /proc of its pid). Lists of rates and consumer counts make
 // a sweep, one fresh relay per run. docs/benchmarks.md#the-load-generator-issue-15 says how
 // each column is measured.
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "bench/load/consumer_fleet.hpp"
-#include "bench/load/push_sources.hpp"
 #include "bench/load/relay_under_test.hpp"
+#include "bench/load/sources.hpp"
 #include "core/bearer_token.hpp"
 
 using namespace kvrelay::bench;
@@ -30,7 +30,9 @@ Starts kv-relay on loopback (or attaches to one), feeds it, replicates it, print
 
   --rate LIST             block stores/s, all sources together (default 100000)
   --consumers LIST        consumer-library routers (default 64)
-  --sources N             push sources, one worker each (default 1)
+  --sources N             sources, one worker each (default 1)
+  --transport push|zmq    push: PublishKvEvents streams; zmq: fake vLLM engines the relay
+                          subscribes to (on 127.0.0.1: the relay must run on this machine)
   --pools N               pools the sources are spread over (default 1)
   --duration S            measured seconds per run (default 10)
   --warmup S              unmeasured seconds before each run (default 1)
@@ -67,6 +69,12 @@ std::vector<T> list_of(const std::string& text) {
   return values;
 }
 
+Transport transport_of(const std::string& name) {
+  if (name == "push") return Transport::kPush;
+  if (name == "zmq") return Transport::kZmq;
+  throw std::invalid_argument("--transport is push or zmq, not " + name);
+}
+
 std::string beside_this_program(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
 }
@@ -79,19 +87,34 @@ std::optional<Options> parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") return std::nullopt;
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
     const std::string value = argv[++i];
-    if (flag == "--rate") o.rates = list_of<double>(value);
-    else if (flag == "--consumers") o.consumers = list_of<std::size_t>(value);
-    else if (flag == "--sources") o.shape.sources = std::stoul(value);
-    else if (flag == "--pools") o.shape.pools = std::stoul(value);
-    else if (flag == "--duration") o.duration_s = std::stod(value);
-    else if (flag == "--warmup") o.warmup_s = std::stod(value);
-    else if (flag == "--live-blocks") o.shape.live_blocks = std::stoul(value);
-    else if (flag == "--relay-binary") o.relay_binary = value;
-    else if (flag == "--relay-arg") o.relay_args.push_back(value);
-    else if (flag == "--relay-log") o.relay_log = value;
-    else if (flag == "--target") o.target = value;
-    else if (flag == "--ingest") o.ingest = value;
-    else if (flag == "--relay-pid") o.relay_pid = static_cast<pid_t>(std::stol(value));
+    if (flag == "--rate")
+      o.rates = list_of<double>(value);
+    else if (flag == "--consumers")
+      o.consumers = list_of<std::size_t>(value);
+    else if (flag == "--sources")
+      o.shape.sources = std::stoul(value);
+    else if (flag == "--transport")
+      o.shape.transport = transport_of(value);
+    else if (flag == "--pools")
+      o.shape.pools = std::stoul(value);
+    else if (flag == "--duration")
+      o.duration_s = std::stod(value);
+    else if (flag == "--warmup")
+      o.warmup_s = std::stod(value);
+    else if (flag == "--live-blocks")
+      o.shape.live_blocks = std::stoul(value);
+    else if (flag == "--relay-binary")
+      o.relay_binary = value;
+    else if (flag == "--relay-arg")
+      o.relay_args.push_back(value);
+    else if (flag == "--relay-log")
+      o.relay_log = value;
+    else if (flag == "--target")
+      o.target = value;
+    else if (flag == "--ingest")
+      o.ingest = value;
+    else if (flag == "--relay-pid")
+      o.relay_pid = static_cast<pid_t>(std::stol(value));
     else if (flag == "--ingest-token-file") {
       std::stringstream content;
       content << std::ifstream(value).rdbuf();
@@ -158,8 +181,8 @@ void progress(const RelayUnderTest& relay, const ConsumerFleet& fleet, const std
   if (!isatty(STDERR_FILENO)) return;
   const auto usage = relay.usage();
   const double cpu = usage && usage_at_start ? 100 * (usage->cpu_seconds - usage_at_start->cpu_seconds) / elapsed : 0;
-  std::fprintf(stderr, "\r  %4.0f/%.0f s  %8.1f k stores/s  %8.1f k deltas/s  relay CPU %5.1f %%   ", elapsed,
-               duration, static_cast<double>(stores.load() - stores_at_start) / elapsed / 1e3,
+  std::fprintf(stderr, "\r  %4.0f/%.0f s  %8.1f k stores/s  %8.1f k deltas/s  relay CPU %5.1f %%   ", elapsed, duration,
+               static_cast<double>(stores.load() - stores_at_start) / elapsed / 1e3,
                static_cast<double>(fleet.deltas_so_far()) / elapsed / 1e3, cpu);
 }
 
@@ -169,7 +192,7 @@ std::expected<RunFigures, std::string> run_once(const Options& o, double rate, s
   if (!relay) return std::unexpected(relay.error());
   LoadShape shape = o.shape;
   shape.stores_per_second = rate;
-  auto sources = PushSources::declare(relay->ingest_address(), o.token, shape);
+  auto sources = Sources::declare(relay->ingest_address(), o.token, shape);
   if (!sources) return std::unexpected(sources.error());
   ConsumerFleet fleet(relay->wan_address(), consumers);
   if (!fleet.await_installed(shape.pools, std::chrono::seconds(60))) {
@@ -179,7 +202,10 @@ std::expected<RunFigures, std::string> run_once(const Options& o, double rate, s
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> stores{0};
   RunFigures figures;
-  std::thread writer([&] { figures.sources = sources->run(epoch, stop, [&](const Probe& p) { fleet.expect(p); }, stores); });
+  std::thread writer([&] {
+    figures.sources = sources->run(
+        epoch, stop, [&](const Probe& p) { fleet.expect(p); }, stores);
+  });
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   fleet.start_measuring();
   const std::uint64_t stores_at_start = stores.load();
@@ -187,7 +213,8 @@ std::expected<RunFigures, std::string> run_once(const Options& o, double rate, s
   figures.bench.before = process_usage(getpid());
   const auto start = Clock::now();
   for (double elapsed = 0; elapsed < o.duration_s;) {
-    std::this_thread::sleep_until(start + std::chrono::duration<double>(std::min(o.duration_s, std::floor(elapsed) + 1)));
+    std::this_thread::sleep_until(start +
+                                  std::chrono::duration<double>(std::min(o.duration_s, std::floor(elapsed) + 1)));
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     progress(*relay, fleet, stores, elapsed, o.duration_s, stores_at_start, figures.relay.before);
   }
@@ -218,10 +245,11 @@ void print_row(const Options& o, double rate, std::size_t consumers, const RunFi
   }
   if (f.bench.known()) bench_cpu = fmt::format("{:.0f} %", 100 * f.bench.cpu_seconds() / f.seconds);
   fmt::print(
-      "| {:.0f} k | {:.1f} k | {} / {} | {} | {:.2f} | {:.2f} | {:.2f} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n",
-      rate / 1e3, f.stores_per_second / 1e3, o.shape.sources, o.shape.pools, consumers, quantile(l, 0.5),
-      quantile(l, 0.99), quantile(l, 0.999), l.size(), f.fleet.probes_unseen, deltas_per_consumer,
-      f.fleet.lagged_streams, cpu, cpu_per_frame, resident, bench_cpu);
+      "| {:.0f} k | {:.1f} k | {} {} / {} | {} | {:.2f} | {:.2f} | {:.2f} | {} | {} | {:.0f} | {} | {} | {} | {} | {} "
+      "|\n",
+      rate / 1e3, f.stores_per_second / 1e3, o.shape.sources, o.shape.transport == Transport::kZmq ? "zmq" : "push",
+      o.shape.pools, consumers, quantile(l, 0.5), quantile(l, 0.99), quantile(l, 0.999), l.size(),
+      f.fleet.probes_unseen, deltas_per_consumer, f.fleet.lagged_streams, cpu, cpu_per_frame, resident, bench_cpu);
   std::fflush(stdout);
   if (!f.sources.failure.empty() || f.sources.batches_rejected > 0) {
     std::fprintf(stderr, "kvrelay-bench: %llu batches rejected; %s\n",
