@@ -9,8 +9,10 @@
 #      (as root; else ${XDG_CACHE_HOME:-~/.cache}/kv-relay/image), so only the first build
 #      (or a changed package list) pays its ~100 s. KV_RELAY_BASE_IMAGE=debian:bookworm-slim
 #      takes a registry's base instead (the build then apt-installs the runtime packages);
-#   2. `podman build -f deploy/docker/Dockerfile.prebuilt` on a small staged context: the two
-#      binaries of BIN_DIR (debug info stripped), deploy/docker/config.yaml and the package list.
+#   2. `podman build -f deploy/docker/Dockerfile --build-arg BINARIES=prebuilt` on a small
+#      staged context: the two binaries of BIN_DIR (debug info stripped),
+#      deploy/docker/config.yaml and the package list; the base serves as builder image too
+#      (the builder stage only copies the binaries).
 # The tools (podman, runc, mmdebstrap) are installed with `scripts/install-deps.sh --image`
 # when missing.
 # Usage: scripts/image-build.sh [--tag NAME:TAG] [BIN_DIR]   (default build/bin, kv-relay:<version>)
@@ -185,7 +187,7 @@ deb http://deb.debian.org/debian-security bookworm-security main"
   echo "$name"
 }
 
-# image_build TAG [BIN_DIR]: podman build of deploy/docker/Dockerfile.prebuilt.
+# image_build TAG [BIN_DIR]: podman build of deploy/docker/Dockerfile from BIN_DIR's binaries.
 image_build() {
   local tag=$1 bin_dir=${2:-$image_repo/build/bin} base context pull=never revision previous binary
   for binary in kv-relay kvrelay-cli; do
@@ -204,8 +206,8 @@ image_build() {
   previous=$(image_podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
   image_say "podman build -t $tag on $base"
   # shellcheck disable=SC2046
-  if ! image_podman build --pull="$pull" $(image_ulimit_flags) -f "$image_repo/deploy/docker/Dockerfile.prebuilt" \
-      --build-arg BASE_IMAGE="$base" \
+  if ! image_podman build --pull="$pull" $(image_ulimit_flags) -f "$image_repo/deploy/docker/Dockerfile" \
+      --build-arg BINARIES=prebuilt --build-arg BUILDER_IMAGE="$base" --build-arg BASE_IMAGE="$base" \
       --label org.opencontainers.image.title=kv-relay \
       --label org.opencontainers.image.version="$(image_version)" \
       --label org.opencontainers.image.revision="$revision" \

@@ -162,7 +162,9 @@ await_serving demo "$ingest" ""
 say "demo: health SERVING on the WAN ($wan) and ingest ($ingest) ports"
 
 # The security context took: PID 1 is kv-relay as uid 10001, and the root filesystem is read-only.
-pid1=$(podman top "$prefix-demo" pid huser args | awk '$1 == 1 { print $2, $3 }')
+# (Read from the host's /proc: numeric, whatever users the host or the image name.)
+host_pid=$(podman inspect --format '{{.State.Pid}}' "$prefix-demo")
+pid1="$(ps -o uid= -p "$host_pid" | tr -d ' ') $(ps -o args= -p "$host_pid" | awk '{ print $1 }')"
 [[ "$pid1" == "10001 /usr/local/bin/kv-relay" ]] || die "demo: PID 1 is '$pid1', expected kv-relay as uid 10001"
 if podman exec --user 0 "$prefix-demo" /usr/bin/touch /usr/local/bin/written 2>"$work/touch.err"; then
   die "demo: the root filesystem is writable"
@@ -292,10 +294,11 @@ helm_cache=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/kv-relay/helm
 if command -v helm >/dev/null; then
   helm=$(command -v helm)
 else
-  helm=$(find "$helm_cache" -maxdepth 2 -type f -name helm -perm -u+x 2>/dev/null | head -n1)
+  # No cache yet (deploy-check has not run here) is "no helm", not a failure of the pipeline.
+  helm=$(find "$helm_cache" -maxdepth 2 -type f -name helm -perm -u+x 2>/dev/null | head -n1 || true)
 fi
 if [[ -z "$helm" ]] || ! "$python" -c 'import yaml' 2>/dev/null; then
-  say "chart step skipped: no helm (scripts/deploy-check.sh fetches it into $helm_cache) or no python3-yaml"
+  say "SKIPPED the chart step: no helm (scripts/deploy-check.sh fetches it into $helm_cache) or no python3-yaml"
 else
   chart=deploy/helm/kv-relay
   for render in default all-on; do

@@ -20,7 +20,8 @@ PACKAGES=(
 )
 # `install-deps.sh --image`: only the container tools of `make image` and `make image-test`
 # (scripts/image-build.sh asks for them when it needs them, so `make build` never waits for them).
-IMAGE_PACKAGES=(mmdebstrap podman buildah runc)
+# The network stack is named, not left to apt: published ports need the CNI plugins and iptables.
+IMAGE_PACKAGES=(mmdebstrap podman buildah runc containernetworking-plugins iptables)
 # `install-deps.sh --fuzz`: only the clang of `make fuzz` (scripts/fuzz.sh), with libFuzzer.
 FUZZ_PACKAGES=(clang-16 libclang-rt-16-dev)
 case "${1:-}" in
