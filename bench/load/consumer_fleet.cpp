@@ -107,6 +107,7 @@ ConsumerFleet::ConsumerFleet(const std::string& wan_address, std::size_t consume
     options.frame_tap = [this, m = member.get()](const v1::FilterUpdate& frame) {
       if (frame.kind() != v1::FILTER_UPDATE_KIND_DELTA || !measuring_.load(std::memory_order_acquire)) return;
       deltas_.fetch_add(1, std::memory_order_relaxed);
+      delta_bytes_.fetch_add(frame.payload().size(), std::memory_order_relaxed);
       const std::string key = frame.producer().pool_id().SerializeAsString();
       const auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const auto& p) { return p.pool_key == key; });
       if (pool == pools_.end() || pool->bucket_count != frame.producer().ckf_format().bucket_count()) return;
@@ -185,6 +186,7 @@ FleetTotals ConsumerFleet::finish(std::chrono::milliseconds grace) {
   }
   measuring_.store(false, std::memory_order_release);
   totals.deltas = deltas_.load();
+  totals.delta_bytes = delta_bytes_.load();
   for (std::size_t m = 0; m < members_.size(); ++m) {
     const auto view = members_[m]->consumer->view();
     for (std::size_t i = 0; i < pools_.size(); ++i) {

@@ -22,6 +22,7 @@ struct FleetTotals {
   std::vector<double> latencies_ms;  // every timed probe of every consumer, sorted
   std::uint64_t probes_unseen = 0;   // probes sent while measuring that some consumer never saw
   std::uint64_t deltas = 0;          // delta frames received while measuring, all consumers
+  std::uint64_t delta_bytes = 0;     // their payloads' bytes
   std::uint64_t lagged_streams = 0;  // pool streams that had to start over (re-subscribed)
 };
 
@@ -56,6 +57,7 @@ class ConsumerFleet {
   std::vector<std::uint64_t> subscriptions_at_start_;  // per member and pool
   std::atomic<bool> measuring_{false};
   std::atomic<std::uint64_t> deltas_{0};
+  std::atomic<std::uint64_t> delta_bytes_{0};
 };
 
 }  // namespace kvrelay::bench

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "bench/load/consumer_fleet.hpp"
+#include "bench/load/raw_fleet.hpp"
 #include "bench/load/relay_under_test.hpp"
 #include "bench/load/sources.hpp"
 #include "core/bearer_token.hpp"
@@ -44,6 +46,9 @@ Starts kv-relay on loopback (or attaches to one), feeds it, replicates it, print
                           drive a running relay instead (WAN and ingest addresses; with its
                           pid, its CPU and memory are read too)
   --ingest-token-file F   the relay's ingest bearer token
+  --baseline              after each run, kvrelay-raw-server (beside this program) streams frames
+                          of the run's mean delta size at its delta rate to as many plain gRPC
+                          clients: the transport's own cost, one more row
 LIST is one value or several separated by commas: every rate runs with every consumer count.
 )";
 
@@ -59,6 +64,7 @@ struct Options {
   std::string target, ingest;
   pid_t relay_pid = 0;
   std::optional<std::string> token;
+  bool baseline = false;
 };
 
 template <class T>
@@ -85,6 +91,10 @@ std::optional<Options> parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") return std::nullopt;
+    if (flag == "--baseline") {
+      o.baseline = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
     const std::string value = argv[++i];
     if (flag == "--rate")
@@ -169,21 +179,32 @@ struct RunFigures {
   double stores_per_second = 0;
   FleetTotals fleet;
   SourceTotals sources;
-  UsageSpan relay;
+  UsageSpan relay;  // the relay, or the raw server of a baseline row
   UsageSpan bench;  // this process: the sources and every consumer
   double seconds = 0;
 };
 
-// Prints the run's progress on one rewritten line, when a person is watching.
-void progress(const RelayUnderTest& relay, const ConsumerFleet& fleet, const std::atomic<std::uint64_t>& stores,
-              double elapsed, double duration, std::uint64_t stores_at_start,
-              const std::optional<ProcessUsage>& usage_at_start) {
-  if (!isatty(STDERR_FILENO)) return;
-  const auto usage = relay.usage();
-  const double cpu = usage && usage_at_start ? 100 * (usage->cpu_seconds - usage_at_start->cpu_seconds) / elapsed : 0;
-  std::fprintf(stderr, "\r  %4.0f/%.0f s  %8.1f k stores/s  %8.1f k deltas/s  relay CPU %5.1f %%   ", elapsed, duration,
-               static_cast<double>(stores.load() - stores_at_start) / elapsed / 1e3,
-               static_cast<double>(fleet.deltas_so_far()) / elapsed / 1e3, cpu);
+// The measured seconds: both processes' usage around them, and a progress line each second
+// when a person is watching (`frames` counts what the consumers received so far).
+void measure(const Options& o, const RelayUnderTest& relay, const std::function<std::uint64_t()>& frames,
+             RunFigures& figures) {
+  figures.relay.before = relay.usage();
+  figures.bench.before = process_usage(getpid());
+  const auto start = Clock::now();
+  for (double elapsed = 0; elapsed < o.duration_s;) {
+    std::this_thread::sleep_until(start +
+                                  std::chrono::duration<double>(std::min(o.duration_s, std::floor(elapsed) + 1)));
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto usage = relay.usage();
+    if (!isatty(STDERR_FILENO) || !usage || !figures.relay.before) continue;
+    std::fprintf(stderr, "\r  %4.0f/%.0f s  %8.1f k frames/s received  server CPU %5.1f %%   ", elapsed, o.duration_s,
+                 static_cast<double>(frames()) / elapsed / 1e3,
+                 100 * (usage->cpu_seconds - figures.relay.before->cpu_seconds) / elapsed);
+  }
+  figures.relay.after = relay.usage();
+  figures.bench.after = process_usage(getpid());
+  figures.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (isatty(STDERR_FILENO)) std::fputs("\r\033[K", stderr);
 }
 
 std::expected<RunFigures, std::string> run_once(const Options& o, double rate, std::size_t consumers,
@@ -209,23 +230,38 @@ std::expected<RunFigures, std::string> run_once(const Options& o, double rate, s
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   fleet.start_measuring();
   const std::uint64_t stores_at_start = stores.load();
-  figures.relay.before = relay->usage();
-  figures.bench.before = process_usage(getpid());
-  const auto start = Clock::now();
-  for (double elapsed = 0; elapsed < o.duration_s;) {
-    std::this_thread::sleep_until(start +
-                                  std::chrono::duration<double>(std::min(o.duration_s, std::floor(elapsed) + 1)));
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    progress(*relay, fleet, stores, elapsed, o.duration_s, stores_at_start, figures.relay.before);
-  }
-  figures.relay.after = relay->usage();
-  figures.bench.after = process_usage(getpid());
-  figures.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  measure(
+      o, *relay, [&] { return fleet.deltas_so_far(); }, figures);
   figures.stores_per_second = static_cast<double>(stores.load() - stores_at_start) / figures.seconds;
   stop = true;
   writer.join();
   figures.fleet = fleet.finish(std::chrono::seconds(2));
-  if (isatty(STDERR_FILENO)) std::fputs("\r\033[K", stderr);
+  return figures;
+}
+
+// The transport's own limit beside a relay run: kvrelay-raw-server streams frames of the run's
+// mean delta size, at the rate each consumer received deltas, to as many plain gRPC clients.
+std::expected<RunFigures, std::string> run_baseline(const Options& o, std::size_t consumers,
+                                                    const RunFigures& relay_run) {
+  if (relay_run.fleet.deltas == 0) return std::unexpected("the relay run received no deltas to imitate");
+  const double per_consumer =
+      static_cast<double>(relay_run.fleet.deltas) / relay_run.seconds / static_cast<double>(consumers);
+  const auto payload = relay_run.fleet.delta_bytes / relay_run.fleet.deltas;
+  const auto interval_us = static_cast<std::uint64_t>(1e6 / per_consumer);
+  auto server = RelayUnderTest::start(
+      beside_this_program("kvrelay-raw-server"),
+      {"--payload-bytes", std::to_string(payload), "--interval-us", std::to_string(interval_us)}, o.relay_log);
+  if (!server) return std::unexpected("kvrelay-raw-server: " + server.error());
+  RawFleet fleet(server->wan_address(), consumers);
+  if (!fleet.await_flowing(std::chrono::seconds(30))) {
+    return std::unexpected("kvrelay-raw-server: not every client received a frame within 30 s");
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
+  fleet.start_measuring();
+  RunFigures figures;
+  measure(
+      o, *server, [&] { return fleet.frames_so_far(); }, figures);
+  figures.fleet = fleet.finish();
   return figures;
 }
 
@@ -233,7 +269,18 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted.empty() ? 0.0 : sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1))];
 }
 
-void print_row(const Options& o, double rate, std::size_t consumers, const RunFigures& f) {
+// The first three cells of a row: what was sent, and by whom.
+struct RowLabel {
+  std::string target, sent, sources;
+};
+
+RowLabel relay_label(const Options& o, double rate, const RunFigures& f) {
+  return {
+      fmt::format("{:.0f} k", rate / 1e3), fmt::format("{:.1f} k", f.stores_per_second / 1e3),
+      fmt::format("{} {} / {}", o.shape.sources, o.shape.transport == Transport::kZmq ? "zmq" : "push", o.shape.pools)};
+}
+
+void print_row(const RowLabel& label, std::size_t consumers, const RunFigures& f) {
   const auto& l = f.fleet.latencies_ms;
   const double deltas_per_consumer = static_cast<double>(f.fleet.deltas) / f.seconds / static_cast<double>(consumers);
   std::string cpu = "n/a", cpu_per_frame = "n/a", resident = "n/a", bench_cpu = "n/a";
@@ -244,17 +291,35 @@ void print_row(const Options& o, double rate, std::size_t consumers, const RunFi
     resident = fmt::format("{:.0f}", static_cast<double>(f.relay.after->resident_bytes) / (1 << 20));
   }
   if (f.bench.known()) bench_cpu = fmt::format("{:.0f} %", 100 * f.bench.cpu_seconds() / f.seconds);
-  fmt::print(
-      "| {:.0f} k | {:.1f} k | {} {} / {} | {} | {:.2f} | {:.2f} | {:.2f} | {} | {} | {:.0f} | {} | {} | {} | {} | {} "
-      "|\n",
-      rate / 1e3, f.stores_per_second / 1e3, o.shape.sources, o.shape.transport == Transport::kZmq ? "zmq" : "push",
-      o.shape.pools, consumers, quantile(l, 0.5), quantile(l, 0.99), quantile(l, 0.999), l.size(),
-      f.fleet.probes_unseen, deltas_per_consumer, f.fleet.lagged_streams, cpu, cpu_per_frame, resident, bench_cpu);
+  fmt::print("| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n",
+             label.target, label.sent, label.sources, consumers, quantile(l, 0.5), quantile(l, 0.99),
+             quantile(l, 0.999), l.size(), f.fleet.probes_unseen, deltas_per_consumer, f.fleet.lagged_streams, cpu,
+             cpu_per_frame, resident, bench_cpu);
   std::fflush(stdout);
   if (!f.sources.failure.empty() || f.sources.batches_rejected > 0) {
     std::fprintf(stderr, "kvrelay-bench: %llu batches rejected; %s\n",
                  static_cast<unsigned long long>(f.sources.batches_rejected), f.sources.failure.c_str());
   }
+}
+
+// One relay run and, with --baseline, the raw server imitating it; false when a run failed.
+bool run_and_print(const Options& o, double rate, std::size_t consumers, std::uint64_t epoch) {
+  const auto figures = run_once(o, rate, consumers, epoch);
+  if (!figures) {
+    std::fprintf(stderr, "kvrelay-bench: %.0f stores/s, %zu consumers: %s\n", rate, consumers, figures.error().c_str());
+    return false;
+  }
+  print_row(relay_label(o, rate, *figures), consumers, *figures);
+  if (!o.baseline) return true;
+  const auto baseline = run_baseline(o, consumers, *figures);
+  if (!baseline) {
+    std::fprintf(stderr, "kvrelay-bench: baseline of %.0f stores/s, %zu consumers: %s\n", rate, consumers,
+                 baseline.error().c_str());
+    return false;
+  }
+  const auto bytes = figures->fleet.delta_bytes / std::max<std::uint64_t>(1, figures->fleet.deltas);
+  print_row({"raw gRPC", fmt::format("{} B frames", bytes), "kvrelay-raw-server"}, consumers, *baseline);
+  return true;
 }
 
 }  // namespace
@@ -280,14 +345,7 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (const double rate : options->rates) {
     for (const std::size_t consumers : options->consumers) {
-      const auto figures = run_once(*options, rate, consumers, ++epoch);
-      if (!figures) {
-        std::fprintf(stderr, "kvrelay-bench: %.0f stores/s, %zu consumers: %s\n", rate, consumers,
-                     figures.error().c_str());
-        ++failures;
-        continue;
-      }
-      print_row(*options, rate, consumers, *figures);
+      failures += run_and_print(*options, rate, consumers, ++epoch) ? 0 : 1;
     }
   }
   return failures == 0 ? 0 : 1;

@@ -10,13 +10,13 @@ using namespace kvrelay::test;
 
 namespace {
 
-// The cells of the first table row after the header and its rule.
-std::vector<std::string> first_row(const std::string& output) {
+// The cells of table row `index` (0: the first after the header and its rule).
+std::vector<std::string> row_of(const std::string& output, int index = 0) {
   std::istringstream lines(output);
   std::string line;
   int table_lines = 0;
   while (std::getline(lines, line)) {
-    if (!line.starts_with("| ") || ++table_lines < 3) continue;
+    if (!line.starts_with("| ") || ++table_lines < 3 + index) continue;
     std::vector<std::string> cells;
     std::istringstream row(line.substr(2));
     for (std::string cell; std::getline(row, cell, '|');) {
@@ -28,16 +28,23 @@ std::vector<std::string> first_row(const std::string& output) {
   return {};
 }
 
-// One short run of two sources over two pools into a started relay; the first row's cells.
-std::vector<std::string> short_run(const std::string& transport) {
+// One short run of two sources over two pools into a started relay; its output.
+std::string short_run(const std::string& transport, std::vector<std::string> extra_args = {}) {
   const std::string log = std::string(KVRELAY_TEST_TMP_DIR) + "/load-generator-" + transport + ".log";
-  const auto [output, status] =
-      run_to_end(KVRELAY_LOAD_GENERATOR,
-                 {"--relay-binary", KVRELAY_BINARY, "--relay-log", log, "--transport", transport, "--rate", "2000",
-                  "--consumers", "2", "--sources", "2", "--pools", "2", "--duration", "1", "--warmup", "0.2"});
+  std::vector<std::string> args = {"--relay-binary", KVRELAY_BINARY,
+                                   "--relay-log",    log,
+                                   "--transport",    transport,
+                                   "--rate",         "2000",
+                                   "--consumers",    "2",
+                                   "--sources",      "2",
+                                   "--pools",        "2",
+                                   "--duration",     "1",
+                                   "--warmup",       "0.2"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const auto [output, status] = run_to_end(KVRELAY_LOAD_GENERATOR, args);
   INFO(output);
   REQUIRE(status == 0);
-  return first_row(output);
+  return output;
 }
 
 }  // namespace
@@ -45,7 +52,7 @@ std::vector<std::string> short_run(const std::string& transport) {
 TEST_CASE("kvrelay-bench: a short run times every consumer's replica and reads the relay's own usage") {
   const std::string transport = GENERATE(std::string("push"), std::string("zmq"));
   INFO(transport);
-  const auto row = short_run(transport);
+  const auto row = row_of(short_run(transport));
   REQUIRE(row.size() == 15);
   CHECK(row[2] == "2 " + transport + " / 2");
   CHECK(row[3] == "2");
@@ -56,6 +63,23 @@ TEST_CASE("kvrelay-bench: a short run times every consumer's replica and reads t
   CHECK(row[11] != "n/a");         // the relay's CPU, from /proc of its pid
   CHECK(std::stoul(row[13]) > 0);  // its resident memory, in MiB
   CHECK(row[14] != "n/a");         // the load generator's own CPU
+}
+
+TEST_CASE("kvrelay-bench --baseline: a raw gRPC server streams the run's delta size and rate to as many clients") {
+  const std::string output = short_run("push", {"--baseline"});
+  INFO(output);
+  const auto relay = row_of(output, 0);
+  const auto raw = row_of(output, 1);
+  REQUIRE(relay.size() == 15);
+  REQUIRE(raw.size() == 15);
+  CHECK(raw[0] == "raw gRPC");
+  CHECK_THAT(raw[1], Catch::EndsWith(" B frames"));
+  CHECK(std::stoul(raw[1]) > 0);
+  CHECK(raw[3] == "2");
+  CHECK(std::stoul(raw[7]) > 0);  // frames timed
+  CHECK(std::stod(raw[9]) > 0);   // frames per client per second
+  CHECK(raw[10] == "0");          // no client lagged
+  CHECK(raw[11] != "n/a");        // the raw server's CPU
 }
 
 TEST_CASE("kvrelay-bench: a relay that cannot start and a bad command line are clear errors") {
