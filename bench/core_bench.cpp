@@ -3,6 +3,8 @@
 // buckets. Run through `make bench`.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <random>
 
@@ -240,5 +242,25 @@ void BM_PoolRelayout(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(live), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PoolRelayout)->Arg(19)->Arg(22)->UseManualTime()->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// One stored event of `blocks` chained blocks into a fresh pool sized for them: the time the
+// publisher spends on one event, from a scheduler step's handful of blocks up to the largest
+// event --max-event-blocks lets in. Each iteration builds a fresh pool first (untimed).
+void BM_PoolStoreEvent(benchmark::State& state) {
+  const auto count = static_cast<std::size_t>(state.range(0));
+  const auto keys = random_keys(count, 6);
+  std::vector<StoredBlockRef> blocks(count);
+  for (std::size_t i = 0; i < count; ++i) blocks[i] = {i, keys[i]};
+  const std::uint64_t buckets = std::max<std::uint64_t>(1024, std::bit_ceil(count));
+  for (auto _ : state) {
+    PoolIndex index({buckets});
+    const auto started = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(index.store({1, 0}, std::nullopt, std::nullopt, blocks));
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  state.counters["blocks_per_s"] =
+      benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PoolStoreEvent)->Arg(16)->Arg(1024)->Arg(65536)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

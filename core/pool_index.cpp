@@ -33,13 +33,19 @@ void PoolIndex::placed(std::uint64_t canonical, std::span<const ckf::BucketWrite
   ++resident_blocks_;
 }
 
-namespace {
-
-void append_unique(std::vector<std::uint64_t>& list, std::uint64_t value) {
-  if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
+// Whether the new mappings would push a canonical hash's owner count past 32 bits. Counting a
+// hash's share of the new mappings is needed only that close to the limit.
+std::optional<EventError> PoolIndex::ownership_overflow(std::span<const std::uint64_t> new_canonicals) const {
+  constexpr std::uint64_t kMaxMappings = std::numeric_limits<std::uint32_t>::max();
+  for (const std::uint64_t canonical : new_canonicals) {
+    const auto it = owners_.find(canonical);
+    const std::uint64_t existing = it == owners_.end() ? 0 : it->second.mappings;
+    if (existing + new_canonicals.size() <= kMaxMappings) continue;
+    const auto added = std::count(new_canonicals.begin(), new_canonicals.end(), canonical);
+    if (existing + static_cast<std::uint64_t>(added) > kMaxMappings) return EventError::kOwnershipDegreeOverflow;
+  }
+  return std::nullopt;
 }
-
-}  // namespace
 
 std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::uint64_t> parent_engine_id,
                                            std::optional<std::uint32_t> start_position,
@@ -63,10 +69,12 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   }
 
   // Resolve the whole event before touching anything.
-  auto& new_mappings = scratch_new_mappings_;
+  auto& new_engine_ids = scratch_new_engine_ids_;
+  auto& new_canonicals = scratch_new_canonicals_;
   auto& candidates = scratch_candidates_;
   auto& reoffers = scratch_reoffers_;
-  new_mappings.clear();
+  new_engine_ids.clear();
+  new_canonicals.clear();
   candidates.clear();
   reoffers.clear();
   for (const StoredBlockRef& block : blocks) {
@@ -74,51 +82,38 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
         previous ? hashing::next_sequence_hash(*previous, block.local_hash) : block.local_hash;
     previous = canonical;
     std::optional<std::uint64_t> known = mapped(block.engine_id);
-    if (!known) {
-      for (const auto& [engine_id, mapped_canonical] : new_mappings) {
-        if (engine_id == block.engine_id) known = mapped_canonical;
-      }
-    }
+    std::optional<std::size_t> new_at;
+    if (!known && (new_at = new_engine_ids.find(block.engine_id))) known = new_canonicals[*new_at];
     if (known && *known != canonical) return EventError::kInvalidBlockSequence;
     if (known) {
-      append_unique(reoffers, canonical);
+      reoffers.push_unique(canonical);
     } else {
-      new_mappings.emplace_back(block.engine_id, canonical);
-      append_unique(candidates, canonical);
+      new_engine_ids.push_new(block.engine_id);
+      new_canonicals.push_back(canonical);
+      candidates.push_unique(canonical);
     }
   }
-  std::erase_if(reoffers, [&](std::uint64_t c) {
-    return std::find(candidates.begin(), candidates.end(), c) != candidates.end();
-  });
-  for (const auto& [engine_id, canonical] : new_mappings) {
-    const auto it = owners_.find(canonical);
-    const std::uint64_t existing = it == owners_.end() ? 0 : it->second.mappings;
-    if (existing + new_mappings.size() <= std::numeric_limits<std::uint32_t>::max()) continue;
-    const auto added =
-        std::count_if(new_mappings.begin(), new_mappings.end(), [&](const auto& m) { return m.second == canonical; });
-    if (existing + static_cast<std::uint64_t>(added) > std::numeric_limits<std::uint32_t>::max()) {
-      return EventError::kOwnershipDegreeOverflow;
-    }
-  }
+  reoffers.erase_if([&](std::uint64_t c) { return candidates.contains(c); });
+  if (auto overflow = ownership_overflow(new_canonicals)) return overflow;
 
   // Commit lineage and owner counts, then admit.
-  if (!new_mappings.empty()) {
+  if (!new_canonicals.empty()) {
     Lineage& target = lineage_[source];
-    for (const auto& [engine_id, canonical] : new_mappings) {
-      target.emplace(engine_id, canonical);
-      ++owners_[canonical].mappings;
+    for (std::size_t i = 0; i < new_canonicals.size(); ++i) {
+      target.emplace(new_engine_ids.values()[i], new_canonicals[i]);
+      ++owners_[new_canonicals[i]].mappings;
     }
   }
   std::optional<EventError> first_error;
-  std::erase_if(candidates, [&](std::uint64_t canonical) { return owners_[canonical].resident; });
-  filter_.insert_each(candidates, filter_.max_kicks(), scratch_writes_,
+  candidates.erase_if([&](std::uint64_t canonical) { return owners_[canonical].resident; });
+  filter_.insert_each(candidates.values(), filter_.max_kicks(), scratch_writes_,
                       [&](std::size_t i, ckf::InsertOutcome outcome, const std::vector<ckf::BucketWrite>& writes) {
-                        if (outcome == ckf::InsertOutcome::kInserted) return placed(candidates[i], writes);
+                        if (outcome == ckf::InsertOutcome::kInserted) return placed(candidates.values()[i], writes);
                         ++capacity_failures_;
                         if (!first_error) first_error = EventError::kCapacityExhausted;
                       });
   // The only retry path for a capacity-omitted block: direct placement, silent on failure.
-  for (std::uint64_t canonical : reoffers) {
+  for (std::uint64_t canonical : reoffers.values()) {
     if (owners_[canonical].resident) continue;
     if (filter_.insert_with_kicks(canonical, 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {
       placed(canonical, scratch_writes_);

@@ -11,6 +11,7 @@
 #include <absl/container/flat_hash_map.h>
 
 #include "core/ckf.hpp"
+#include "core/indexed_list.hpp"
 #include "core/publication_window.hpp"
 
 namespace kvrelay {
@@ -98,14 +99,16 @@ class PoolIndex {
   // A new canonical hash took its slot with these writes.
   void placed(std::uint64_t canonical, std::span<const ckf::BucketWrite> writes);
   std::optional<EventError> remove_one(SourceKey source, Lineage& lineage, std::uint64_t engine_id);
+  std::optional<EventError> ownership_overflow(std::span<const std::uint64_t> new_canonicals) const;
 
   ckf::Filter filter_;
   PublicationWindow window_;
   // Reused by every event, so applying one allocates nothing in the steady state.
   std::vector<ckf::BucketWrite> scratch_writes_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> scratch_new_mappings_;  // engine id, canonical
-  std::vector<std::uint64_t> scratch_candidates_;
-  std::vector<std::uint64_t> scratch_reoffers_;
+  IndexedList scratch_new_engine_ids_;                 // engine ids new to the source's lineage,
+  std::vector<std::uint64_t> scratch_new_canonicals_;  // and the canonical hash of each
+  IndexedList scratch_candidates_;
+  IndexedList scratch_reoffers_;
   absl::flat_hash_map<SourceKey, Lineage> lineage_;
   absl::flat_hash_map<std::uint64_t, Owner> owners_;
   std::uint64_t resident_blocks_ = 0;  // owners_ entries with resident == true

@@ -151,10 +151,14 @@ int main(int argc, char** argv) {
   std::chrono::microseconds interval{1000};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--listen") listen = value;
-    else if (flag == "--ready-file") ready_file = value;
-    else if (flag == "--payload-bytes") payload_bytes = std::stoul(value);
-    else if (flag == "--interval-us") interval = std::chrono::microseconds(std::stoul(value));
+    if (flag == "--listen")
+      listen = value;
+    else if (flag == "--ready-file")
+      ready_file = value;
+    else if (flag == "--payload-bytes")
+      payload_bytes = std::stoul(value);
+    else if (flag == "--interval-us")
+      interval = std::chrono::microseconds(std::stoul(value));
   }
   Streams streams;
   RawRelay service(streams);

@@ -205,3 +205,26 @@ TEST_CASE("a re-layout too small for the live blocks counts what it could not pl
   CHECK(index.capacity_failures() == 12);
   CHECK(index.filter().occupied_slots() == 8);
 }
+
+TEST_CASE("a long event resolves its blocks as a short one does, past the scratch lists' scan limit", "[pool]") {
+  PoolIndex index({1024});
+  const SourceKey a{1, 0};
+  std::vector<StoredBlockRef> chain;
+  for (std::uint64_t i = 0; i < 3 * IndexedList::kScanLimit; ++i) chain.push_back({1000 + i, 0x100 + i});
+
+  SECTION("an engine id repeated late, with another hash, rejects the whole event") {
+    auto repeated = chain;
+    repeated.back().engine_id = chain[5].engine_id;
+    CHECK(index.store(a, std::nullopt, std::nullopt, repeated) == EventError::kInvalidBlockSequence);
+    CHECK(index.unique_blocks() == 0);
+    CHECK(index.lineage_entries(a) == 0);
+  }
+  SECTION("stored, then offered again: every block once") {
+    REQUIRE_FALSE(index.store(a, std::nullopt, std::nullopt, chain));
+    CHECK(index.unique_blocks() == chain.size());
+    CHECK(index.lineage_entries(a) == chain.size());
+    REQUIRE_FALSE(index.store(a, std::nullopt, std::nullopt, chain));
+    CHECK(index.unique_blocks() == chain.size());
+    CHECK(index.lineage_entries(a) == chain.size());
+  }
+}
