@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/relay_runtime.hpp"
+#include "bench/pool_endpoint.hpp"
 #include "ingest/fake_engine.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
@@ -25,14 +26,6 @@ constexpr std::uint32_t kBlockSize = 16;
 constexpr int kEventsPerBatch = 16;
 constexpr int kBlocksPerEvent = 16;
 constexpr int kBlocksPerBatch = kEventsPerBatch * kBlocksPerEvent;
-
-ingest_v1::EndpointRef endpoint_of(std::size_t pool) {
-  ingest_v1::EndpointRef ref;
-  ref.set_namespace_("bench");
-  ref.set_component(fmt::format("pool-{}", pool));
-  ref.set_endpoint("generate");
-  return ref;
-}
 
 // vLLM payloads of `batches` batches, each of kEventsPerBatch fresh chains of kBlocksPerEvent blocks.
 std::vector<std::shared_ptr<const std::string>> encoded_batches(std::size_t batches, std::uint64_t seed) {
@@ -86,7 +79,7 @@ double block_stores_per_second(std::size_t sources, std::size_t pools, std::size
       grpc::CreateChannel(runtime->ingest_address(), grpc::InsecureChannelCredentials()));
   for (std::size_t s = 0; s < sources; ++s) {
     ingest_v1::PutWorkerRequest put;
-    *put.mutable_endpoint() = endpoint_of(s % pools);
+    *put.mutable_endpoint() = bench::pool_endpoint(s % pools);
     put.set_worker_id(s + 1);
     put.mutable_card()->set_display_name("bench-model");
     put.mutable_card()->set_kv_cache_block_size(kBlockSize);

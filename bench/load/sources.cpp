@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "bench/pool_endpoint.hpp"
 #include "core/bearer_token.hpp"
 #include "core/token_hashing.hpp"
 #include "ingest/fake_engine.hpp"
@@ -21,19 +22,11 @@ constexpr std::uint32_t kBlockSize = 16;
 constexpr std::uint64_t kMaxStoresPerBatch = 4096;
 constexpr auto kSubscribeTimeout = std::chrono::seconds(30);
 
-ingest_v1::EndpointRef endpoint_of(std::size_t pool) {
-  ingest_v1::EndpointRef ref;
-  ref.set_namespace_("bench");
-  ref.set_component(fmt::format("pool-{}", pool));
-  ref.set_endpoint("generate");
-  return ref;
-}
-
 // Capacity declared at twice the working set: auto sizing then lays the pool out for it with
 // room to spare, so no run re-lays a pool out while it is being timed.
 ingest_v1::PutWorkerRequest worker_of(std::size_t source, const LoadShape& shape, const demo::FakeEngine* engine) {
   ingest_v1::PutWorkerRequest request;
-  *request.mutable_endpoint() = endpoint_of(source % shape.pools);
+  *request.mutable_endpoint() = pool_endpoint(source % shape.pools);
   request.set_worker_id(source + 1);
   auto* card = request.mutable_card();
   card->set_display_name(fmt::format("bench/model-{}", source % shape.pools));
@@ -92,7 +85,7 @@ class PushFeed final : public Feed {
       : blocks_(source, live_blocks) {
     if (token) context_.AddMetadata(std::string(bearer::kMetadataKey), bearer::metadata_value(*token));
     writer_ = stub.PublishKvEvents(&context_, &response_);
-    *batch_.mutable_endpoint() = endpoint_of(pool);
+    *batch_.mutable_endpoint() = pool_endpoint(pool);
     batch_.set_worker_id(source + 1);
     batch_.set_source_epoch(epoch);
   }
@@ -178,7 +171,7 @@ Sources::Sources(Sources&&) noexcept = default;
 Sources::~Sources() = default;
 
 std::string Sources::endpoint_name(std::size_t index) {
-  const auto ref = endpoint_of(index);
+  const auto ref = pool_endpoint(index);
   return ref.namespace_() + "/" + ref.component() + "/" + ref.endpoint();
 }
 
