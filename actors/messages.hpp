@@ -134,7 +134,6 @@ using CatalogUpdatePtr = std::shared_ptr<const v1::KvPoolCatalogUpdate>;
 using ReadinessUpdatePtr = std::shared_ptr<const v1::ServingReadinessUpdate>;
 using LoadUpdatePtr = std::shared_ptr<const v1::KvPoolLoadUpdate>;
 using ServingLoadUpdatePtr = std::shared_ptr<const v1::ServingLoadUpdate>;
-using FilterUpdatePtr = std::shared_ptr<const v1::FilterUpdate>;
 
 // A pool as the load window sees it.
 struct LoadPool {

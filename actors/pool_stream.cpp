@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/cbi1.hpp"
-#include "core/wire_validation.hpp"
+#include "core/filter_frame.hpp"
 
 namespace kvrelay {
 
@@ -14,18 +14,12 @@ namespace {
 
 using Self = PoolStreamActor::stateful_pointer<PoolStreamState>;
 
-std::shared_ptr<v1::FilterUpdate> frame_of(const PoolStreamSpec& spec, v1::FilterUpdateKind kind,
-                                           std::uint64_t base_sequence, std::uint64_t sequence) {
-  auto frame = std::make_shared<v1::FilterUpdate>();
-  frame->set_protocol_version(wire::kProtocolVersion);
-  *frame->mutable_relay() = spec.relay;
-  *frame->mutable_producer() = spec.producer;
-  frame->set_base_sequence(base_sequence);
-  frame->set_sequence(sequence);
-  frame->set_send_ts_us(wall_clock_us());
-  frame->set_kind(kind);
-  frame->set_contract_marker(wire::kContractMarker);
-  return frame;
+// The frame's serialization is built here, once; the transport sends its pieces as they are.
+std::shared_ptr<const wire::FilterFrame> frame_of(const PoolStreamState& state, v1::FilterUpdateKind kind,
+                                                  std::uint64_t base_sequence, std::uint64_t sequence,
+                                                  std::shared_ptr<const std::string> payload = nullptr) {
+  return std::make_shared<const wire::FilterFrame>(
+      state.identity, wire::FilterFrameFields{kind, base_sequence, sequence, wall_clock_us()}, std::move(payload));
 }
 
 // kv_relay_snapshot_encode_seconds: the chunks of one image are encoded one at a time,
@@ -36,16 +30,15 @@ void chunk_encoded(PoolStreamState& state, std::chrono::steady_clock::time_point
   state.metrics->snapshot_encoded(std::exchange(state.snapshot_encode_time, {}));
 }
 
-std::shared_ptr<const v1::FilterUpdate> encode_next_chunk(PoolStreamState& state) {
+std::shared_ptr<const wire::FilterFrame> encode_next_chunk(PoolStreamState& state) {
   const auto format = cbi1::FilterFormat{state.spec.seed, state.spec.bucket_count};
   const auto started = std::chrono::steady_clock::now();
   auto payload = cbi1::encode_snapshot_chunk(format, state.spec.dc_id, state.snapshot->sequence, state.next_chunk,
                                              state.snapshot->words);
   if (!payload) return nullptr;
   chunk_encoded(state, started);
-  auto frame =
-      frame_of(state.spec, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, state.snapshot->sequence, state.snapshot->sequence);
-  frame->set_payload(std::move(*payload));
+  auto frame = frame_of(state, v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, state.snapshot->sequence,
+                        state.snapshot->sequence, std::make_shared<const std::string>(std::move(*payload)));
   if (++state.next_chunk == state.chunk_count) state.snapshot.reset();
   return frame;
 }
@@ -144,8 +137,7 @@ void on_delta(Self self, const PoolDeltaMsg& msg) {
     return fence(self, fmt::format("delta {} -> {} does not continue sequence {}", msg.base_sequence, msg.sequence,
                                    state.last_sequence));
   }
-  auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_DELTA, msg.base_sequence, msg.sequence);
-  frame->set_payload(*msg.payload);
+  auto frame = frame_of(state, v1::FILTER_UPDATE_KIND_DELTA, msg.base_sequence, msg.sequence, msg.payload);
   if (!state.deltas.push(std::move(frame), msg.payload->size())) {
     return end_stream(self, state.writer, lagged_status());
   }
@@ -162,7 +154,7 @@ void on_heartbeat_due(Self self) {
   const auto due = state.last_frame_at + state.pacing.heartbeat;
   if (!snapshot_complete(state)) return arm_heartbeat(self, now + state.pacing.heartbeat);
   if (now < due) return arm_heartbeat(self, due);
-  auto frame = frame_of(state.spec, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence);
+  auto frame = frame_of(state, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence);
   if (!state.deltas.push(std::move(frame), 0)) return end_stream(self, state.writer, lagged_status());
   state.last_frame_at = now;
   write_next(self);
@@ -177,7 +169,7 @@ std::uint64_t wall_clock_us() {
   return us < 0 ? 0 : static_cast<std::uint64_t>(us);
 }
 
-PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
+PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<wire::FilterFrame> sink, PoolStreamSpec spec,
                                            OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,
                                            metrics::RelayMetrics* metrics) {
   auto& state = self->state;
@@ -186,8 +178,9 @@ PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<v1::FilterUp
   state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kPoolStream));
   state.pacing = std::move(pacing);
   state.publisher = std::move(publisher);
-  state.deltas = Outbox<v1::FilterUpdate>(limits);
+  state.deltas = Outbox<wire::FilterFrame>(limits);
   state.spec = std::move(spec);
+  state.identity = wire::encode_frame_identity(state.spec.relay, state.spec.producer);
   self->monitor(state.publisher);
   self->set_down_handler([self](const caf::down_msg&) {
     end_stream(self, self->state.writer,

@@ -10,6 +10,7 @@
 #include "actors/pool_publisher.hpp"
 #include "actors/snapshot_encoders.hpp"
 #include "actors/stream_actors.hpp"
+#include "core/filter_frame.hpp"
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
@@ -30,9 +31,10 @@ struct SnapshotPacing {
 };
 
 struct PoolStreamState {
-  StreamWriter<v1::FilterUpdate> writer;
-  Outbox<v1::FilterUpdate> deltas;
+  StreamWriter<wire::FilterFrame> writer;
+  Outbox<wire::FilterFrame> deltas;
   PoolStreamSpec spec;
+  std::shared_ptr<const std::string> identity;    // every frame's fields 1-3, encoded once
   std::shared_ptr<const SnapshotImage> snapshot;  // released once every chunk is written
   std::uint32_t next_chunk = 0;
   std::uint32_t chunk_count = 0;
@@ -58,7 +60,7 @@ struct PoolStreamState {
 // heartbeat frame (no payload, sequence unchanged) follows every `pacing.heartbeat` without a data frame. `metrics` may
 // be null.
 PoolStreamActor::behavior_type pool_stream(PoolStreamActor::stateful_pointer<PoolStreamState> self,
-                                           StreamSinkPtr<v1::FilterUpdate> sink, PoolStreamSpec spec,
+                                           StreamSinkPtr<wire::FilterFrame> sink, PoolStreamSpec spec,
                                            OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,
                                            metrics::RelayMetrics* metrics);
 

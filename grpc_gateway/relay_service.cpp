@@ -63,8 +63,8 @@ std::size_t RelayService::open_streams(std::string_view kind) const { return lim
 
 // A call refused before its stream started, counted by `result` (default: from the status).
 template <class Message>
-grpc::ServerWriteReactor<Message>* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                                        const RpcStatus& status, std::string result) {
+ServerStream<Message>* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                            const RpcStatus& status, std::string result) {
   if (config_.metrics != nullptr) {
     config_.metrics->stream_refused(rpc, result.empty() ? metrics::refusal_result(status) : result);
   }
@@ -74,9 +74,8 @@ grpc::ServerWriteReactor<Message>* RelayService::refuse(grpc::CallbackServerCont
 // The common admission steps after request validation: refuse while draining, then take a
 // permit without waiting. Returns the refusal, or nullptr with `permit` set.
 template <class Message>
-grpc::ServerWriteReactor<Message>* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                                       StreamLimit& limit,
-                                                       std::shared_ptr<StreamLimit::Permit>& permit) {
+ServerStream<Message>* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
+                                           std::shared_ptr<StreamLimit::Permit>& permit) {
   if (draining_) return refuse<Message>(context, rpc, draining_status(), "draining");
   permit = limit.try_acquire();
   if (!permit) {
@@ -173,15 +172,27 @@ grpc::ServerWriteReactor<v1::ServingLoadUpdate>* RelayService::SubscribeServingL
                                              metrics::ActorKind::kServingLoadStream);
 }
 
-grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context,
-                                                                          const v1::SubscribeKvPoolRequest* request) {
-  using Message = v1::FilterUpdate;
+grpc::ServerWriteReactor<grpc::ByteBuffer>* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context,
+                                                                          const grpc::ByteBuffer* request) {
+  v1::SubscribeKvPoolRequest parsed;
+  grpc::ByteBuffer bytes(*request);  // Deserialize consumes its buffer
+  if (!grpc::SerializationTraits<v1::SubscribeKvPoolRequest>::Deserialize(&bytes, &parsed).ok()) {
+    return refuse<wire::FilterFrame>(
+        context, metrics::Rpc::kSubscribeKvPool,
+        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_REQUEST, "the request is not a SubscribeKvPoolRequest"));
+  }
+  return open_pool_stream(context, parsed);
+}
+
+ServerStream<wire::FilterFrame>* RelayService::open_pool_stream(grpc::CallbackServerContext* context,
+                                                                const v1::SubscribeKvPoolRequest& request) {
+  using Message = wire::FilterFrame;
   constexpr auto rpc = metrics::Rpc::kSubscribeKvPool;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
+  if (auto error = wire::check_request(request)) return refuse<Message>(context, rpc, rejection(*error));
   // The catalog is read before the total permit is taken, though its outcome is reported after
   // (the contract's order): once a stream counts as open it was admitted against this view,
   // never against a catalog that changed in between.
-  const v1::ProducerIdentity& expected = request->expected_producer();
+  const v1::ProducerIdentity& expected = request.expected_producer();
   const auto view = peers_.catalog_view->current();
   const auto pool = view->pools.find(wire::pool_key(expected.pool_id()));
   std::shared_ptr<StreamLimit::Permit> permit;
@@ -204,7 +215,7 @@ grpc::ServerWriteReactor<v1::FilterUpdate>* RelayService::SubscribeKvPool(grpc::
         RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, pool->second.subscribers->refusal()));
   }
   auto* reactor = new StreamReactor<Message>(
-      context, admitted(rpc, request->subscriber_id(), context, {permit, pool_permit}), config_.metrics);
+      context, admitted(rpc, request.subscriber_id(), context, {permit, pool_permit}), config_.metrics);
   PoolStreamSpec spec{config_.relay, current, current.pool_id().dc_id(), current.ckf_format().seed(),
                       current.ckf_format().bucket_count()};
   StreamSinkPtr<Message> sink = reactor->link();

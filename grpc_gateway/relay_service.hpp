@@ -45,7 +45,10 @@ struct RelayServicePeers {
   ServingLoadWindowActor serving_load;
 };
 
-class RelayService final : public v1::KvEventRelay::CallbackService {
+// SubscribeKvPool is a raw method: its frames go out as already serialized bytes
+// (grpc_gateway/wire_write.hpp), and its request is parsed here.
+class RelayService final
+    : public v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPool<v1::KvEventRelay::CallbackService> {
  public:
   RelayService(caf::actor_system& system, RelayServiceConfig config, RelayServicePeers peers);
 
@@ -53,8 +56,8 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
                                          v1::RelayInfo* response) override;
   grpc::ServerWriteReactor<v1::KvPoolCatalogUpdate>* WatchKvPoolCatalog(
       grpc::CallbackServerContext* context, const v1::WatchKvPoolCatalogRequest* request) override;
-  grpc::ServerWriteReactor<v1::FilterUpdate>* SubscribeKvPool(grpc::CallbackServerContext* context,
-                                                              const v1::SubscribeKvPoolRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubscribeKvPool(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request) override;
   grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* SubscribeServingReadiness(
       grpc::CallbackServerContext* context, const v1::SubscribeServingReadinessRequest* request) override;
   grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* SubscribeKvPoolLoad(
@@ -70,16 +73,18 @@ class RelayService final : public v1::KvEventRelay::CallbackService {
 
  private:
   template <class Message>
-  grpc::ServerWriteReactor<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
-                                           std::shared_ptr<StreamLimit::Permit>& permit);
+  ServerStream<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
+                               std::shared_ptr<StreamLimit::Permit>& permit);
   template <class Message>
-  grpc::ServerWriteReactor<Message>* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                            const RpcStatus& status, std::string result = {});
+  ServerStream<Message>* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
+                                std::string result = {});
   // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
   template <class Message, class Request, class Source>
   grpc::ServerWriteReactor<Message>* open_windows(grpc::CallbackServerContext* context, const Request& request,
                                                   metrics::Rpc rpc, StreamLimit& limit, const Source& source,
                                                   metrics::ActorKind stream_kind);
+  ServerStream<wire::FilterFrame>* open_pool_stream(grpc::CallbackServerContext* context,
+                                                    const v1::SubscribeKvPoolRequest& request);
   StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
                          std::vector<std::shared_ptr<StreamLimit::Permit>> permits);
 

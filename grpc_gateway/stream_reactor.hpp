@@ -15,6 +15,7 @@
 
 #include "actors/messages.hpp"
 #include "grpc_gateway/status.hpp"
+#include "grpc_gateway/wire_write.hpp"
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay::gateway {
@@ -23,21 +24,9 @@ namespace kvrelay::gateway {
 // open-stream gauges, the lifecycle log line).
 using StreamRelease = std::function<void(const RpcStatus&)>;
 
-// What a frame carries, for kv_relay_frames_sent_total{kind}.
-inline metrics::FrameKind frame_kind(const v1::FilterUpdate& frame) {
-  switch (frame.kind()) {
-    case v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK:
-      return metrics::FrameKind::kSnapshotChunk;
-    case v1::FILTER_UPDATE_KIND_HEARTBEAT:
-      return metrics::FrameKind::kHeartbeat;
-    default:
-      return metrics::FrameKind::kDelta;
-  }
-}
-inline metrics::FrameKind frame_kind(const v1::KvPoolCatalogUpdate&) { return metrics::FrameKind::kCatalog; }
-inline metrics::FrameKind frame_kind(const v1::ServingReadinessUpdate&) { return metrics::FrameKind::kReadiness; }
-inline metrics::FrameKind frame_kind(const v1::KvPoolLoadUpdate&) { return metrics::FrameKind::kLoad; }
-inline metrics::FrameKind frame_kind(const v1::ServingLoadUpdate&) { return metrics::FrameKind::kServingLoad; }
+// The reactor a stream of `Message` frames is written through.
+template <class Message>
+using ServerStream = grpc::ServerWriteReactor<typename WireWrite<Message>::Wire>;
 
 // Threads. write() and finish() come from the stream actor, one call at a time, with at most
 // one write outstanding (StreamSink's contract). bind() comes from the RPC method handler,
@@ -84,7 +73,7 @@ template <class Message>
 class StreamLink final : public StreamSink<Message> {
  public:
   // `metrics` (may be null) counts every frame handed to the transport.
-  StreamLink(grpc::CallbackServerContext* context, grpc::ServerWriteReactor<Message>* reactor, StreamRelease release,
+  StreamLink(grpc::CallbackServerContext* context, ServerStream<Message>* reactor, StreamRelease release,
              metrics::RelayMetrics* metrics)
       : metrics_(metrics), context_(context), reactor_(reactor), release_(std::move(release)) {}
 
@@ -105,10 +94,11 @@ class StreamLink final : public StreamSink<Message> {
   }
 
   void write(std::shared_ptr<const Message> message, bool more_queued) ABSL_LOCKS_EXCLUDED(mutex_) override {
+    auto write = std::make_shared<const WireWrite<Message>>(std::move(message));
     {
       absl::MutexLock lock(&mutex_);
       if (finished_) return;  // the stream is ending: nothing more goes out
-      next_write_ = std::move(message);
+      next_write_ = std::move(write);
       next_write_buffered_ = more_queued;
     }
     issue();
@@ -124,7 +114,7 @@ class StreamLink final : public StreamSink<Message> {
 
   // ---- reactions, on gRPC threads ----
   void on_write_done(bool ok) ABSL_LOCKS_EXCLUDED(mutex_) {
-    std::shared_ptr<const Message> written;  // released after unlocking
+    std::shared_ptr<const WireWrite<Message>> written;  // released after unlocking
     StreamTransportActor actor;
     {
       absl::MutexLock lock(&mutex_);
@@ -164,12 +154,12 @@ class StreamLink final : public StreamSink<Message> {
   // One call into the reactor, decided under the lock and made after it.
   struct Step {
     enum Kind { kNone, kWrite, kFinish } kind = kNone;
-    grpc::ServerWriteReactor<Message>* reactor = nullptr;
+    ServerStream<Message>* reactor = nullptr;
     grpc::CallbackServerContext* context = nullptr;
-    std::shared_ptr<const Message> message;  // kWrite (alive across the call even if OnWriteDone came first)
-    bool buffered = false;                   // kWrite: more frames follow, flush with a later one
-    RpcStatus status;                        // kFinish
-    StreamRelease release;                   // kFinish: runs just before Finish (empty if already run)
+    std::shared_ptr<const WireWrite<Message>> write;  // kWrite (alive across the call even if OnWriteDone came first)
+    bool buffered = false;                            // kWrite: more frames follow, flush with a later one
+    RpcStatus status;                                 // kFinish
+    StreamRelease release;                            // kFinish: runs just before Finish (empty if already run)
   };
 
   // Makes the calls into the reactor that the state wants, unless another thread is making
@@ -191,10 +181,10 @@ class StreamLink final : public StreamSink<Message> {
         }
       }
       if (step.kind == Step::kWrite) {
-        if (metrics_ != nullptr) metrics_->frame_sent(frame_kind(*step.message), step.message->ByteSizeLong());
+        if (metrics_ != nullptr) metrics_->frame_sent(step.write->kind(), step.write->bytes());
         grpc::WriteOptions options;
         if (step.buffered) options.set_buffer_hint();  // flushed with the next write that has no hint
-        step.reactor->StartWrite(step.message.get(), options);
+        step.reactor->StartWrite(step.write->wire(), options);
         continue;
       }
       // The last call: `issuing_` stays set, and the reactor may be deleted from here on.
@@ -217,7 +207,7 @@ class StreamLink final : public StreamSink<Message> {
     } else if (next_write_) {
       step.kind = Step::kWrite;
       in_flight_ = std::exchange(next_write_, nullptr);
-      step.message = in_flight_;
+      step.write = in_flight_;
       step.buffered = next_write_buffered_;
     }
     return step;
@@ -234,16 +224,16 @@ class StreamLink final : public StreamSink<Message> {
   metrics::RelayMetrics* const metrics_;  // set once; the recorder is thread-safe
 
   absl::Mutex mutex_;
-  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);        // null once OnDone ran
-  grpc::ServerWriteReactor<Message>* reactor_ ABSL_GUARDED_BY(mutex_);  // null once OnDone ran
-  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                       // empty once taken to run
-  StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                  // the stream actor, from bind()
-  std::shared_ptr<const Message> next_write_ ABSL_GUARDED_BY(mutex_);   // from write(), not yet issued
+  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);                  // null once OnDone ran
+  ServerStream<Message>* reactor_ ABSL_GUARDED_BY(mutex_);                        // null once OnDone ran
+  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                                 // empty once taken to run
+  StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                            // the stream actor, from bind()
+  std::shared_ptr<const WireWrite<Message>> next_write_ ABSL_GUARDED_BY(mutex_);  // from write(), not yet issued
   bool next_write_buffered_ ABSL_GUARDED_BY(mutex_) = false;
-  std::shared_ptr<const Message> in_flight_ ABSL_GUARDED_BY(mutex_);   // kept alive until OnWriteDone
-  std::optional<bool> unreported_write_done_ ABSL_GUARDED_BY(mutex_);  // a completion that came before bind()
-  std::optional<RpcStatus> finish_status_ ABSL_GUARDED_BY(mutex_);     // Finish wanted, not yet issued
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;                      // Finish wanted (or OnDone ran): no more frames
+  std::shared_ptr<const WireWrite<Message>> in_flight_ ABSL_GUARDED_BY(mutex_);  // kept alive until OnWriteDone
+  std::optional<bool> unreported_write_done_ ABSL_GUARDED_BY(mutex_);            // a completion that came before bind()
+  std::optional<RpcStatus> finish_status_ ABSL_GUARDED_BY(mutex_);               // Finish wanted, not yet issued
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;   // Finish wanted (or OnDone ran): no more frames
   bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;  // the client cancelled (reported on bind if unbound)
   bool issuing_ ABSL_GUARDED_BY(mutex_) = false;    // a thread is calling the reactor; set for good after Finish
 };
@@ -251,7 +241,7 @@ class StreamLink final : public StreamSink<Message> {
 // The reactor gRPC drives; each reaction goes to the link, which holds all the state (and its
 // lock). OnDone tells the link first, so the link calls nothing on a deleted reactor.
 template <class Message>
-class StreamReactor final : public grpc::ServerWriteReactor<Message> {
+class StreamReactor final : public ServerStream<Message> {
  public:
   StreamReactor(grpc::CallbackServerContext* context, StreamRelease release, metrics::RelayMetrics* metrics)
       : link_(std::make_shared<StreamLink<Message>>(context, this, std::move(release), metrics)) {}
@@ -273,7 +263,7 @@ class StreamReactor final : public grpc::ServerWriteReactor<Message> {
 // shared state: Finish is called in the constructor (gRPC holds it until the reactor is
 // bound), OnDone deletes the reactor.
 template <class Message>
-class RefusedStream final : public grpc::ServerWriteReactor<Message> {
+class RefusedStream final : public ServerStream<Message> {
  public:
   RefusedStream(grpc::CallbackServerContext* context, const RpcStatus& status) {
     this->Finish(to_grpc(context, status));

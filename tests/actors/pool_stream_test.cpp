@@ -27,7 +27,7 @@ std::shared_ptr<const SnapshotImage> empty_image(std::uint64_t bucket_count, std
 }
 
 struct StreamUnderTest {
-  std::shared_ptr<RecordingSink<v1::FilterUpdate>> sink = std::make_shared<RecordingSink<v1::FilterUpdate>>();
+  std::shared_ptr<RecordingSink<wire::FilterFrame>> sink = std::make_shared<RecordingSink<wire::FilterFrame>>();
   std::shared_ptr<Inbox> publisher_inbox = std::make_shared<Inbox>();
   std::shared_ptr<Inbox> encoders_inbox = std::make_shared<Inbox>();
   caf::actor publisher, encoders;

@@ -9,9 +9,9 @@
 
 namespace kvrelay::gateway {
 
-template class StreamLink<v1::FilterUpdate>;
-template class StreamReactor<v1::FilterUpdate>;
-template class RefusedStream<v1::FilterUpdate>;
+template class StreamLink<wire::FilterFrame>;
+template class StreamReactor<wire::FilterFrame>;
+template class RefusedStream<wire::FilterFrame>;
 
 struct CheckOutcome {
   std::uint64_t applied = 0;
