@@ -7,14 +7,14 @@ namespace {
 using Self = CatalogActor::stateful_pointer<CatalogState>;
 
 CatalogUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t revision, const CatalogView& view) {
-  auto update = std::make_shared<v1::KvPoolCatalogUpdate>();
-  update->set_protocol_version(wire::kProtocolVersion);
-  *update->mutable_relay() = relay;
-  update->set_revision(revision);
-  auto* snapshot = update->mutable_snapshot();  // always present, even when empty
+  v1::KvPoolCatalogUpdate update;
+  update.set_protocol_version(wire::kProtocolVersion);
+  *update.mutable_relay() = relay;
+  update.set_revision(revision);
+  auto* snapshot = update.mutable_snapshot();  // always present, even when empty
   for (const auto& [key, entry] : view.pools) *snapshot->add_pools() = entry.descriptor;
-  update->set_contract_marker(wire::kContractMarker);
-  return update;
+  update.set_contract_marker(wire::kContractMarker);
+  return std::make_shared<const CatalogBroadcast>(std::move(update));
 }
 
 bool same_pools(const CatalogView& a, const CatalogView& b) {
@@ -55,7 +55,7 @@ CatalogActor::behavior_type catalog(Self self, std::shared_ptr<CatalogRegistry> 
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
       [=](atoms::catalog_atom, std::vector<CatalogEntry>& entries) { replace_pools(self, std::move(entries)); },
-      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::KvPoolCatalogUpdate>& stream) {
+      [=](atoms::subscribe_atom, const UpdateStreamActor<CatalogBroadcast>& stream) {
         self->state.streams.add(self, stream);
         self->send(stream, atoms::update_atom_v, self->state.current);
       },

@@ -43,7 +43,7 @@ class CatalogRegistry {
 using CatalogActor =
     caf::typed_actor<caf::reacts_to<atoms::catalog_atom, std::vector<CatalogEntry>>,  // the complete set (revision + 1
                                                                                       // if changed)
-                     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::KvPoolCatalogUpdate>>,
+                     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<CatalogBroadcast>>,
                      caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
                      caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
 
@@ -51,7 +51,7 @@ struct CatalogState {
   std::shared_ptr<CatalogRegistry> registry;
   v1::RelayIdentity relay;
   CatalogUpdatePtr current;  // the last published update
-  Subscribers<v1::KvPoolCatalogUpdate> streams;
+  Subscribers<CatalogBroadcast> streams;
   MailboxSampler mailbox;
   static inline const char* name = "catalog";
 };

@@ -9,25 +9,25 @@ namespace {
 using Self = LoadWindowActor::stateful_pointer<LoadWindowState>;
 
 LoadUpdatePtr build_window(const LoadWindowState& state, std::uint64_t sequence) {
-  auto update = std::make_shared<v1::KvPoolLoadUpdate>();
-  update->set_protocol_version(wire::kProtocolVersion);
-  *update->mutable_relay() = state.relay;
-  update->set_window_sequence(sequence);
-  update->set_observed_ms(wall_clock_ms());
-  update->set_window_ms(static_cast<std::uint64_t>(state.window.count()));
+  v1::KvPoolLoadUpdate update;
+  update.set_protocol_version(wire::kProtocolVersion);
+  *update.mutable_relay() = state.relay;
+  update.set_window_sequence(sequence);
+  update.set_observed_ms(wall_clock_ms());
+  update.set_window_ms(static_cast<std::uint64_t>(state.window.count()));
   std::map<wire::PoolKey, const LoadWindowState::Pool*> by_pool_id;
   for (const auto& [endpoint, pool] : state.pools) by_pool_id[wire::pool_key(pool.producer.pool_id())] = &pool;
   for (const auto& [key, pool] : by_pool_id) {
     const PoolLoadSnapshot snapshot = pool->load.snapshot();
-    v1::KvPoolLoadEntry* entry = update->add_pools();
+    v1::KvPoolLoadEntry* entry = update.add_pools();
     *entry->mutable_producer() = pool->producer;
     entry->set_kv_used_blocks(snapshot.kv_used_blocks);
     entry->set_total_kv_blocks(snapshot.total_kv_blocks);
     entry->set_kv_observed_ranks(snapshot.observed_ranks);
     entry->set_kv_expected_ranks(snapshot.expected_ranks);
   }
-  update->set_contract_marker(wire::kContractMarker);
-  return update;
+  update.set_contract_marker(wire::kContractMarker);
+  return std::make_shared<const LoadBroadcast>(std::move(update));
 }
 
 // The pool's load coverage for /metrics (kv_relay_pool_load_*_ranks).
@@ -102,7 +102,7 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
           pool->second.load.forget_worker(worker_id);
         }
       },
-      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::KvPoolLoadUpdate>& stream) {
+      [=](atoms::subscribe_atom, const UpdateStreamActor<LoadBroadcast>& stream) {
         self->state.windows.subscribe(self, stream);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.windows.end_all(self, status); },

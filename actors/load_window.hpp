@@ -19,7 +19,7 @@ using LoadWindowActor = caf::typed_actor<
     caf::reacts_to<atoms::load_pools_atom, std::vector<LoadPool>>,
     caf::reacts_to<atoms::report_atom, LoadReportBatch>,                  // the outcome goes to the batch's reply
     caf::reacts_to<atoms::forget_load_atom, EndpointKey, std::uint64_t>,  // that worker's ranks: unobserved
-    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::KvPoolLoadUpdate>>,
+    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<LoadBroadcast>>,
     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
     caf::reacts_to<atoms::tick_atom>,                 // its window timer
     caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
@@ -33,7 +33,7 @@ struct LoadWindowState {
   v1::RelayIdentity relay;
   std::chrono::milliseconds window{1000};
   std::map<EndpointKey, Pool> pools;
-  WindowFanout<v1::KvPoolLoadUpdate> windows;
+  WindowFanout<LoadBroadcast> windows;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;
   static inline const char* name = "load-window";

@@ -18,6 +18,7 @@
 #include "core/pool_load.hpp"
 #include "core/readiness.hpp"
 #include "core/rpc_status.hpp"
+#include "core/serialized.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 #include "kvrelay/ingest/v1/ingest.pb.h"
 
@@ -130,10 +131,15 @@ struct LoadReportBatch {
 
 // ---- catalog, readiness, load ----
 
-using CatalogUpdatePtr = std::shared_ptr<const v1::KvPoolCatalogUpdate>;
-using ReadinessUpdatePtr = std::shared_ptr<const v1::ServingReadinessUpdate>;
-using LoadUpdatePtr = std::shared_ptr<const v1::KvPoolLoadUpdate>;
-using ServingLoadUpdatePtr = std::shared_ptr<const v1::ServingLoadUpdate>;
+// Each update is serialized once, by the actor that publishes it, for all of its streams.
+using CatalogBroadcast = wire::Serialized<v1::KvPoolCatalogUpdate>;
+using ReadinessBroadcast = wire::Serialized<v1::ServingReadinessUpdate>;
+using LoadBroadcast = wire::Serialized<v1::KvPoolLoadUpdate>;
+using ServingLoadBroadcast = wire::Serialized<v1::ServingLoadUpdate>;
+using CatalogUpdatePtr = std::shared_ptr<const CatalogBroadcast>;
+using ReadinessUpdatePtr = std::shared_ptr<const ReadinessBroadcast>;
+using LoadUpdatePtr = std::shared_ptr<const LoadBroadcast>;
+using ServingLoadUpdatePtr = std::shared_ptr<const ServingLoadBroadcast>;
 
 // A pool as the load window sees it.
 struct LoadPool {
@@ -289,10 +295,10 @@ using PoolOwnerActor = caf::typed_actor<caf::reacts_to<atoms::generation_fenced_
 }  // namespace kvrelay
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::StreamTransportActor)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolCatalogUpdate>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::ServingReadinessUpdate>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::KvPoolLoadUpdate>)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<dynamo::kvrelay::v1::ServingLoadUpdate>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<kvrelay::CatalogBroadcast>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<kvrelay::ReadinessBroadcast>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<kvrelay::LoadBroadcast>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<kvrelay::ServingLoadBroadcast>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolFrameSinkActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PermitHolderActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceSinkActor)

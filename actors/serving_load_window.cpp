@@ -11,15 +11,15 @@ using Self = ServingLoadWindowActor::stateful_pointer<ServingLoadWindowState>;
 
 ServingLoadUpdatePtr build_window(Self self, std::uint64_t sequence) {
   auto& state = self->state;
-  auto update = std::make_shared<v1::ServingLoadUpdate>();
-  update->set_protocol_version(wire::kProtocolVersion);
-  *update->mutable_relay() = state.config.relay;
-  update->set_window_sequence(sequence);
-  update->set_observed_ms(wall_clock_ms());
-  update->set_window_ms(static_cast<std::uint64_t>(state.config.window.count()));
-  state.load.build(self->clock().now(), *update);
-  update->set_contract_marker(wire::kContractMarker);
-  return update;
+  v1::ServingLoadUpdate update;
+  update.set_protocol_version(wire::kProtocolVersion);
+  *update.mutable_relay() = state.config.relay;
+  update.set_window_sequence(sequence);
+  update.set_observed_ms(wall_clock_ms());
+  update.set_window_ms(static_cast<std::uint64_t>(state.config.window.count()));
+  state.load.build(self->clock().now(), update);
+  update.set_contract_marker(wire::kContractMarker);
+  return std::make_shared<const ServingLoadBroadcast>(std::move(update));
 }
 
 void set_pools(Self self, const std::vector<LoadPool>& pools) {
@@ -74,7 +74,7 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
                                         {request.router_ids().begin(), request.router_ids().end()});
         return ingest_v1::SetSchedulersResponse{};
       },
-      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::ServingLoadUpdate>& stream) {
+      [=](atoms::subscribe_atom, const UpdateStreamActor<ServingLoadBroadcast>& stream) {
         self->state.windows.subscribe(self, stream);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.windows.end_all(self, status); },

@@ -22,7 +22,7 @@ using ServingLoadWindowActor = caf::typed_actor<
                     ingest_v1::SchedulerLoadReport>::with<ingest_v1::ReportSchedulerLoadResponse>,
     caf::replies_to<atoms::frontends_atom, ingest_v1::SetFrontendsRequest>::with<ingest_v1::SetFrontendsResponse>,
     caf::replies_to<atoms::schedulers_atom, ingest_v1::SetSchedulersRequest>::with<ingest_v1::SetSchedulersResponse>,
-    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::ServingLoadUpdate>>,
+    caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<ServingLoadBroadcast>>,
     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
     caf::reacts_to<atoms::tick_atom>,                 // its window timer
     caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
@@ -37,7 +37,7 @@ struct ServingLoadWindowConfig {
 struct ServingLoadWindowState {
   ServingLoadWindowConfig config;
   serving_load::ServingLoad load;
-  WindowFanout<v1::ServingLoadUpdate> windows;
+  WindowFanout<ServingLoadBroadcast> windows;
   MailboxSampler mailbox;
   static inline const char* name = "serving-load-window";
 };

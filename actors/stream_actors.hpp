@@ -159,7 +159,7 @@ typename BoundedStreamActor<Message>::behavior_type bounded_stream(
   follow_source(self, self->state.writer, source);
   return {
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
-        const std::size_t bytes = update->ByteSizeLong();
+        const std::size_t bytes = update->bytes().size();
         if (!self->state.outbox.push(std::move(update), bytes)) {
           return end_stream(self, self->state.writer, lagged_status());
         }

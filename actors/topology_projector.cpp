@@ -16,13 +16,13 @@ std::string serialized(const std::vector<v1::TopologyEntry>& entries) {
 
 ReadinessUpdatePtr make_update(const v1::RelayIdentity& relay, std::uint64_t revision,
                                std::vector<v1::TopologyEntry> entries) {
-  auto update = std::make_shared<v1::ServingReadinessUpdate>();
-  update->set_protocol_version(wire::kProtocolVersion);
-  *update->mutable_relay() = relay;
-  update->set_revision(revision);
-  for (auto& entry : entries) *update->add_entries() = std::move(entry);
-  update->set_contract_marker(wire::kContractMarker);
-  return update;
+  v1::ServingReadinessUpdate update;
+  update.set_protocol_version(wire::kProtocolVersion);
+  *update.mutable_relay() = relay;
+  update.set_revision(revision);
+  for (auto& entry : entries) *update.add_entries() = std::move(entry);
+  update.set_contract_marker(wire::kContractMarker);
+  return std::make_shared<const ReadinessBroadcast>(std::move(update));
 }
 
 // kv_relay_readiness_entries{state}: the entries of the revision being published.
@@ -48,7 +48,7 @@ void reproject(Self self, const std::vector<readiness::EndpointFacts>& facts) {
   if (bytes == state.published_entries) return;
   state.published_entries = std::move(bytes);
   count_entries(self, entries);
-  const std::uint64_t revision = state.current->revision() + 1;
+  const std::uint64_t revision = state.current->message().revision() + 1;
   state.current = make_update(state.relay, revision, std::move(entries));
   state.streams.broadcast(self, state.current);
 }
@@ -65,7 +65,7 @@ TopologyProjectorActor::behavior_type topology_projector(Self self, v1::RelayIde
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
       [=](atoms::facts_atom, const std::vector<readiness::EndpointFacts>& facts) { reproject(self, facts); },
-      [=](atoms::subscribe_atom, const UpdateStreamActor<v1::ServingReadinessUpdate>& stream) {
+      [=](atoms::subscribe_atom, const UpdateStreamActor<ReadinessBroadcast>& stream) {
         self->state.streams.add(self, stream);
         self->send(stream, atoms::update_atom_v, self->state.current);
       },

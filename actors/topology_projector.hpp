@@ -14,7 +14,7 @@ namespace kvrelay {
 using TopologyProjectorActor =
     caf::typed_actor<caf::reacts_to<atoms::facts_atom, std::vector<readiness::EndpointFacts>>,  // every endpoint's
                                                                                                 // facts
-                     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<v1::ServingReadinessUpdate>>,
+                     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<ReadinessBroadcast>>,
                      caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
                      caf::reacts_to<atoms::sample_atom>>;              // its mailbox sampling timer
 
@@ -22,7 +22,7 @@ struct TopologyProjectorState {
   v1::RelayIdentity relay;
   std::string published_entries;  // serialized entries of the current revision
   ReadinessUpdatePtr current;
-  Subscribers<v1::ServingReadinessUpdate> streams;
+  Subscribers<ReadinessBroadcast> streams;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;
   static inline const char* name = "topology-projector";

@@ -29,9 +29,9 @@ std::string ending_of(const RpcStatus& status) {
 // A stream fed by a long-lived source actor (catalog, readiness, load): the stream actor
 // subscribes itself, and ends if its source goes away.
 template <class Message, class Behavior, class... Args>
-grpc::ServerWriteReactor<Message>* open_watch(caf::actor_system& system, StreamRelease release,
-                                              metrics::RelayMetrics* metrics, grpc::CallbackServerContext* context,
-                                              UpdateSourceActor<Message> source, Behavior behavior, Args&&... args) {
+ServerStream<Message>* open_watch(caf::actor_system& system, StreamRelease release, metrics::RelayMetrics* metrics,
+                                  grpc::CallbackServerContext* context, UpdateSourceActor<Message> source,
+                                  Behavior behavior, Args&&... args) {
   auto* reactor = new StreamReactor<Message>(context, std::move(release), metrics);
   StreamSinkPtr<Message> sink = reactor->link();
   auto stream = system.spawn(behavior, std::move(sink), std::move(source), std::forward<Args>(args)...);
@@ -60,6 +60,21 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
 }
 
 std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
+
+// The request as the typed API would have parsed it, then validated.
+template <class Message, class Request>
+ServerStream<Message>* RelayService::read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                                  const grpc::ByteBuffer& bytes, Request& request) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
+  if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) {
+    return refuse<Message>(
+        context, rpc,
+        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_REQUEST,
+                               "the request is not a " + std::string(Request::descriptor()->name())));
+  }
+  if (auto error = wire::check_request(request)) return refuse<Message>(context, rpc, rejection(*error));
+  return nullptr;
+}
 
 // A call refused before its stream started, counted by `result` (default: from the status).
 template <class Message>
@@ -120,36 +135,37 @@ grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::KvPoolCatalogUpdate>* RelayService::WatchKvPoolCatalog(
-    grpc::CallbackServerContext* context, const v1::WatchKvPoolCatalogRequest* request) {
-  using Message = v1::KvPoolCatalogUpdate;
+RawStream* RelayService::WatchKvPoolCatalog(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  using Message = CatalogBroadcast;
   constexpr auto rpc = metrics::Rpc::kWatchKvPoolCatalog;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
+  v1::WatchKvPoolCatalogRequest request;
+  if (auto* refused = read_request<Message>(context, rpc, *bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit<Message>(context, rpc, catalog_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted(rpc, request->subscriber_id(), context, {permit}), config_.metrics,
+  return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
                              context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat,
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kCatalogStream));
 }
 
-grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* RelayService::SubscribeServingReadiness(
-    grpc::CallbackServerContext* context, const v1::SubscribeServingReadinessRequest* request) {
-  using Message = v1::ServingReadinessUpdate;
+RawStream* RelayService::SubscribeServingReadiness(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* bytes) {
+  using Message = ReadinessBroadcast;
   constexpr auto rpc = metrics::Rpc::kSubscribeServingReadiness;
-  if (auto error = wire::check_request(*request)) return refuse<Message>(context, rpc, rejection(*error));
+  v1::SubscribeServingReadinessRequest request;
+  if (auto* refused = read_request<Message>(context, rpc, *bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit<Message>(context, rpc, readiness_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted(rpc, request->subscriber_id(), context, {permit}), config_.metrics,
+  return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
                              context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat,
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kReadinessStream));
 }
 
 template <class Message, class Request, class Source>
-grpc::ServerWriteReactor<Message>* RelayService::open_windows(grpc::CallbackServerContext* context,
-                                                              const Request& request, metrics::Rpc rpc,
-                                                              StreamLimit& limit, const Source& source,
-                                                              metrics::ActorKind stream_kind) {
-  if (auto error = wire::check_request(request)) return refuse<Message>(context, rpc, rejection(*error));
+ServerStream<Message>* RelayService::open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
+                                                  metrics::Rpc rpc, StreamLimit& limit, const Source& source,
+                                                  metrics::ActorKind stream_kind) {
+  Request request;
+  if (auto* refused = read_request<Message>(context, rpc, bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit<Message>(context, rpc, limit, permit)) return refused;
   // A window stream lags when more than load_outbox_windows windows wait for the client.
@@ -159,36 +175,29 @@ grpc::ServerWriteReactor<Message>* RelayService::open_windows(grpc::CallbackServ
                              metrics::mailbox_gauge(config_.metrics, stream_kind));
 }
 
-grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* RelayService::SubscribeKvPoolLoad(
-    grpc::CallbackServerContext* context, const v1::SubscribeKvPoolLoadRequest* request) {
-  return open_windows<v1::KvPoolLoadUpdate>(context, *request, metrics::Rpc::kSubscribeKvPoolLoad, load_streams_,
-                                            peers_.load, metrics::ActorKind::kLoadStream);
+RawStream* RelayService::SubscribeKvPoolLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  return open_windows<LoadBroadcast, v1::SubscribeKvPoolLoadRequest>(
+      context, *bytes, metrics::Rpc::kSubscribeKvPoolLoad, load_streams_, peers_.load, metrics::ActorKind::kLoadStream);
 }
 
-grpc::ServerWriteReactor<v1::ServingLoadUpdate>* RelayService::SubscribeServingLoad(
-    grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest* request) {
-  return open_windows<v1::ServingLoadUpdate>(context, *request, metrics::Rpc::kSubscribeServingLoad,
-                                             serving_load_streams_, peers_.serving_load,
-                                             metrics::ActorKind::kServingLoadStream);
+RawStream* RelayService::SubscribeServingLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  return open_windows<ServingLoadBroadcast, v1::SubscribeServingLoadRequest>(
+      context, *bytes, metrics::Rpc::kSubscribeServingLoad, serving_load_streams_, peers_.serving_load,
+      metrics::ActorKind::kServingLoadStream);
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context,
-                                                                          const grpc::ByteBuffer* request) {
-  v1::SubscribeKvPoolRequest parsed;
-  grpc::ByteBuffer bytes(*request);  // Deserialize consumes its buffer
-  if (!grpc::SerializationTraits<v1::SubscribeKvPoolRequest>::Deserialize(&bytes, &parsed).ok()) {
-    return refuse<wire::FilterFrame>(
-        context, metrics::Rpc::kSubscribeKvPool,
-        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_REQUEST, "the request is not a SubscribeKvPoolRequest"));
+RawStream* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  v1::SubscribeKvPoolRequest request;
+  if (auto* refused = read_request<wire::FilterFrame>(context, metrics::Rpc::kSubscribeKvPool, *bytes, request)) {
+    return refused;
   }
-  return open_pool_stream(context, parsed);
+  return open_pool_stream(context, request);
 }
 
 ServerStream<wire::FilterFrame>* RelayService::open_pool_stream(grpc::CallbackServerContext* context,
                                                                 const v1::SubscribeKvPoolRequest& request) {
   using Message = wire::FilterFrame;
   constexpr auto rpc = metrics::Rpc::kSubscribeKvPool;
-  if (auto error = wire::check_request(request)) return refuse<Message>(context, rpc, rejection(*error));
   // The catalog is read before the total permit is taken, though its outcome is reported after
   // (the contract's order): once a stream counts as open it was admitted against this view,
   // never against a catalog that changed in between.

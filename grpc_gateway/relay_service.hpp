@@ -45,25 +45,26 @@ struct RelayServicePeers {
   ServingLoadWindowActor serving_load;
 };
 
-// SubscribeKvPool is a raw method: its frames go out as already serialized bytes
-// (grpc_gateway/wire_write.hpp), and its request is parsed here.
-class RelayService final
-    : public v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPool<v1::KvEventRelay::CallbackService> {
+// Every stream RPC is a raw method: its frames go out as bytes serialized once and shared by
+// its streams (grpc_gateway/wire_write.hpp), and its request is parsed here.
+using RawStreamingService =
+    v1::KvEventRelay::WithRawCallbackMethod_WatchKvPoolCatalog<v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPool<
+        v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingReadiness<
+            v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPoolLoad<
+                v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingLoad<v1::KvEventRelay::CallbackService>>>>>;
+using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
+
+class RelayService final : public RawStreamingService {
  public:
   RelayService(caf::actor_system& system, RelayServiceConfig config, RelayServicePeers peers);
 
   grpc::ServerUnaryReactor* GetRelayInfo(grpc::CallbackServerContext* context, const v1::RelayInfoRequest* request,
                                          v1::RelayInfo* response) override;
-  grpc::ServerWriteReactor<v1::KvPoolCatalogUpdate>* WatchKvPoolCatalog(
-      grpc::CallbackServerContext* context, const v1::WatchKvPoolCatalogRequest* request) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubscribeKvPool(grpc::CallbackServerContext* context,
-                                                              const grpc::ByteBuffer* request) override;
-  grpc::ServerWriteReactor<v1::ServingReadinessUpdate>* SubscribeServingReadiness(
-      grpc::CallbackServerContext* context, const v1::SubscribeServingReadinessRequest* request) override;
-  grpc::ServerWriteReactor<v1::KvPoolLoadUpdate>* SubscribeKvPoolLoad(
-      grpc::CallbackServerContext* context, const v1::SubscribeKvPoolLoadRequest* request) override;
-  grpc::ServerWriteReactor<v1::ServingLoadUpdate>* SubscribeServingLoad(
-      grpc::CallbackServerContext* context, const v1::SubscribeServingLoadRequest* request) override;
+  RawStream* WatchKvPoolCatalog(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  RawStream* SubscribeKvPool(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  RawStream* SubscribeServingReadiness(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  RawStream* SubscribeKvPoolLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  RawStream* SubscribeServingLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
 
   // From now on every new call is refused with UNAVAILABLE (graceful drain).
   void begin_drain() { draining_ = true; }
@@ -72,6 +73,10 @@ class RelayService final
   const StreamLimit& limit_of(std::string_view kind) const;
 
  private:
+  // Each returns the refusal, or nullptr when the call may go on.
+  template <class Message, class Request>
+  ServerStream<Message>* read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                      const grpc::ByteBuffer& bytes, Request& request);
   template <class Message>
   ServerStream<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
                                std::shared_ptr<StreamLimit::Permit>& permit);
@@ -80,9 +85,9 @@ class RelayService final
                                 std::string result = {});
   // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
   template <class Message, class Request, class Source>
-  grpc::ServerWriteReactor<Message>* open_windows(grpc::CallbackServerContext* context, const Request& request,
-                                                  metrics::Rpc rpc, StreamLimit& limit, const Source& source,
-                                                  metrics::ActorKind stream_kind);
+  ServerStream<Message>* open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
+                                      metrics::Rpc rpc, StreamLimit& limit, const Source& source,
+                                      metrics::ActorKind stream_kind);
   ServerStream<wire::FilterFrame>* open_pool_stream(grpc::CallbackServerContext* context,
                                                     const v1::SubscribeKvPoolRequest& request);
   StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,

@@ -1,14 +1,15 @@
 #pragma once
-// One write as gRPC takes it. A protobuf message goes as itself (gRPC serializes it for this
-// stream). A FilterFrame is already serialized: it goes as a ByteBuffer of its pieces, the
-// shared ones (identity, payload) referenced rather than copied, so a delta's payload exists
-// once however many streams send it (docs/architecture.md#one-serialization-per-frame).
+// One write as gRPC takes it: a ByteBuffer of bytes serialized once and shared, referenced
+// rather than copied. A catalog, readiness or load update was serialized by the actor that
+// published it; a FilterFrame goes as its pieces, so a delta's payload exists once however
+// many streams send it (docs/architecture.md#one-serialization-per-frame).
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
 
 #include "core/filter_frame.hpp"
+#include "core/serialized.hpp"
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay::gateway {
@@ -29,29 +30,40 @@ inline metrics::FrameKind frame_kind(const v1::ServingReadinessUpdate&) { return
 inline metrics::FrameKind frame_kind(const v1::KvPoolLoadUpdate&) { return metrics::FrameKind::kLoad; }
 inline metrics::FrameKind frame_kind(const v1::ServingLoadUpdate&) { return metrics::FrameKind::kServingLoad; }
 
+// A slice of `bytes`, which `owner` keeps alive for as long as gRPC holds the slice (which may
+// be after the write completed).
+template <class Owner>
+grpc::Slice shared_slice(std::shared_ptr<const Owner> owner, std::string_view bytes) {
+  auto* held = new std::shared_ptr<const Owner>(std::move(owner));
+  return grpc::Slice(
+      const_cast<char*>(bytes.data()), bytes.size(),
+      [](void* held) { delete static_cast<std::shared_ptr<const Owner>*>(held); }, held);
+}
+
+// Any other stream: its frames are serialized once where they are published.
 template <class Message>
-class WireWrite {
+class WireWrite;
+
+template <class Message>
+class WireWrite<wire::Serialized<Message>> {
  public:
-  using Wire = Message;  // what the stream's ServerWriteReactor writes
+  using Wire = grpc::ByteBuffer;
 
-  explicit WireWrite(std::shared_ptr<const Message> message) : message_(std::move(message)) {}
+  explicit WireWrite(std::shared_ptr<const wire::Serialized<Message>> update)
+      : kind_(frame_kind(update->message())), bytes_(update->bytes().size()) {
+    grpc::Slice slice = shared_slice(update, update->bytes());
+    buffer_ = grpc::ByteBuffer(&slice, 1);
+  }
 
-  const Wire* wire() const { return message_.get(); }
-  metrics::FrameKind kind() const { return frame_kind(*message_); }
-  std::size_t bytes() const { return message_->ByteSizeLong(); }
+  const Wire* wire() const { return &buffer_; }
+  metrics::FrameKind kind() const { return kind_; }
+  std::size_t bytes() const { return bytes_; }
 
  private:
-  std::shared_ptr<const Message> message_;
+  metrics::FrameKind kind_;
+  std::size_t bytes_;
+  grpc::ByteBuffer buffer_;
 };
-
-// A slice that holds a reference to the shared bytes it points into, for as long as gRPC
-// holds the slice (which may be after the write completed).
-inline grpc::Slice shared_slice(const std::shared_ptr<const std::string>& bytes) {
-  auto* owner = new std::shared_ptr<const std::string>(bytes);
-  return grpc::Slice(
-      const_cast<char*>(bytes->data()), bytes->size(),
-      [](void* held) { delete static_cast<std::shared_ptr<const std::string>*>(held); }, owner);
-}
 
 template <>
 class WireWrite<wire::FilterFrame> {
@@ -64,9 +76,9 @@ class WireWrite<wire::FilterFrame> {
     const std::string_view trailer = frame->trailer_bytes();
     grpc::Slice slices[4];
     std::size_t count = 0;
-    slices[count++] = shared_slice(frame->shared_identity());
+    slices[count++] = shared_slice(frame->shared_identity(), frame->identity_bytes());
     slices[count++] = grpc::Slice(header.data(), header.size());
-    if (frame->shared_payload()) slices[count++] = shared_slice(frame->shared_payload());
+    if (frame->shared_payload()) slices[count++] = shared_slice(frame->shared_payload(), frame->payload());
     slices[count++] = grpc::Slice(trailer.data(), trailer.size(), grpc::Slice::STATIC_SLICE);
     buffer_ = grpc::ByteBuffer(slices, count);
   }

@@ -39,18 +39,18 @@ TEST_CASE("load window actor: one window per period, a late tick does not burst"
   auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
   auto inbox = std::make_shared<Inbox>();
   auto stream = spawn_recorder(fixture, inbox);
-  caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<v1::KvPoolLoadUpdate>>(stream));
+  caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<LoadBroadcast>>(stream));
   fixture.run();
   REQUIRE(windows_in(*inbox).size() == 1);  // the current window at once
-  CHECK(windows_in(*inbox)[0]->window_sequence() == 0);
+  CHECK(windows_in(*inbox)[0]->message().window_sequence() == 0);
 
   fixture.advance(kWindow);
   REQUIRE(windows_in(*inbox).size() == 2);
-  CHECK(windows_in(*inbox)[1]->window_sequence() == 1);
+  CHECK(windows_in(*inbox)[1]->message().window_sequence() == 1);
 
   fixture.advance(3 * kWindow + kWindow / 2);  // late: one window, then the schedule moves on
   REQUIRE(windows_in(*inbox).size() == 3);
-  CHECK(windows_in(*inbox)[2]->window_sequence() == 2);
+  CHECK(windows_in(*inbox)[2]->message().window_sequence() == 2);
   fixture.advance(kWindow);
   CHECK(windows_in(*inbox).size() == 4);
 }
@@ -61,7 +61,7 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   auto inbox = std::make_shared<Inbox>();
   auto stream = spawn_recorder(fixture, inbox);
   caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{one_pool()});
-  caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<v1::KvPoolLoadUpdate>>(stream));
+  caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<LoadBroadcast>>(stream));
   fixture.run();
 
   ingest_v1::LoadReport report;
@@ -82,9 +82,10 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   fixture.advance(kWindow);
   const auto windows = windows_in(*inbox);
   REQUIRE(windows.size() == 2);
-  REQUIRE(windows[1]->pools_size() == 1);
-  CHECK(windows[1]->pools(0).kv_used_blocks() == 40);
-  CHECK(windows[1]->pools(0).total_kv_blocks() == 100);
-  CHECK(windows[1]->pools(0).kv_observed_ranks() == 1);
-  CHECK(windows[1]->pools(0).kv_expected_ranks() == 1);
+  REQUIRE(windows[1]->message().pools_size() == 1);
+  CHECK(windows[1]->bytes() == windows[1]->message().SerializeAsString());  // what every stream sends
+  CHECK(windows[1]->message().pools(0).kv_used_blocks() == 40);
+  CHECK(windows[1]->message().pools(0).total_kv_blocks() == 100);
+  CHECK(windows[1]->message().pools(0).kv_observed_ranks() == 1);
+  CHECK(windows[1]->message().pools(0).kv_expected_ranks() == 1);
 }

@@ -24,7 +24,7 @@ struct Window {
     actor = fixture.spawn(serving_load_window,
                           ServingLoadWindowConfig{v1::RelayIdentity{}, kWindow, {kFreshness, kRetention}, nullptr});
     auto stream = spawn_recorder(fixture, inbox);
-    caf::anon_send(actor, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<v1::ServingLoadUpdate>>(stream));
+    caf::anon_send(actor, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<ServingLoadBroadcast>>(stream));
     fixture.run();
   }
 
@@ -60,7 +60,7 @@ struct Window {
 };
 
 const v1::ModelServingLoad* mistral(const ServingLoadUpdatePtr& window) {
-  for (const auto& model : window->models()) {
+  for (const auto& model : window->message().models()) {
     if (model.canonical_model_id() == "mistral") return &model;
   }
   return nullptr;
@@ -155,12 +155,12 @@ TEST_CASE("serving-load window actor: a router's views expire after the freshnes
   w.fixture.run();
   for (int i = 1; i <= 3; ++i) {
     const auto window = w.tick();
-    REQUIRE(window->pools_size() == 1);
-    CHECK(window->pools(0).load().status() == v1::DATA_STATUS_COMPLETE);
-    CHECK(window->pools(0).load().tokens().active_decode_blocks() == 6);
+    REQUIRE(window->message().pools_size() == 1);
+    CHECK(window->message().pools(0).load().status() == v1::DATA_STATUS_COMPLETE);
+    CHECK(window->message().pools(0).load().tokens().active_decode_blocks() == 6);
   }
   const auto expired = w.tick();
-  REQUIRE(expired->pools_size() == 1);
-  CHECK(expired->pools(0).load().status() == v1::DATA_STATUS_UNAVAILABLE);
-  CHECK(expired->pools(0).load().source_observed_ms() == 0);
+  REQUIRE(expired->message().pools_size() == 1);
+  CHECK(expired->message().pools(0).load().status() == v1::DATA_STATUS_UNAVAILABLE);
+  CHECK(expired->message().pools(0).load().source_observed_ms() == 0);
 }

@@ -144,3 +144,32 @@ TEST_CASE("SubscribeKvPool: identity checks, unknown pools and stale generations
     CHECK(outcome.reason == "RELAY_ERROR_REASON_PRODUCER_CHANGED");
   }
 }
+
+// The stream RPCs are raw methods that parse their own request
+// (docs/architecture.md#one-serialization-per-frame): bytes that are no request are refused
+// like any malformed request, and the relay goes on serving.
+TEST_CASE("A stream request that does not parse is an invalid request", "[contract]") {
+  TestRelay relay;
+  const std::string method = GENERATE("WatchKvPoolCatalog", "SubscribeKvPool", "SubscribeServingReadiness",
+                                      "SubscribeKvPoolLoad", "SubscribeServingLoad");
+  INFO(method);
+  const char truncated[] = {0x0A, 0x05, 'a'};  // field 1 says 5 bytes follow; 1 does
+  grpc::Slice slice(truncated, sizeof truncated);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ClientContext context;
+  const std::string path = "/dynamo.kvrelay.v1.KvEventRelay/" + method;  // RpcMethod keeps the pointer
+  const grpc::internal::RpcMethod rpc(path.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(relay.wan_channel().get(), rpc, &context, request));
+  grpc::ByteBuffer frame;
+  CHECK_FALSE(reader->Read(&frame));
+  const grpc::Status status = reader->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto reason = trailers.find("kv-relay-error-reason");
+  REQUIRE(reason != trailers.end());
+  CHECK(std::string(reason->second.data(), reason->second.size()) == "RELAY_ERROR_REASON_INVALID_REQUEST");
+
+  auto catalog = watch_catalog(relay);  // still serving
+  CHECK(catalog->next().has_value());
+}
