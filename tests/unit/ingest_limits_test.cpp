@@ -105,6 +105,10 @@ TEST_CASE("ingest limits: every string of a request", "[ingest-limits]") {
   require_refused(oversize(worker, limits), Limit::kStringBytes,
                   "card.semantics_identity[key]: 9 bytes exceed --max-ingest-string-bytes (8)");
   worker.mutable_card()->clear_semantics_identity();
+  (*worker.mutable_card()->mutable_semantics_identity())[past_limit].assign(1, 'v');
+  require_refused(oversize(worker, limits), Limit::kStringBytes,
+                  "card.semantics_identity (a key): 9 bytes exceed --max-ingest-string-bytes (8)");
+  worker.mutable_card()->clear_semantics_identity();
   worker.add_kv_sources()->mutable_zmq()->set_endpoint("tcp://127.0.0.1:5557");
   require_refused(oversize(worker, limits), Limit::kStringBytes,
                   "kv_sources[0].zmq.endpoint: 20 bytes exceed --max-ingest-string-bytes (8)");
