@@ -16,8 +16,10 @@ namespace kvrelay::capacity {
 // Bounds of an automatically sized filter (docs/protocol/decisions.md#d34).
 inline constexpr std::uint64_t kMinAutoBuckets = std::uint64_t{1} << 10;
 inline constexpr std::uint64_t kMaxBuckets = ckf::kMaxBucketCount;
-// What one live block costs beyond the filter: its lineage entry and owner count
-// (docs/benchmarks.md measures about 61 bytes).
+// What one live block costs beyond the filter: its lineage entry and owner count, one slot of
+// 17 bytes in each of two Swiss tables that run 7/16 to 7/8 full: 39-78 bytes, about 57 on
+// average (docs/operations.md#memory; docs/benchmarks.md measures 68-70 at 1 M blocks, just
+// past both tables' doubling).
 inline constexpr std::uint64_t kBytesPerLiveBlock = 64;
 
 struct Sizing {

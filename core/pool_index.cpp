@@ -77,10 +77,19 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   new_canonicals.clear();
   candidates.clear();
   reoffers.clear();
+  // A busy pool's tables are far larger than the cache: every block's lineage and owner slots
+  // are requested before any is read, so that their cache misses overlap.
+  auto& canonicals = scratch_canonicals_;
+  canonicals.clear();
   for (const StoredBlockRef& block : blocks) {
-    const std::uint64_t canonical =
-        previous ? hashing::next_sequence_hash(*previous, block.local_hash) : block.local_hash;
-    previous = canonical;
+    previous = previous ? hashing::next_sequence_hash(*previous, block.local_hash) : block.local_hash;
+    canonicals.push_back(*previous);
+    if (lineage != nullptr) lineage->prefetch(block.engine_id);
+    owners_.prefetch(*previous);
+  }
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const StoredBlockRef& block = blocks[b];
+    const std::uint64_t canonical = canonicals[b];
     std::optional<std::uint64_t> known = mapped(block.engine_id);
     std::optional<std::size_t> new_at;
     if (!known && (new_at = new_engine_ids.find(block.engine_id))) known = new_canonicals[*new_at];
@@ -143,6 +152,14 @@ std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& linea
 }
 
 std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const std::uint64_t> engine_ids) {
+  // As in store: the lineage slots first, then (their canonical hashes now at hand) the owners'.
+  if (const auto lineage = lineage_.find(source); lineage != lineage_.end()) {
+    const Lineage& entries = lineage->second;
+    for (std::uint64_t engine_id : engine_ids) entries.prefetch(engine_id);
+    for (std::uint64_t engine_id : engine_ids) {
+      if (const auto entry = entries.find(engine_id); entry != entries.end()) owners_.prefetch(entry->second);
+    }
+  }
   std::optional<EventError> first_error;
   for (std::uint64_t engine_id : engine_ids) {
     const auto lineage = lineage_.find(source);

@@ -105,6 +105,7 @@ class PoolIndex {
   PublicationWindow window_;
   // Reused by every event, so applying one allocates nothing in the steady state.
   std::vector<ckf::BucketWrite> scratch_writes_;
+  std::vector<std::uint64_t> scratch_canonicals_;      // the event's canonical hashes, in block order
   IndexedList scratch_new_engine_ids_;                 // engine ids new to the source's lineage,
   std::vector<std::uint64_t> scratch_new_canonicals_;  // and the canonical hash of each
   IndexedList scratch_candidates_;
