@@ -29,9 +29,9 @@ std::string ending_of(const RpcStatus& status) {
 // A stream fed by a long-lived source actor (catalog, readiness, load): the stream actor
 // subscribes itself, and ends if its source goes away.
 template <class Message, class Behavior, class... Args>
-ServerStream<Message>* open_watch(caf::actor_system& system, StreamRelease release, metrics::RelayMetrics* metrics,
-                                  grpc::CallbackServerContext* context, UpdateSourceActor<Message> source,
-                                  Behavior behavior, Args&&... args) {
+RawStream* open_watch(caf::actor_system& system, StreamRelease release, metrics::RelayMetrics* metrics,
+                      grpc::CallbackServerContext* context, UpdateSourceActor<Message> source, Behavior behavior,
+                      Args&&... args) {
   auto* reactor = new StreamReactor<Message>(context, std::move(release), metrics);
   StreamSinkPtr<Message> sink = reactor->link();
   auto stream = system.spawn(behavior, std::move(sink), std::move(source), std::forward<Args>(args)...);
@@ -62,40 +62,36 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
 std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
 
 // The request as the typed API would have parsed it, then validated.
-template <class Message, class Request>
-ServerStream<Message>* RelayService::read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                                  const grpc::ByteBuffer& bytes, Request& request) {
+template <class Request>
+RawStream* RelayService::read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                      const grpc::ByteBuffer& bytes, Request& request) {
   grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
   if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) {
-    return refuse<Message>(
-        context, rpc,
-        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_REQUEST,
-                               "the request is not a " + std::string(Request::descriptor()->name())));
+    return refuse(context, rpc,
+                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_REQUEST,
+                                         "the request is not a " + std::string(Request::descriptor()->name())));
   }
-  if (auto error = wire::check_request(request)) return refuse<Message>(context, rpc, rejection(*error));
+  if (auto error = wire::check_request(request)) return refuse(context, rpc, rejection(*error));
   return nullptr;
 }
 
 // A call refused before its stream started, counted by `result` (default: from the status).
-template <class Message>
-ServerStream<Message>* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                            const RpcStatus& status, std::string result) {
+RawStream* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
+                                std::string result) {
   if (config_.metrics != nullptr) {
     config_.metrics->stream_refused(rpc, result.empty() ? metrics::refusal_result(status) : result);
   }
-  return new RefusedStream<Message>(context, status);
+  return new RefusedStream(context, status);
 }
 
 // The common admission steps after request validation: refuse while draining, then take a
 // permit without waiting. Returns the refusal, or nullptr with `permit` set.
-template <class Message>
-ServerStream<Message>* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
-                                           std::shared_ptr<StreamLimit::Permit>& permit) {
-  if (draining_) return refuse<Message>(context, rpc, draining_status(), "draining");
+RawStream* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
+                               std::shared_ptr<StreamLimit::Permit>& permit) {
+  if (draining_) return refuse(context, rpc, draining_status(), "draining");
   permit = limit.try_acquire();
   if (!permit) {
-    return refuse<Message>(context, rpc,
-                           RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()));
+    return refuse(context, rpc, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()));
   }
   return nullptr;
 }
@@ -139,9 +135,9 @@ RawStream* RelayService::WatchKvPoolCatalog(grpc::CallbackServerContext* context
   using Message = CatalogBroadcast;
   constexpr auto rpc = metrics::Rpc::kWatchKvPoolCatalog;
   v1::WatchKvPoolCatalogRequest request;
-  if (auto* refused = read_request<Message>(context, rpc, *bytes, request)) return refused;
+  if (auto* refused = read_request(context, rpc, *bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, rpc, catalog_streams_, permit)) return refused;
+  if (auto* refused = admit(context, rpc, catalog_streams_, permit)) return refused;
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
                              context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat,
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kCatalogStream));
@@ -152,22 +148,22 @@ RawStream* RelayService::SubscribeServingReadiness(grpc::CallbackServerContext* 
   using Message = ReadinessBroadcast;
   constexpr auto rpc = metrics::Rpc::kSubscribeServingReadiness;
   v1::SubscribeServingReadinessRequest request;
-  if (auto* refused = read_request<Message>(context, rpc, *bytes, request)) return refused;
+  if (auto* refused = read_request(context, rpc, *bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, rpc, readiness_streams_, permit)) return refused;
+  if (auto* refused = admit(context, rpc, readiness_streams_, permit)) return refused;
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
                              context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat,
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kReadinessStream));
 }
 
 template <class Message, class Request, class Source>
-ServerStream<Message>* RelayService::open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
-                                                  metrics::Rpc rpc, StreamLimit& limit, const Source& source,
-                                                  metrics::ActorKind stream_kind) {
+RawStream* RelayService::open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
+                                      metrics::Rpc rpc, StreamLimit& limit, const Source& source,
+                                      metrics::ActorKind stream_kind) {
   Request request;
-  if (auto* refused = read_request<Message>(context, rpc, bytes, request)) return refused;
+  if (auto* refused = read_request(context, rpc, bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, rpc, limit, permit)) return refused;
+  if (auto* refused = admit(context, rpc, limit, permit)) return refused;
   // A window stream lags when more than load_outbox_windows windows wait for the client.
   const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
@@ -188,14 +184,14 @@ RawStream* RelayService::SubscribeServingLoad(grpc::CallbackServerContext* conte
 
 RawStream* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   v1::SubscribeKvPoolRequest request;
-  if (auto* refused = read_request<wire::FilterFrame>(context, metrics::Rpc::kSubscribeKvPool, *bytes, request)) {
+  if (auto* refused = read_request(context, metrics::Rpc::kSubscribeKvPool, *bytes, request)) {
     return refused;
   }
   return open_pool_stream(context, request);
 }
 
-ServerStream<wire::FilterFrame>* RelayService::open_pool_stream(grpc::CallbackServerContext* context,
-                                                                const v1::SubscribeKvPoolRequest& request) {
+RawStream* RelayService::open_pool_stream(grpc::CallbackServerContext* context,
+                                          const v1::SubscribeKvPoolRequest& request) {
   using Message = wire::FilterFrame;
   constexpr auto rpc = metrics::Rpc::kSubscribeKvPool;
   // The catalog is read before the total permit is taken, though its outcome is reported after
@@ -205,23 +201,21 @@ ServerStream<wire::FilterFrame>* RelayService::open_pool_stream(grpc::CallbackSe
   const auto view = peers_.catalog_view->current();
   const auto pool = view->pools.find(wire::pool_key(expected.pool_id()));
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit<Message>(context, rpc, pool_streams_, permit)) return refused;
+  if (auto* refused = admit(context, rpc, pool_streams_, permit)) return refused;
   if (pool == view->pools.end()) {
-    return refuse<Message>(
-        context, rpc, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
+    return refuse(context, rpc,
+                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
   }
   const v1::ProducerIdentity& current = pool->second.descriptor.producer();
   if (wire::producer_key(current) != wire::producer_key(expected)) {
-    return refuse<Message>(
-        context, rpc,
-        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
-                               "the pool is served by another producer generation; re-read the catalog"));
+    return refuse(context, rpc,
+                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
+                                         "the pool is served by another producer generation; re-read the catalog"));
   }
   auto pool_permit = pool->second.subscribers->try_acquire();
   if (!pool_permit) {
-    return refuse<Message>(
-        context, rpc,
-        RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, pool->second.subscribers->refusal()));
+    return refuse(context, rpc,
+                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, pool->second.subscribers->refusal()));
   }
   auto* reactor = new StreamReactor<Message>(
       context, admitted(rpc, request.subscriber_id(), context, {permit, pool_permit}), config_.metrics);

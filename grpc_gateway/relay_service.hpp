@@ -52,7 +52,6 @@ using RawStreamingService =
         v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingReadiness<
             v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPoolLoad<
                 v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingLoad<v1::KvEventRelay::CallbackService>>>>>;
-using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 
 class RelayService final : public RawStreamingService {
  public:
@@ -74,22 +73,18 @@ class RelayService final : public RawStreamingService {
 
  private:
   // Each returns the refusal, or nullptr when the call may go on.
-  template <class Message, class Request>
-  ServerStream<Message>* read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
-                                      const grpc::ByteBuffer& bytes, Request& request);
-  template <class Message>
-  ServerStream<Message>* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
-                               std::shared_ptr<StreamLimit::Permit>& permit);
-  template <class Message>
-  ServerStream<Message>* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
-                                std::string result = {});
+  template <class Request>
+  RawStream* read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc, const grpc::ByteBuffer& bytes,
+                          Request& request);
+  RawStream* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
+                   std::shared_ptr<StreamLimit::Permit>& permit);
+  RawStream* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
+                    std::string result = {});
   // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
   template <class Message, class Request, class Source>
-  ServerStream<Message>* open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
-                                      metrics::Rpc rpc, StreamLimit& limit, const Source& source,
-                                      metrics::ActorKind stream_kind);
-  ServerStream<wire::FilterFrame>* open_pool_stream(grpc::CallbackServerContext* context,
-                                                    const v1::SubscribeKvPoolRequest& request);
+  RawStream* open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
+                          StreamLimit& limit, const Source& source, metrics::ActorKind stream_kind);
+  RawStream* open_pool_stream(grpc::CallbackServerContext* context, const v1::SubscribeKvPoolRequest& request);
   StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
                          std::vector<std::shared_ptr<StreamLimit::Permit>> permits);
 

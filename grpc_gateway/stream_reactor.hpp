@@ -24,9 +24,8 @@ namespace kvrelay::gateway {
 // open-stream gauges, the lifecycle log line).
 using StreamRelease = std::function<void(const RpcStatus&)>;
 
-// The reactor a stream of `Message` frames is written through.
-template <class Message>
-using ServerStream = grpc::ServerWriteReactor<typename WireWrite<Message>::Wire>;
+// Every stream writes bytes serialized once and shared (grpc_gateway/wire_write.hpp).
+using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 
 // Threads. write() and finish() come from the stream actor, one call at a time, with at most
 // one write outstanding (StreamSink's contract). bind() comes from the RPC method handler,
@@ -73,7 +72,7 @@ template <class Message>
 class StreamLink final : public StreamSink<Message> {
  public:
   // `metrics` (may be null) counts every frame handed to the transport.
-  StreamLink(grpc::CallbackServerContext* context, ServerStream<Message>* reactor, StreamRelease release,
+  StreamLink(grpc::CallbackServerContext* context, RawStream* reactor, StreamRelease release,
              metrics::RelayMetrics* metrics)
       : metrics_(metrics), context_(context), reactor_(reactor), release_(std::move(release)) {}
 
@@ -94,7 +93,7 @@ class StreamLink final : public StreamSink<Message> {
   }
 
   void write(std::shared_ptr<const Message> message, bool more_queued) ABSL_LOCKS_EXCLUDED(mutex_) override {
-    auto write = std::make_shared<const WireWrite<Message>>(std::move(message));
+    auto write = std::make_shared<const WireWrite>(wire_write(message));
     {
       absl::MutexLock lock(&mutex_);
       if (finished_) return;  // the stream is ending: nothing more goes out
@@ -114,7 +113,7 @@ class StreamLink final : public StreamSink<Message> {
 
   // ---- reactions, on gRPC threads ----
   void on_write_done(bool ok) ABSL_LOCKS_EXCLUDED(mutex_) {
-    std::shared_ptr<const WireWrite<Message>> written;  // released after unlocking
+    std::shared_ptr<const WireWrite> written;  // released after unlocking
     StreamTransportActor actor;
     {
       absl::MutexLock lock(&mutex_);
@@ -154,12 +153,12 @@ class StreamLink final : public StreamSink<Message> {
   // One call into the reactor, decided under the lock and made after it.
   struct Step {
     enum Kind { kNone, kWrite, kFinish } kind = kNone;
-    ServerStream<Message>* reactor = nullptr;
+    RawStream* reactor = nullptr;
     grpc::CallbackServerContext* context = nullptr;
-    std::shared_ptr<const WireWrite<Message>> write;  // kWrite (alive across the call even if OnWriteDone came first)
-    bool buffered = false;                            // kWrite: more frames follow, flush with a later one
-    RpcStatus status;                                 // kFinish
-    StreamRelease release;                            // kFinish: runs just before Finish (empty if already run)
+    std::shared_ptr<const WireWrite> write;  // kWrite (alive across the call even if OnWriteDone came first)
+    bool buffered = false;                   // kWrite: more frames follow, flush with a later one
+    RpcStatus status;                        // kFinish
+    StreamRelease release;                   // kFinish: runs just before Finish (empty if already run)
   };
 
   // Makes the calls into the reactor that the state wants, unless another thread is making
@@ -224,16 +223,16 @@ class StreamLink final : public StreamSink<Message> {
   metrics::RelayMetrics* const metrics_;  // set once; the recorder is thread-safe
 
   absl::Mutex mutex_;
-  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);                  // null once OnDone ran
-  ServerStream<Message>* reactor_ ABSL_GUARDED_BY(mutex_);                        // null once OnDone ran
-  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                                 // empty once taken to run
-  StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                            // the stream actor, from bind()
-  std::shared_ptr<const WireWrite<Message>> next_write_ ABSL_GUARDED_BY(mutex_);  // from write(), not yet issued
+  grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);         // null once OnDone ran
+  RawStream* reactor_ ABSL_GUARDED_BY(mutex_);                           // null once OnDone ran
+  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                        // empty once taken to run
+  StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                   // the stream actor, from bind()
+  std::shared_ptr<const WireWrite> next_write_ ABSL_GUARDED_BY(mutex_);  // from write(), not yet issued
   bool next_write_buffered_ ABSL_GUARDED_BY(mutex_) = false;
-  std::shared_ptr<const WireWrite<Message>> in_flight_ ABSL_GUARDED_BY(mutex_);  // kept alive until OnWriteDone
-  std::optional<bool> unreported_write_done_ ABSL_GUARDED_BY(mutex_);            // a completion that came before bind()
-  std::optional<RpcStatus> finish_status_ ABSL_GUARDED_BY(mutex_);               // Finish wanted, not yet issued
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;   // Finish wanted (or OnDone ran): no more frames
+  std::shared_ptr<const WireWrite> in_flight_ ABSL_GUARDED_BY(mutex_);  // kept alive until OnWriteDone
+  std::optional<bool> unreported_write_done_ ABSL_GUARDED_BY(mutex_);   // a completion that came before bind()
+  std::optional<RpcStatus> finish_status_ ABSL_GUARDED_BY(mutex_);      // Finish wanted, not yet issued
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;                       // Finish wanted (or OnDone ran): no more frames
   bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;  // the client cancelled (reported on bind if unbound)
   bool issuing_ ABSL_GUARDED_BY(mutex_) = false;    // a thread is calling the reactor; set for good after Finish
 };
@@ -241,7 +240,7 @@ class StreamLink final : public StreamSink<Message> {
 // The reactor gRPC drives; each reaction goes to the link, which holds all the state (and its
 // lock). OnDone tells the link first, so the link calls nothing on a deleted reactor.
 template <class Message>
-class StreamReactor final : public ServerStream<Message> {
+class StreamReactor final : public RawStream {
  public:
   StreamReactor(grpc::CallbackServerContext* context, StreamRelease release, metrics::RelayMetrics* metrics)
       : link_(std::make_shared<StreamLink<Message>>(context, this, std::move(release), metrics)) {}
@@ -262,8 +261,7 @@ class StreamReactor final : public ServerStream<Message> {
 // A stream refused before it started: trailers-only, with the status and its reason. No
 // shared state: Finish is called in the constructor (gRPC holds it until the reactor is
 // bound), OnDone deletes the reactor.
-template <class Message>
-class RefusedStream final : public ServerStream<Message> {
+class RefusedStream final : public RawStream {
  public:
   RefusedStream(grpc::CallbackServerContext* context, const RpcStatus& status) {
     this->Finish(to_grpc(context, status));

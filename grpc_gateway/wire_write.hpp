@@ -40,57 +40,38 @@ grpc::Slice shared_slice(std::shared_ptr<const Owner> owner, std::string_view by
       [](void* held) { delete static_cast<std::shared_ptr<const Owner>*>(held); }, held);
 }
 
-// Any other stream: its frames are serialized once where they are published.
-template <class Message>
-class WireWrite;
-
-template <class Message>
-class WireWrite<wire::Serialized<Message>> {
+// One write: a ByteBuffer over shared bytes, and what it carries for the frame metrics.
+class WireWrite {
  public:
-  using Wire = grpc::ByteBuffer;
+  WireWrite(metrics::FrameKind kind, grpc::ByteBuffer buffer) : kind_(kind), buffer_(std::move(buffer)) {}
 
-  explicit WireWrite(std::shared_ptr<const wire::Serialized<Message>> update)
-      : kind_(frame_kind(update->message())), bytes_(update->bytes().size()) {
-    grpc::Slice slice = shared_slice(update, update->bytes());
-    buffer_ = grpc::ByteBuffer(&slice, 1);
-  }
-
-  const Wire* wire() const { return &buffer_; }
+  const grpc::ByteBuffer* wire() const { return &buffer_; }
   metrics::FrameKind kind() const { return kind_; }
-  std::size_t bytes() const { return bytes_; }
+  std::size_t bytes() const { return buffer_.Length(); }
 
  private:
   metrics::FrameKind kind_;
-  std::size_t bytes_;
   grpc::ByteBuffer buffer_;
 };
 
-template <>
-class WireWrite<wire::FilterFrame> {
- public:
-  using Wire = grpc::ByteBuffer;
+// A catalog, readiness or load update: one slice of the bytes its publisher serialized.
+template <class Message>
+WireWrite wire_write(const std::shared_ptr<const wire::Serialized<Message>>& update) {
+  grpc::Slice slice = shared_slice(update, update->bytes());
+  return {frame_kind(update->message()), grpc::ByteBuffer(&slice, 1)};
+}
 
-  explicit WireWrite(std::shared_ptr<const wire::FilterFrame> frame)
-      : kind_(frame_kind(*frame)), bytes_(frame->size()) {
-    const std::string_view header = frame->header_bytes();
-    const std::string_view trailer = frame->trailer_bytes();
-    grpc::Slice slices[4];
-    std::size_t count = 0;
-    slices[count++] = shared_slice(frame->shared_identity(), frame->identity_bytes());
-    slices[count++] = grpc::Slice(header.data(), header.size());
-    if (frame->shared_payload()) slices[count++] = shared_slice(frame->shared_payload(), frame->payload());
-    slices[count++] = grpc::Slice(trailer.data(), trailer.size(), grpc::Slice::STATIC_SLICE);
-    buffer_ = grpc::ByteBuffer(slices, count);
-  }
-
-  const Wire* wire() const { return &buffer_; }
-  metrics::FrameKind kind() const { return kind_; }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  metrics::FrameKind kind_;
-  std::size_t bytes_;
-  grpc::ByteBuffer buffer_;
-};
+// A pool frame: its pieces, the shared ones (identity, payload) referenced.
+inline WireWrite wire_write(const std::shared_ptr<const wire::FilterFrame>& frame) {
+  const std::string_view header = frame->header_bytes();
+  const std::string_view trailer = frame->trailer_bytes();
+  grpc::Slice slices[4];
+  std::size_t count = 0;
+  slices[count++] = shared_slice(frame->shared_identity(), frame->identity_bytes());
+  slices[count++] = grpc::Slice(header.data(), header.size());
+  if (frame->shared_payload()) slices[count++] = shared_slice(frame->shared_payload(), frame->payload());
+  slices[count++] = grpc::Slice(trailer.data(), trailer.size(), grpc::Slice::STATIC_SLICE);
+  return {frame_kind(*frame), grpc::ByteBuffer(slices, count)};
+}
 
 }  // namespace kvrelay::gateway

@@ -11,7 +11,6 @@ namespace kvrelay::gateway {
 
 template class StreamLink<wire::FilterFrame>;
 template class StreamReactor<wire::FilterFrame>;
-template class RefusedStream<wire::FilterFrame>;
 
 struct CheckOutcome {
   std::uint64_t applied = 0;
