@@ -4,13 +4,13 @@
 // without waiting on the actor, to admit SubscribeKvPool calls.
 #include <caf/all.hpp>
 
-#include <atomic>
 #include <map>
 #include <memory>
 
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_publisher.hpp"
+#include "actors/published_view.hpp"
 #include "actors/subscribers.hpp"
 #include "core/wire_validation.hpp"
 
@@ -29,15 +29,7 @@ struct CatalogView {
 };
 
 // Read from gRPC threads, written by the catalog actor only.
-class CatalogRegistry {
- public:
-  CatalogRegistry() : view_(std::make_shared<const CatalogView>()) {}
-  std::shared_ptr<const CatalogView> current() const { return view_.load(); }
-  void publish(std::shared_ptr<const CatalogView> view) { view_.store(std::move(view)); }
-
- private:
-  std::atomic<std::shared_ptr<const CatalogView>> view_;
-};
+using CatalogRegistry = PublishedView<CatalogView>;
 
 // The catalog, as membership and catalog streams see it.
 using CatalogActor =

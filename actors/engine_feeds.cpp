@@ -96,7 +96,8 @@ void EngineFeeds::start_source(caf::local_actor* owner, const SourceId& id, Sour
   config.incarnation = ++incarnations_;
   config.replay_timeout = config_.replay_timeout;
   config.io = config_.io;
-  config.sink = caf::actor_cast<SourceSinkActor>(owner);
+  config.links = caf::actor_cast<SourceLinksActor>(owner);
+  config.router = config_.router;
   config.stats =
       published_stats<metrics::SourceStats>(config_.metrics, &metrics::RelayMetrics::sources, source_key(id));
   spdlog::info("engine source started: {} worker={} rank={} endpoint={} replay={}", id.endpoint.display(), id.worker_id,

@@ -13,6 +13,7 @@
 #include "actors/engine_scraper.hpp"
 #include "actors/engine_source.hpp"
 #include "actors/load_window.hpp"
+#include "actors/source_lanes.hpp"
 #include "core/membership.hpp"
 
 namespace kvrelay {
@@ -22,6 +23,7 @@ struct EngineFeedsConfig {
   engine_io::HttpScraper* http = nullptr;  // none: engine metrics are declared but not scraped
   std::chrono::milliseconds replay_timeout{5000};
   metrics::RelayMetrics* metrics = nullptr;  // none: a private stats object per feed
+  BatchRouter router;                        // how engine sources hand their batches on (membership's)
 };
 
 class EngineFeeds {

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "actors/crash_report.hpp"
 #include "actors/rate_limited_log.hpp"
 
@@ -46,7 +48,21 @@ ingest_v1::EndpointRef endpoint_ref(const EndpointKey& key) {
   return ref;
 }
 
-// Sends one batch of the source's own numbering on; an empty one only carries a reset.
+// Hands a numbered batch to the source's lane; the outcome comes back as a message.
+void hand_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
+  auto reply = std::make_shared<Reply<BatchOutcome>>(
+      [self = EngineSourceActor(self)](const BatchOutcome& outcome) {
+        caf::anon_send(self, atoms::outcome_atom_v, outcome);
+      },
+      BatchOutcome{false, false, 0, true});
+  const std::int64_t receipt_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+  self->state.config.router.route(
+      {std::move(batch), std::move(reply), receipt_ns, SourceTransport::kZmq, self->address()});
+}
+
+// Numbers one batch as the source's next and hands it on, or holds it while a connection
+// report is unanswered; an empty one only carries a reset. A held batch counts as in flight,
+// so the I/O thread's credit bounds what is held too.
 void send_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
   auto& state = self->state;
   *batch->mutable_endpoint() = endpoint_ref(state.config.source.endpoint);
@@ -55,14 +71,11 @@ void send_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
   batch->set_source_epoch((state.config.incarnation << 32) | state.resets);
   batch->set_sequence(state.next_sequence++);
   ++state.in_flight;
-  auto reply = std::make_shared<Reply<BatchOutcome>>(
-      [self = EngineSourceActor(self)](const BatchOutcome& outcome) {
-        caf::anon_send(self, atoms::outcome_atom_v, outcome);
-      },
-      BatchOutcome{false, false, 0, true});
-  const std::int64_t receipt_ns = std::chrono::steady_clock::now().time_since_epoch().count();
-  self->send(state.config.sink, atoms::batch_atom_v, EventBatchPtr(std::move(batch)), std::move(reply), receipt_ns,
-             SourceTransport::kZmq);
+  if (state.links_unanswered > 0) {
+    state.held_for_link.push_back(std::move(batch));
+  } else {
+    hand_on(self, std::move(batch));
+  }
 }
 
 void count_decode(Self self, const engine::DecodeResult& result) {
@@ -162,7 +175,12 @@ void on_link(Self self, bool connected) {
   state.connected = connected;
   state.config.stats->connected.store(connected ? 1 : 0, std::memory_order_relaxed);
   spdlog::info("{}: {}", describe(state), connected ? "connected" : "disconnected");
-  self->send(state.config.sink, atoms::link_atom_v, state.config.source, connected);
+  ++state.links_unanswered;
+  self->request(state.config.links, caf::infinite, atoms::link_atom_v, state.config.source, connected).then([self] {
+    auto& state = self->state;
+    if (--state.links_unanswered > 0) return;
+    for (auto& batch : std::exchange(state.held_for_link, {})) hand_on(self, std::move(batch));
+  });
 }
 
 ingest_v1::SourceState source_state(const EngineSourceState& state) {
@@ -211,7 +229,7 @@ EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig con
       [=](atoms::outcome_atom, const BatchOutcome& outcome) { on_outcome(self, outcome); },
       [=](atoms::get_state_atom) { return source_state(self->state); },
       [=](atoms::stop_atom) {
-        // Its pool forgets the source through membership; the sink hears it is gone.
+        // Its pool forgets the source through membership, which hears it is gone.
         if (self->state.connected) on_link(self, false);
         self->quit();
       },

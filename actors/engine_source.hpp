@@ -2,15 +2,18 @@
 // One engine KV-event source (docs/protocol/engine-sources.md): a dp rank's ZeroMQ publisher.
 // The I/O thread hands it the messages; it orders them by the engine's seq (replaying or
 // cold-resetting on gaps), decodes each batch into ingest events and sends them on as the
-// source's own contiguous batches, exactly as a push feeder would.
+// source's own contiguous batches, exactly as a push feeder would: through its lane, straight
+// to its pool's publisher (actors/source_lanes.hpp).
 #include <caf/all.hpp>
 
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/source_lanes.hpp"
 #include "core/engine_events.hpp"
 #include "core/engine_sequencer.hpp"
 #include "ingest/zmq_io.hpp"
@@ -26,10 +29,11 @@ struct EngineSourceConfig {
   // replacement's batches never continue a predecessor's sequence.
   std::uint64_t incarnation = 0;
   std::chrono::milliseconds replay_timeout{5000};
-  std::size_t max_buffered_batches = 10000;  // live batches held while a replay runs
-  std::size_t batches_in_flight = 16;        // sent on and not yet answered
-  engine_io::ZmqIo* io = nullptr;            // outlives every source actor
-  SourceSinkActor sink;
+  std::size_t max_buffered_batches = 10000;     // live batches held while a replay runs
+  std::size_t batches_in_flight = 16;           // sent on and not yet answered
+  engine_io::ZmqIo* io = nullptr;               // outlives every source actor
+  BatchRouter router;                           // where its batches go: straight to the pool's publisher
+  SourceLinksActor links;                       // told of its connection (membership)
   std::shared_ptr<metrics::SourceStats> stats;  // never null
 };
 
@@ -59,6 +63,10 @@ struct EngineSourceState {
   std::uint64_t replay_attempt = 0;  // the replay a deadline belongs to
   std::size_t in_flight = 0;         // batches sent on and not yet answered
   std::size_t withheld_credit = 0;   // live messages whose credit waits for in_flight to fall
+  // Connection reports membership has not answered yet: until it has, the source's lane may
+  // not route to the pool this connection materializes, so batches wait here, in order.
+  std::size_t links_unanswered = 0;
+  std::vector<std::shared_ptr<ingest_v1::KvEventBatch>> held_for_link;
   static inline const char* name = "engine-source";
 };
 

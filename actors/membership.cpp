@@ -238,6 +238,35 @@ void send_load_pools(Self self) {
   self->send(self->state.peers.serving_load, atoms::load_pools_atom_v, pools);
 }
 
+// Points every declared source's lane at its endpoint's pool (or at none), making lanes for
+// new sources, and publishes the lanes for the batches' carriers. Called after the pools
+// changed and before a retired publisher is told, so no lane routes to it by then.
+void route_sources(Self self) {
+  auto& state = self->state;
+  const auto engine_sources = state.feeds.sources();
+  auto view = std::make_shared<RoutingView>();
+  for (const auto& [endpoint, cards] : state.workers) {
+    std::optional<PoolRoute> route;
+    if (const auto pool = state.pools.find(endpoint); pool != state.pools.end()) {
+      route = PoolRoute{pool->second.publisher, pool->second.lineage};
+    }
+    for (const auto& [worker_id, spec] : cards) {
+      for (const auto& source : spec.kv_sources()) {
+        const SourceId id{endpoint, worker_id, source.dp_rank()};
+        LaneDeclaration declaration{source.has_zmq() ? SourceTransport::kZmq : SourceTransport::kPush, {}, route};
+        if (const auto actor = engine_sources.find(id); actor != engine_sources.end()) {
+          declaration.feeder = actor->second.address();
+        }
+        auto& lane = state.lanes[id];
+        if (!lane) lane = std::make_shared<SourceLane>();
+        lane->declare(std::move(declaration));
+        view->lanes.emplace(id, lane);
+      }
+    }
+  }
+  state.config.routes->publish(std::move(view));
+}
+
 // Re-projects everything after a change and tells every actor the complete new state.
 // The catalog withdraws a pool before its publisher is retired.
 void reconcile(Self self) {
@@ -268,6 +297,7 @@ void reconcile(Self self) {
     // A materializable endpoint always has a base registration, hence a descriptor.
     pool.descriptor = membership::descriptor(state.projection.at(endpoint), pool.producer).value();
   }
+  route_sources(self);
   publish_stats(self);
   self->send(state.peers.catalog, atoms::catalog_atom_v, catalog_entries(state));
   for (const auto& [endpoint, publisher] : retiring) {
@@ -291,14 +321,18 @@ void count_reset(Self self, metrics::ResetReason reason) {
   if (self->state.config.metrics != nullptr) self->state.config.metrics->source_reset(reason);
 }
 
-// Drops what the relay knew about a worker's sources: their cursors, and their blocks in the
-// endpoint's pool when the pool outlives the change.
+// Drops what the relay knew about a worker's sources: their lanes (cursors), and their blocks
+// in the endpoint's pool when the pool outlives the change. A lane is retired before the
+// reset is sent, so no batch of the source reaches the pool after its reset.
 void forget_sources(Self self, const EndpointKey& endpoint, std::uint64_t worker_id,
                     const std::vector<std::uint32_t>& ranks, metrics::ResetReason reason) {
   auto& state = self->state;
   const auto pool = state.pools.find(endpoint);
   for (std::uint32_t rank : ranks) {
-    state.cursors.erase(SourceId{endpoint, worker_id, rank});
+    if (const auto lane = state.lanes.find(SourceId{endpoint, worker_id, rank}); lane != state.lanes.end()) {
+      lane->second->retire();
+      state.lanes.erase(lane);
+    }
     if (pool == state.pools.end()) continue;
     self->send(pool->second.publisher, atoms::reset_atom_v, SourceKey{worker_id, rank});
     count_reset(self, reason);
@@ -415,89 +449,6 @@ void set_availability(Self self, const ingest_v1::SetAvailabilityRequest& reques
   }
 }
 
-// ---- KV event batches ----
-
-bool declares_source(const ingest_v1::WorkerSpec& worker, std::uint32_t rank, SourceTransport transport) {
-  for (const auto& source : worker.kv_sources()) {
-    if (source.dp_rank() != rank) continue;
-    return transport == SourceTransport::kPush ? source.has_push() : source.has_zmq();
-  }
-  return false;
-}
-
-// kv_relay_ingest_batches_total counts what came through the ingest API; an engine source
-// counts its own batches (kv_relay_engine_source_batches_total).
-void count_batch(Self self, SourceTransport transport, metrics::BatchResult result) {
-  if (transport == SourceTransport::kPush && self->state.config.metrics != nullptr) {
-    self->state.config.metrics->batch(result);
-  }
-}
-
-void reject(Self self, const BatchReplyPtr& reply, SourceTransport transport, metrics::BatchResult why) {
-  count_batch(self, transport, why);
-  (*reply)(BatchOutcome{false, false, 0});
-}
-
-enum class Sequencing { kStale, kInOrder, kEpochChanged, kSequenceGap, kNewGeneration };
-
-// docs/protocol/decisions.md#d16: whether to apply the batch, and whether (why) the source is reset
-// first. A source whose pool was rebuilt since its last batch starts over too: the new publisher
-// holds none of its lineage, so the feeder must replay what its engine holds. A re-layout keeps
-// the lineage and so resets nothing.
-Sequencing sequence_batch(SourceCursor* cursor, bool known, const ingest_v1::KvEventBatch& batch,
-                          std::uint64_t lineage) {
-  const SourceCursor previous = *cursor;
-  if (known && batch.source_epoch() == previous.epoch && batch.sequence() < previous.next_sequence) {
-    return Sequencing::kStale;
-  }
-  *cursor = {batch.source_epoch(), batch.sequence() + 1, lineage};
-  if (!known) return Sequencing::kInOrder;
-  if (batch.source_epoch() != previous.epoch) return Sequencing::kEpochChanged;
-  if (batch.sequence() > previous.next_sequence) return Sequencing::kSequenceGap;
-  return previous.lineage != lineage ? Sequencing::kNewGeneration : Sequencing::kInOrder;
-}
-
-metrics::ResetReason reset_reason(Sequencing sequencing) {
-  switch (sequencing) {
-    case Sequencing::kEpochChanged:
-      return metrics::ResetReason::kEpochChanged;
-    case Sequencing::kSequenceGap:
-      return metrics::ResetReason::kSequenceGap;
-    default:
-      return metrics::ResetReason::kNewGeneration;
-  }
-}
-
-void on_batch(Self self, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns,
-              SourceTransport transport) {
-  auto& state = self->state;
-  const EndpointKey endpoint = ingest_check::endpoint_key(batch->endpoint());
-  const auto cards = state.workers.find(endpoint);
-  const auto pool = state.pools.find(endpoint);
-  using metrics::BatchResult;
-  if (cards == state.workers.end() || pool == state.pools.end())
-    return reject(self, reply, transport, BatchResult::kUnknownSource);
-  const auto worker = cards->second.find(batch->worker_id());
-  if (worker == cards->second.end() || !declares_source(worker->second, batch->dp_rank(), transport)) {
-    return reject(self, reply, transport, BatchResult::kUnknownSource);
-  }
-  const SourceId source{endpoint, batch->worker_id(), batch->dp_rank()};
-  // A replaced engine source's last batches must not touch its successor's state.
-  if (transport == SourceTransport::kZmq && !state.feeds.is_current(self->current_sender(), source)) {
-    return reject(self, reply, transport, BatchResult::kUnknownSource);
-  }
-  const auto [cursor, inserted] = state.cursors.try_emplace(source);
-  const Sequencing sequencing = sequence_batch(&cursor->second, !inserted, *batch, pool->second.lineage);
-  if (sequencing == Sequencing::kStale) return reject(self, reply, transport, BatchResult::kStaleSequence);
-  const bool reset = sequencing != Sequencing::kInOrder;
-  if (reset) {
-    ++cursor->second.resets;
-    count_reset(self, reset_reason(sequencing));
-  }
-  count_batch(self, transport, BatchResult::kAccepted);
-  self->send(pool->second.publisher, atoms::apply_batch_atom_v, batch, reset, reply, receipt_ns);
-}
-
 // The pool whose current publisher sent the message being handled, if any. A publisher is
 // identified by its address, not its layout generation: a re-layout granted but not yet
 // applied leaves the two disagreeing for a moment.
@@ -557,11 +508,12 @@ void fill_sources(const MembershipState& state, const EndpointKey& endpoint, ing
       s->set_transport(source.has_zmq() ? "zmq" : "push");
       s->set_connected(source.has_push() || state.feeds.connected(id));
       if (source.has_zmq()) s->set_endpoint(source.zmq().endpoint());
-      if (const auto cursor = state.cursors.find(id); cursor != state.cursors.end()) {
-        s->set_resets(cursor->second.resets);
-        if (source.has_push()) {
+      if (const auto lane = state.lanes.find(id); lane != state.lanes.end()) {
+        const LaneReport report = lane->second->report();
+        s->set_resets(report.resets);
+        if (source.has_push() && report.last_sequence) {
           s->set_has_last_sequence(true);
-          s->set_last_sequence(cursor->second.next_sequence - 1);
+          s->set_last_sequence(*report.last_sequence);
         }
       }
     }
@@ -649,6 +601,7 @@ caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
 MembershipActor::behavior_type membership_actor(Self self, MembershipConfig config, MembershipPeers peers) {
   self->state.config = std::move(config);
   self->state.peers = std::move(peers);
+  self->state.config.feeds.router = BatchRouter(self->state.config.routes, self->state.config.metrics);
   self->state.feeds = EngineFeeds(self->state.config.feeds);
   self->state.budget = capacity::MemoryBudget(self->state.config.memory_budget_bytes);
   self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kMembership));
@@ -665,8 +618,6 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         return ingest_v1::SetAvailabilityResponse{};
       },
       [=](atoms::get_state_atom) { return get_state(self); },
-      [=](atoms::batch_atom, const EventBatchPtr& batch, const BatchReplyPtr& reply, std::int64_t receipt_ns,
-          SourceTransport transport) { on_batch(self, batch, reply, receipt_ns, transport); },
       [=](atoms::link_atom, const SourceId& source, bool connected) {
         if (self->state.feeds.set_link(self->current_sender(), source, connected)) reconcile(self);
       },
@@ -678,6 +629,7 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
+        route_sources(self);
         for (auto& [endpoint, pool] : pools) {
           self->send(pool.publisher, atoms::retire_atom_v, status);
           self->state.budget.release(pool.charged_bytes);

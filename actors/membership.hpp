@@ -1,8 +1,9 @@
 #pragma once
 // The DC-local facts and what follows from them: workers' cards and KV sources per serving
-// endpoint, authoritative availability, per-source batch sequencing. After every change it
-// re-projects endpoint membership, materializes or retires pool publishers, and hands the
-// complete catalog, readiness facts and load pools to their actors.
+// endpoint, authoritative availability. After every change it re-projects endpoint
+// membership, materializes or retires pool publishers, points every source's lane at its
+// pool and publishes the lanes (batches go from their carriers straight to the publishers),
+// and hands the complete catalog, readiness facts and load pools to their actors.
 #include <caf/all.hpp>
 
 #include <map>
@@ -16,6 +17,7 @@
 #include "actors/pool_publisher.hpp"
 #include "actors/rate_limited_log.hpp"
 #include "actors/serving_load_window.hpp"
+#include "actors/source_lanes.hpp"
 #include "actors/topology_projector.hpp"
 #include "core/capacity.hpp"
 #include "core/membership.hpp"
@@ -46,6 +48,8 @@ struct MembershipConfig {
   metrics::RelayMetrics* metrics = nullptr;  // none: nothing is recorded
   EngineFeedsConfig feeds;                   // where engine sources and scrapers read from
   MembershipLimits limits;                   // what PutWorker may make membership hold
+  // Where the source lanes are published for the batches' carriers (actors/source_lanes.hpp).
+  std::shared_ptr<RoutingRegistry> routes = std::make_shared<RoutingRegistry>();
 };
 
 struct MembershipPeers {
@@ -57,7 +61,7 @@ struct MembershipPeers {
 
 // Membership, as the ingest gateway, the runtime and pool publishers see it. The unary ingest
 // calls are requests: their answer (or an error, if membership cannot answer) completes the RPC.
-using MembershipActor = PoolOwnerActor::extend_with<SourceSinkActor>::extend<
+using MembershipActor = PoolOwnerActor::extend_with<SourceLinksActor>::extend<
     caf::replies_to<atoms::put_worker_atom, ingest_v1::PutWorkerRequest>::with<ingest_v1::PutWorkerResponse>,
     caf::replies_to<atoms::remove_worker_atom, ingest_v1::RemoveWorkerRequest>::with<ingest_v1::RemoveWorkerResponse>,
     caf::replies_to<atoms::availability_atom,
@@ -68,16 +72,6 @@ using MembershipActor = PoolOwnerActor::extend_with<SourceSinkActor>::extend<
     caf::reacts_to<atoms::corrupt_atom>,               // test hook: every pool's next delta breaks
     caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
     caf::reacts_to<atoms::crash_atom>>;                // test hook: throw, as an invariant break would
-
-// A source's place in its stream of batches (docs/protocol/decisions.md#d16), the pool
-// lineage (MaterializedPool::lineage) its last batch went to, and how often it was reset
-// since it was declared.
-struct SourceCursor {
-  std::uint64_t epoch = 0;
-  std::uint64_t next_sequence = 0;
-  std::uint64_t lineage = 0;
-  std::uint64_t resets = 0;
-};
 
 struct MaterializedPool {
   membership::IndexerDomain domain;
@@ -97,7 +91,7 @@ struct MembershipState {
   MembershipPeers peers;
   std::map<EndpointKey, membership::WorkerCards> workers;
   std::map<EndpointKey, std::set<std::uint64_t>> availability;  // absent: not yet reported
-  std::map<SourceId, SourceCursor> cursors;
+  std::map<SourceId, std::shared_ptr<SourceLane>> lanes;        // every declared source's, as last published
   EngineFeeds feeds;
   std::map<EndpointKey, membership::EndpointMembership> projection;
   std::map<EndpointKey, MaterializedPool> pools;

@@ -166,7 +166,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::EventBatchPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::LoadReportBatch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::BatchOutcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceId)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceTransport)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::EndpointKey)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::engine_io::MultipartPtr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ingest_v1::SourceState)
@@ -226,7 +225,6 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
-CAF_ADD_ATOM(kvrelay, kvrelay::atoms, batch_atom, "batch")               // a KV event batch to route
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")             // load reports
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_load_atom, "forgetload")    // a worker's load is unknown again
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frontend_load_atom, "feload")      // one frontend's serving-load report
@@ -279,12 +277,10 @@ using PoolFrameSinkActor = caf::typed_actor<caf::reacts_to<PoolSnapshotMsg>, caf
 // A pool stream as the snapshot encoder permits see it.
 using PermitHolderActor = caf::typed_actor<caf::reacts_to<atoms::granted_atom>>;
 
-// Where KV sources send what they read (membership): a batch to route to its pool, with the
-// transport it came by (the outcome goes to the reply; receipt_ns: when it reached the relay,
-// steady clock), and an engine source's connection state (a connected source is active).
-using SourceSinkActor =
-    caf::typed_actor<caf::reacts_to<atoms::batch_atom, EventBatchPtr, BatchReplyPtr, std::int64_t, SourceTransport>,
-                     caf::reacts_to<atoms::link_atom, SourceId, bool>>;
+// Where engine sources report their connection (membership): a connected source is active,
+// and may keep its endpoint's pool materialized. The answer comes once the source's lane
+// routes to that pool (actors/source_lanes.hpp), so a source sends no batch before it does.
+using SourceLinksActor = caf::typed_actor<caf::reacts_to<atoms::link_atom, SourceId, bool>>;
 
 // Whoever owns a pool's generations (membership), as its publisher sees it: told when the
 // generation fenced itself, and asked for a re-layout into `bucket_count` buckets (answered
@@ -301,4 +297,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<kvrelay::LoadBroadcast>
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::UpdateStreamActor<kvrelay::ServingLoadBroadcast>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolFrameSinkActor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PermitHolderActor)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceSinkActor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceLinksActor)

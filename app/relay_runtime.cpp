@@ -166,6 +166,7 @@ struct RelayRuntime::Impl {
   std::unique_ptr<engine_io::ZmqIo> zmq_io = std::make_unique<engine_io::ZmqIo>();
   std::unique_ptr<engine_io::HttpScraper> http = std::make_unique<engine_io::HttpScraper>(2);
   std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
+  std::shared_ptr<RoutingRegistry> routes = std::make_shared<RoutingRegistry>();  // published by membership
   CatalogActor catalog;
   TopologyProjectorActor topology;
   LoadWindowActor load;
@@ -281,9 +282,11 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   membership_config.max_subscribers_per_pool = options.max_subscribers_per_pool;
   membership_config.hub_slots = impl->hub_slots;
   membership_config.metrics = recorder;
-  membership_config.feeds =
-      EngineFeedsConfig{impl->zmq_io.get(), impl->http.get(), std::chrono::milliseconds(5000), recorder};
+  membership_config.feeds.io = impl->zmq_io.get();
+  membership_config.feeds.http = impl->http.get();
+  membership_config.feeds.metrics = recorder;
   membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources};
+  membership_config.routes = impl->routes;
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load, impl->serving_load});
   impl->supervisor = system.spawn(
@@ -320,8 +323,9 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
       gateway::RelayServicePeers{impl->catalog_view, impl->encoders, impl->catalog, impl->topology, impl->load,
                                  impl->serving_load});
   impl->ingest_service = std::make_unique<gateway::IngestService>(
-      gateway::IngestPeers{&system, impl->membership, impl->load, impl->serving_load}, std::move(*ingest_config),
-      recorder);
+      gateway::IngestPeers{&system, impl->membership, BatchRouter(impl->routes, recorder), impl->load,
+                           impl->serving_load},
+      std::move(*ingest_config), recorder);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

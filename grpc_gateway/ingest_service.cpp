@@ -95,9 +95,9 @@ using BatchAck = Acknowledgement<BatchOutcome>;
 
 class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchAck> {
  public:
-  EventBatchReader(MembershipActor membership, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings)
+  EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings)
       : WindowedReader(settings.read_window),
-        membership_(std::move(membership)),
+        router_(std::move(router)),
         response_(response),
         settings_(std::move(settings)) {}
 
@@ -119,8 +119,7 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
           gate->acknowledge(BatchAck{outcome, std::nullopt});
         },
         BatchOutcome{.lost = true});
-    caf::anon_send(membership_, atoms::batch_atom_v, EventBatchPtr(std::move(shared)), std::move(reply), receipt_ns,
-                   SourceTransport::kPush);
+    router_.route({std::move(shared), std::move(reply), receipt_ns, SourceTransport::kPush, {}});
   }
   void tally(const BatchAck& ack) override {
     if (ack.oversize) {
@@ -146,7 +145,7 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
   void finishing() override { settings_.permit.reset(); }
 
  private:
-  MembershipActor membership_;
+  BatchRouter router_;
   ingest_v1::PublishKvEventsResponse* response_;
   StreamSettings settings_;
   // Guarded like the response: tally and early_status run under the reader's lock.
@@ -361,7 +360,7 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
   auto permit = admit_stream(*context);
   if (!permit) return new RefusedRead<ingest_v1::KvEventBatch>(std::move(permit.error()));
   auto* reader = new EventBatchReader(
-      peers_.membership, response, StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit)});
+      peers_.batches, response, StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit)});
   reader->start();
   return reader;
 }

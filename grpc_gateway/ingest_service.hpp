@@ -33,6 +33,7 @@ namespace kvrelay::gateway {
 struct IngestPeers {
   caf::actor_system* system = nullptr;  // runs the short-lived actor that asks membership per unary call
   MembershipActor membership;
+  BatchRouter batches;  // PublishKvEvents hands each batch to its source's lane, on the reading thread
   LoadWindowActor load;
   ServingLoadWindowActor serving_load;
 };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark binary of a build and prints their tables. The Google Benchmark
 # micro-benchmarks (core_bench, client_bench) run pinned to one core and take the extra
-# flags; the system benchmarks (relay_bench, engine_bench), whose relay runs its actors,
+# flags; the system benchmarks (relay_bench, ingest_bench), whose relay runs its actors,
 # gRPC and ZeroMQ threads side by side, get both cores, and so does the load generator's short
 # sweep (kvrelay-bench: a relay process, its sources and its consumers).
 # Usage: scripts/run-benchmarks.sh BIN_DIR [extra Google Benchmark flags]
@@ -16,7 +16,7 @@ fi
 for bench in "$bin_dir"/*_bench; do
   echo "== $(basename "$bench")"
   case $(basename "$bench") in
-    relay_bench | engine_bench) "${both_cores[@]}" "$bench" ;;
+    relay_bench | ingest_bench) "${both_cores[@]}" "$bench" ;;
     *) "${one_core[@]}" "$bench" --benchmark_counters_tabular=true "$@" ;;
   esac
 done

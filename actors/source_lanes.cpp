@@ -1,0 +1,101 @@
+#include "actors/source_lanes.hpp"
+
+#include "core/ingest_validation.hpp"
+
+namespace kvrelay {
+
+namespace {
+
+using metrics::BatchResult;
+
+// kv_relay_ingest_batches_total counts what came through the ingest API; an engine source
+// counts its own batches (kv_relay_engine_source_batches_total).
+void count_batch(metrics::RelayMetrics* metrics, SourceTransport transport, BatchResult result) {
+  if (transport == SourceTransport::kPush && metrics != nullptr) metrics->batch(result);
+}
+
+void refuse(const CarriedBatch& carried, metrics::RelayMetrics* metrics, BatchResult why) {
+  count_batch(metrics, carried.transport, why);
+  (*carried.reply)(BatchOutcome{false, false, 0});
+}
+
+}  // namespace
+
+void SourceLane::declare(LaneDeclaration declaration) {
+  std::lock_guard lock(mutex_);
+  declaration_ = std::move(declaration);
+}
+
+void SourceLane::retire() {
+  std::lock_guard lock(mutex_);
+  retired_ = true;
+  declaration_.pool.reset();
+}
+
+LaneReport SourceLane::report() const {
+  std::lock_guard lock(mutex_);
+  LaneReport report;
+  report.resets = resets_;
+  if (cursor_) report.last_sequence = cursor_->next_sequence - 1;
+  return report;
+}
+
+// Only a source declared with the transport the batch came by, whose endpoint holds a pool,
+// and -- for an engine source -- from the actor reading it now: a replaced engine source's
+// last batches must not touch its successor's state.
+bool SourceLane::accepts(const CarriedBatch& carried) const {
+  if (retired_ || !declaration_.pool || declaration_.transport != carried.transport) return false;
+  return carried.transport == SourceTransport::kPush || declaration_.feeder == carried.carrier;
+}
+
+// docs/protocol/decisions.md#d16: whether to apply the batch, and whether (why) the source is
+// reset first. A source whose pool was rebuilt since its last batch starts over too: the new
+// publisher holds none of its lineage, so the feeder must replay what its engine holds. A
+// re-layout keeps the lineage and so resets nothing.
+SourceLane::Verdict SourceLane::sequence(const ingest_v1::KvEventBatch& batch, std::uint64_t lineage) {
+  const std::optional<SourceCursor> previous = cursor_;
+  if (previous && batch.source_epoch() == previous->epoch && batch.sequence() < previous->next_sequence) {
+    return Verdict::kStale;
+  }
+  cursor_ = SourceCursor{batch.source_epoch(), batch.sequence() + 1, lineage};
+  if (!previous) return Verdict::kInOrder;
+  if (batch.source_epoch() != previous->epoch) return Verdict::kEpochChanged;
+  if (batch.sequence() > previous->next_sequence) return Verdict::kSequenceGap;
+  return previous->lineage != lineage ? Verdict::kNewGeneration : Verdict::kInOrder;
+}
+
+void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
+  std::unique_lock lock(mutex_);
+  if (!accepts(carried)) {
+    lock.unlock();
+    return refuse(carried, metrics, BatchResult::kUnknownSource);
+  }
+  const Verdict verdict = sequence(*carried.batch, declaration_.pool->lineage);
+  if (verdict == Verdict::kStale) {
+    lock.unlock();
+    return refuse(carried, metrics, BatchResult::kStaleSequence);
+  }
+  const bool reset = verdict != Verdict::kInOrder;
+  if (reset) {
+    ++resets_;
+    if (metrics != nullptr) {
+      metrics->source_reset(verdict == Verdict::kEpochChanged  ? metrics::ResetReason::kEpochChanged
+                            : verdict == Verdict::kSequenceGap ? metrics::ResetReason::kSequenceGap
+                                                               : metrics::ResetReason::kNewGeneration);
+    }
+  }
+  count_batch(metrics, carried.transport, BatchResult::kAccepted);
+  caf::anon_send(declaration_.pool->publisher, atoms::apply_batch_atom_v, std::move(carried.batch), reset,
+                 std::move(carried.reply), carried.receipt_ns);
+}
+
+void BatchRouter::route(CarriedBatch carried) const {
+  const SourceId id{ingest_check::endpoint_key(carried.batch->endpoint()), carried.batch->worker_id(),
+                    carried.batch->dp_rank()};
+  const std::shared_ptr<const RoutingView> view = routes_->current();
+  const auto lane = view->lanes.find(id);
+  if (lane == view->lanes.end()) return refuse(carried, metrics_, BatchResult::kUnknownSource);
+  lane->second->carry(std::move(carried), metrics_);
+}
+
+}  // namespace kvrelay
