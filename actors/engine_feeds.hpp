@@ -3,7 +3,7 @@
 // declared ZeroMQ KV source and one scraper per worker that names an engine metrics URL, each
 // restarted when its declaration changes and stopped when it goes. Membership owns this and
 // asks it which sources are connected (a connected source keeps its pool materialized) and
-// whether a message comes from a source actor that is still current.
+// which actor reads each source now (its lane refuses batches from any other).
 #include <caf/all.hpp>
 
 #include <chrono>
@@ -37,7 +37,6 @@ class EngineFeeds {
 
   // A source's connection report; false when nothing changed or the sender is not current.
   bool set_link(const caf::strong_actor_ptr& sender, const SourceId& id, bool connected);
-  bool is_current(const caf::strong_actor_ptr& sender, const SourceId& id) const;
   bool connected(const SourceId& id) const;
 
   // GetState: every running source actor, by source.
@@ -66,6 +65,7 @@ class EngineFeeds {
   };
   using ScraperId = std::pair<EndpointKey, std::uint64_t>;
 
+  bool is_current(const caf::strong_actor_ptr& sender, const SourceId& id) const;
   void start_source(caf::local_actor* owner, const SourceId& id, SourceSpec spec);
   void stop_source(const SourceId& id);
   void start_scraper(caf::local_actor* owner, const ScraperId& id, ScraperSpec spec, const LoadWindowActor& load);

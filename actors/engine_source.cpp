@@ -29,8 +29,8 @@ void count(Self self, EngineBatchResult result) {
   self->state.config.stats->batches[result].fetch_add(1, std::memory_order_relaxed);
 }
 
-// A live message is done with: its credit goes back to the I/O thread unless the sink is
-// behind, in which case it waits for the sink's answers (end-to-end flow control).
+// A live message is done with: its credit goes back to the I/O thread unless its pool is
+// behind, in which case it waits for the pool's answers (end-to-end flow control).
 void release_credit(Self self) {
   auto& state = self->state;
   if (state.in_flight < state.config.batches_in_flight) {
@@ -169,18 +169,28 @@ void on_outcome(Self self, const BatchOutcome& outcome) {
   }
 }
 
+// Tells membership whether the source is connected, and holds its batches until the answer:
+// by then its lane names this actor and routes to the pool the connection may have
+// materialized. Membership is linked to this actor, so an answer that cannot come (it
+// failed) ends both, and the held batches with them.
+void report_link(Self self) {
+  auto& state = self->state;
+  ++state.links_unanswered;
+  self->request(state.config.links, caf::infinite, atoms::link_atom_v, state.config.source, state.connected)
+      .then([self] {
+        auto& state = self->state;
+        if (--state.links_unanswered > 0) return;
+        for (auto& batch : std::exchange(state.held_for_link, {})) hand_on(self, std::move(batch));
+      });
+}
+
 void on_link(Self self, bool connected) {
   auto& state = self->state;
   if (state.connected == connected) return;
   state.connected = connected;
   state.config.stats->connected.store(connected ? 1 : 0, std::memory_order_relaxed);
   spdlog::info("{}: {}", describe(state), connected ? "connected" : "disconnected");
-  ++state.links_unanswered;
-  self->request(state.config.links, caf::infinite, atoms::link_atom_v, state.config.source, connected).then([self] {
-    auto& state = self->state;
-    if (--state.links_unanswered > 0) return;
-    for (auto& batch : std::exchange(state.held_for_link, {})) hand_on(self, std::move(batch));
-  });
+  report_link(self);
 }
 
 ingest_v1::SourceState source_state(const EngineSourceState& state) {
@@ -219,6 +229,10 @@ EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig con
   subscription.credit = state.config.batches_in_flight;
   state.subscription = state.config.io->subscribe(std::move(subscription), callbacks(self));
   self->attach_functor([io = state.config.io, id = state.subscription] { io->unsubscribe(id); });
+  // Membership spawned this actor while re-pointing lanes: once it answers this first report,
+  // the source's lane names this actor, so even a batch read before the connection report
+  // (frames may overtake it) is not refused as a predecessor's.
+  report_link(self);
   return {
       [=](atoms::link_atom, bool connected) { on_link(self, connected); },
       [=](atoms::frames_atom, const engine_io::MultipartPtr& frames) { on_frames(self, frames); },

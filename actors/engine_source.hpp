@@ -42,7 +42,7 @@ using EngineSourceActor =
                      caf::reacts_to<atoms::frames_atom, engine_io::MultipartPtr>,  // from the I/O thread
                      caf::reacts_to<atoms::replay_atom, engine_io::MultipartPtr>,  // from the I/O thread
                      caf::reacts_to<atoms::replay_deadline_atom, std::uint64_t>,   // its own timer
-                     caf::reacts_to<atoms::outcome_atom, BatchOutcome>,            // the sink's answer
+                     caf::reacts_to<atoms::outcome_atom, BatchOutcome>,            // a batch's outcome
                      caf::replies_to<atoms::get_state_atom>::with<ingest_v1::SourceState>,
                      caf::reacts_to<atoms::stop_atom>>;
 

@@ -459,17 +459,19 @@ std::map<EndpointKey, MaterializedPool>::iterator sending_pool(Self self) {
                       [&](const auto& entry) { return entry.second.publisher.address() == sender; });
 }
 
-// A publisher fenced its generation: retire it (it refuses batches until then) and let
-// reconcile build a new generation, whose sources all start over (see on_batch).
+// A publisher fenced its generation (it refuses batches until retired): reconcile builds a
+// new generation, whose sources all start over (SourceLane::sequence), and points the lanes
+// at it; only then is the fenced one retired, so no batch is sent to it after its retirement.
 void on_fenced(Self self) {
   auto& pools = self->state.pools;
   const auto fenced = sending_pool(self);
   if (fenced == pools.end()) return;  // already replaced or withdrawn
   const EndpointKey endpoint = fenced->first;
-  self->send(fenced->second.publisher, atoms::retire_atom_v, retired_status());
+  const PoolPublisherActor publisher = fenced->second.publisher;
   self->state.budget.release(fenced->second.charged_bytes);
   pools.erase(fenced);
   reconcile(self);
+  self->send(publisher, atoms::retire_atom_v, retired_status());
   generation_gone(self, endpoint);
 }
 
@@ -602,6 +604,9 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
   self->state.config = std::move(config);
   self->state.peers = std::move(peers);
   self->state.config.feeds.router = BatchRouter(self->state.config.routes, self->state.config.metrics);
+  // Without membership no lane is kept true: every batch from now on is answered lost, and
+  // its stream ends at once, as the relay stops.
+  self->attach_functor([routes = self->state.config.routes] { routes->publish(RoutingView::closed()); });
   self->state.feeds = EngineFeeds(self->state.config.feeds);
   self->state.budget = capacity::MemoryBudget(self->state.config.memory_budget_bytes);
   self->state.mailbox.start(self, metrics::mailbox_gauge(self->state.config.metrics, metrics::ActorKind::kMembership));

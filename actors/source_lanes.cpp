@@ -65,6 +65,9 @@ SourceLane::Verdict SourceLane::sequence(const ingest_v1::KvEventBatch& batch, s
 }
 
 void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
+  // Held past the lock: a publisher that is gone drops the batch inside anon_send, and the
+  // reply's "lost" answer calls into its reader, which must not happen under the lock.
+  const BatchReplyPtr reply = carried.reply;
   std::unique_lock lock(mutex_);
   if (!accepts(carried)) {
     lock.unlock();
@@ -92,7 +95,8 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
 void BatchRouter::route(CarriedBatch carried) const {
   const SourceId id{ingest_check::endpoint_key(carried.batch->endpoint()), carried.batch->worker_id(),
                     carried.batch->dp_rank()};
-  const std::shared_ptr<const RoutingView> view = routes_->current();
+  const std::shared_ptr<const RoutingView> view = routes_ ? routes_->current() : RoutingView::closed();
+  if (!view->open) return (*carried.reply)(BatchOutcome{.lost = true});
   const auto lane = view->lanes.find(id);
   if (lane == view->lanes.end()) return refuse(carried, metrics_, BatchResult::kUnknownSource);
   lane->second->carry(std::move(carried), metrics_);

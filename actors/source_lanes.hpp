@@ -87,10 +87,18 @@ class SourceLane {
 // Every declared source's lane, as membership last published them.
 struct RoutingView {
   std::map<SourceId, std::shared_ptr<SourceLane>> lanes;
+  bool open = true;  // false once membership is gone: batches are answered lost
+
+  static std::shared_ptr<const RoutingView> closed() {
+    auto view = std::make_shared<RoutingView>();
+    view->open = false;
+    return view;
+  }
 };
 using RoutingRegistry = PublishedView<RoutingView>;
 
-// What a carrier holds to hand batches on: the published routing view, read per batch.
+// What a carrier holds to hand batches on: the published routing view, read per batch. A
+// router made without one answers every batch lost.
 class BatchRouter {
  public:
   BatchRouter() = default;

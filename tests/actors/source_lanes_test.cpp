@@ -131,8 +131,9 @@ TEST_CASE("lanes: the router refuses what no current lane carries", "[actors][la
   router.route(carried(batch(1, 0, 1), answers, SourceTransport::kZmq, engine_reader.address()));    // declared as push
   router.route(carried(batch(1, 0, 2), answers, SourceTransport::kZmq, replaced_reader.address()));  // a predecessor
   router.route(carried(batch(1, 0, 3), answers));                                                    // no pool
+  router.route(carried(batch(1, 0, 2), answers));  // pushed to a rank declared as zmq
   fixture.run();
-  CHECK(answers->outcomes.size() == 4);
+  CHECK(answers->outcomes.size() == 5);
   for (const BatchOutcome& outcome : answers->outcomes) CHECK_FALSE(outcome.applied);
   CHECK(pool.received().empty());
 
@@ -144,7 +145,14 @@ TEST_CASE("lanes: the router refuses what no current lane carries", "[actors][la
   push->retire();  // membership forgot the source; a carrier may still hold the old view
   router.route(carried(batch(1, 1, 1), answers));
   fixture.run();
-  CHECK(answers->outcomes.size() == 5);
+  CHECK(answers->outcomes.size() == 6);
+  CHECK_FALSE(answers->outcomes.back().applied);
+  CHECK(pool.received().size() == 2);
+
+  routes->publish(RoutingView::closed());  // membership is gone
+  router.route(carried(batch(1, 1, 2), answers, SourceTransport::kZmq, engine_reader.address()));
+  REQUIRE(answers->outcomes.size() == 7);
+  CHECK(answers->outcomes.back().lost);
   CHECK(pool.received().size() == 2);
 }
 
@@ -192,7 +200,8 @@ TEST_CASE("lanes: batches carried from two threads reach the publisher in sequen
   b.join();
   const std::size_t accepted = 2 * kPerThread - refused.load();
   std::unique_lock lock(received->mutex);
-  received->arrived.wait(lock, [&] { return received->sequences.size() == accepted; });
+  REQUIRE(received->arrived.wait_for(lock, std::chrono::seconds(60),
+                                     [&] { return received->sequences.size() == accepted; }));
   CHECK(std::is_sorted(received->sequences.begin(), received->sequences.end()));
   CHECK(std::adjacent_find(received->sequences.begin(), received->sequences.end()) == received->sequences.end());
   lock.unlock();
