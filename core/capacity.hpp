@@ -19,8 +19,9 @@ inline constexpr std::uint64_t kMaxBuckets = ckf::kMaxBucketCount;
 // What one live block costs beyond the filter: its lineage entry and owner count, one slot of
 // 17 bytes in each of two Swiss tables that run 7/16 to 7/8 full: 39-78 bytes, about 57 on
 // average (docs/operations.md#memory; docs/benchmarks.md measures 68-70 at 1 M blocks, just
-// past both tables' doubling).
-inline constexpr std::uint64_t kBytesPerLiveBlock = 64;
+// past both tables' doubling). The budget charges the most, so a pool within its charge never
+// takes more than it was granted, wherever its tables are in their growth.
+inline constexpr std::uint64_t kBytesPerLiveBlock = 78;
 
 struct Sizing {
   std::optional<std::uint64_t> expected_blocks;  // nullopt: from the declared capacity ("auto")
