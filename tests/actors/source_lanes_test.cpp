@@ -169,16 +169,20 @@ TEST_CASE("lanes: batches carried from two threads reach the publisher in sequen
     std::vector<std::uint64_t> sequences;
   };
   auto received = std::make_shared<Arrivals>();
-  auto publisher = system.spawn([received](caf::event_based_actor* self) -> caf::behavior {
-    self->set_default_handler([received](caf::scheduled_actor*, caf::message_view& view) -> caf::result<caf::message> {
-      const caf::message message = view.move_content_to_message();
-      std::lock_guard lock(received->mutex);
-      received->sequences.push_back(message.get_as<EventBatchPtr>(1)->sequence());
-      received->arrived.notify_all();
-      return caf::message{};
-    });
-    return {[](atoms::sample_atom) {}};
-  });
+  // `received` is an argument, not a capture (see spawn_recorder in actor_fixture.hpp).
+  auto publisher = system.spawn(
+      [](caf::event_based_actor* self, std::shared_ptr<Arrivals> received) -> caf::behavior {
+        self->set_default_handler(
+            [received](caf::scheduled_actor*, caf::message_view& view) -> caf::result<caf::message> {
+              const caf::message message = view.move_content_to_message();
+              std::lock_guard lock(received->mutex);
+              received->sequences.push_back(message.get_as<EventBatchPtr>(1)->sequence());
+              received->arrived.notify_all();
+              return caf::message{};
+            });
+        return {[](atoms::sample_atom) {}};
+      },
+      received);
   SourceLane lane;
   lane.declare({SourceTransport::kPush, {}, PoolRoute{caf::actor_cast<PoolPublisherActor>(publisher), 1}});
 
