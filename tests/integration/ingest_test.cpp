@@ -3,6 +3,8 @@
 // docs/protocol/decisions.md#d18).
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 #include "tests/integration/harness.hpp"
 
 using namespace kvrelay::test;
@@ -179,4 +181,34 @@ TEST_CASE("batches of one stream apply in the order they were sent", "[ingest]")
   CHECK(tally.batches_rejected() == 0);
   CHECK(tally.source_resets() == 0);  // a reordered pair would show up as a gap and a duplicate
   CHECK(unique_blocks(relay) == 3000);
+}
+
+// Batches no longer queue behind membership (docs/architecture.md#batch-routing), so a
+// removal races the removed worker's own stream. Whatever the interleaving, the worker's lane
+// is retired before its pool drops the worker's blocks: none of them may survive.
+TEST_CASE("removing a worker while its batches stream leaves none of its blocks", "[ingest]") {
+  TestRelay relay;
+  relay.put_worker(put_worker_request(kBackend, 1));
+  relay.put_worker(put_worker_request(kBackend, 2));  // keeps the pool materialized
+  CHECK(relay.publish({stored_batch(kBackend, 2, 0, 1, 0, {{1, 11}})}).batches_applied() == 1);
+
+  constexpr std::uint64_t kBatches = 20'000;  // far more than go by before the removal
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
+  ingest_v1::PublishKvEventsResponse response;
+  auto stream = relay.ingest().PublishKvEvents(&context, &response);
+  std::thread feeder([&] {
+    for (std::uint64_t i = 0; i < kBatches; ++i) {
+      if (!stream->Write(stored_batch(kBackend, 1, 0, 1, i, {{i + 100, (i + 100) * 0x9E3779B97F4A7C15ULL}}))) break;
+    }
+    stream->WritesDone();
+  });
+  // Removed once some of its blocks are in the pool, while the rest are still on their way.
+  for (std::size_t polls = 0; unique_blocks(relay) < 100; ++polls) REQUIRE(polls < 100'000);
+  relay.remove_worker(kBackend, 1);
+  feeder.join();
+  REQUIRE(stream->Finish().ok());
+
+  CHECK(response.batches_applied() + response.batches_rejected() == kBatches);  // those after: unknown source
+  CHECK(unique_blocks(relay) == 1);                                             // worker 2's block alone
 }
