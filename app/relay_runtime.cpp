@@ -353,14 +353,29 @@ const std::string& RelayRuntime::metrics_address() const { return impl_->metrics
 std::uint64_t RelayRuntime::relay_incarnation() const { return impl_->relay.relay_incarnation(); }
 std::uint64_t RelayRuntime::dc_id() const { return impl_->dc_id; }
 
-void RelayRuntime::inject_publication_fault_for_test() { caf::anon_send(impl_->membership, atoms::corrupt_atom_v); }
+namespace {
+
+// Asks membership to pass a test fault on to every pool's publisher and waits for it to have
+// done so: batches go straight to the publishers (docs/architecture.md#batch-routing), so a
+// batch sent once this returns reaches a publisher after its fault.
+template <class... Ts>
+void fault_every_pool(caf::actor_system& system, const MembershipActor& membership, Ts... fault) {
+  caf::scoped_actor self{system};
+  self->request(membership, caf::infinite, fault...).receive([] {}, [](const caf::error&) {});
+}
+
+}  // namespace
+
+void RelayRuntime::inject_publication_fault_for_test() {
+  fault_every_pool(*impl_->system, impl_->membership, atoms::corrupt_atom_v);
+}
 
 std::uint64_t RelayRuntime::snapshot_image_bytes() const {
   return static_cast<std::uint64_t>(impl_->metrics->snapshot_image_bytes());
 }
 
 void RelayRuntime::inject_index_fault_for_test(std::uint64_t canonical_hash) {
-  caf::anon_send(impl_->membership, atoms::evict_atom_v, canonical_hash);
+  fault_every_pool(*impl_->system, impl_->membership, atoms::evict_atom_v, canonical_hash);
 }
 
 void RelayRuntime::crash_membership_for_test() { caf::anon_send(impl_->membership, atoms::crash_atom_v); }

@@ -84,6 +84,7 @@ class RelayRuntime {
 
   // Test hook: the next delta of every pool breaks the sequence of the pool's first stream.
   // That stream must refuse to forward it, and the generation must be fenced and rebuilt.
+  // Both fault hooks return once every publisher holds the fault.
   void inject_publication_fault_for_test();
   // Test hook: every pool's filter loses the fingerprint of `canonical_hash` while its index
   // still counts the block resident, so removing that block violates the index invariant:
