@@ -16,6 +16,7 @@
 
 #include "app/relay_runtime.hpp"
 #include "bench/pool_endpoint.hpp"
+#include "bench/store_batches.hpp"
 #include "ingest/fake_engine.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
@@ -51,26 +52,6 @@ std::vector<std::shared_ptr<const std::string>> encoded_batches(std::size_t batc
     payloads.push_back(std::make_shared<const std::string>(demo::encode_vllm_batch(0.0, events, 0)));
   }
   return payloads;
-}
-
-// The same shape as push batches: kEventsPerBatch stored chains of kBlocksPerEvent fresh blocks.
-std::vector<ingest_v1::KvEventBatch> push_batches(std::size_t batches, std::size_t source) {
-  std::mt19937_64 rng(source + 1);
-  std::vector<ingest_v1::KvEventBatch> made(batches);
-  for (std::size_t b = 0; b < batches; ++b) {
-    auto& batch = made[b];
-    batch.set_worker_id(source + 1);
-    batch.set_sequence(b);
-    for (int e = 0; e < kEventsPerBatch; ++e) {
-      auto* stored = batch.add_events()->mutable_stored();
-      for (int i = 0; i < kBlocksPerEvent; ++i) {
-        auto* block = stored->add_blocks();
-        block->set_block_hash(rng());
-        block->set_tokens_hash(rng());
-      }
-    }
-  }
-  return made;
 }
 
 ingest_v1::RelayState relay_state(ingest_v1::RelayIngest::Stub& ingest) {
@@ -119,8 +100,8 @@ double block_stores_per_second(Transport transport, std::size_t sources, std::si
   std::vector<std::vector<ingest_v1::KvEventBatch>> pushed;
   for (std::size_t s = 0; s < sources; ++s) {
     if (transport == Transport::kPush) {
-      pushed.push_back(push_batches(batches_per_source, s));
-      for (auto& batch : pushed.back()) *batch.mutable_endpoint() = bench::pool_endpoint(s % pools);
+      pushed.push_back(bench::store_batches(batches_per_source, kEventsPerBatch, kBlocksPerEvent, s + 1,
+                                            bench::pool_endpoint(s % pools), s + 1));
       continue;
     }
     demo::FakeEngineOptions options;

@@ -15,6 +15,7 @@
 
 #include "actors/pool_publisher.hpp"
 #include "app/relay_runtime.hpp"
+#include "bench/store_batches.hpp"
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
 #include "core/token_hashing.hpp"
@@ -43,28 +44,6 @@ ingest_v1::EndpointRef endpoint() {
   ref.set_component("backend");
   ref.set_endpoint("generate");
   return ref;
-}
-
-// Batches of `events` stored events with `blocks` fresh blocks each: one block store per block.
-std::vector<ingest_v1::KvEventBatch> store_batches(std::size_t count, int events, int blocks, std::uint64_t seed,
-                                                   std::uint64_t first_sequence = 0) {
-  std::mt19937_64 rng(seed);
-  std::vector<ingest_v1::KvEventBatch> batches(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    auto& batch = batches[i];
-    *batch.mutable_endpoint() = endpoint();
-    batch.set_worker_id(1);
-    batch.set_sequence(first_sequence + i);
-    for (int e = 0; e < events; ++e) {
-      auto* stored = batch.add_events()->mutable_stored();
-      for (int b = 0; b < blocks; ++b) {
-        auto* block = stored->add_blocks();
-        block->set_block_hash(rng());
-        block->set_tokens_hash(rng());
-      }
-    }
-  }
-  return batches;
 }
 
 // Counts batch outcomes until all expected have come.
@@ -96,7 +75,7 @@ double publisher_apply_rate(std::size_t batches, int events, int blocks) {
   publisher.spec.seed = ckf::kDefaultSeed;
   publisher.semantics = {16, hashing::HashFormat::kStandard};
   auto actor = system.spawn(pool_publisher, publisher);
-  const auto input = store_batches(batches, events, blocks, 1);
+  const auto input = bench::store_batches(batches, events, blocks, 1, endpoint());
   auto sink = std::make_shared<CountingSink>(batches);
   const auto start = Clock::now();
   for (const auto& batch : input) {
@@ -158,7 +137,7 @@ Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) 
 // ---- the same through gRPC ingest ----
 double ingest_apply_rate(std::size_t batches, int events, int blocks) {
   Relay relay = start_relay(batches * events * blocks);
-  const auto input = store_batches(batches, events, blocks, 2);
+  const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
   const auto start = Clock::now();
   grpc::ClientContext context;
   ingest_v1::PublishKvEventsResponse response;
@@ -319,7 +298,7 @@ std::pair<std::size_t, std::size_t> fan_out(std::size_t subscribers, std::uint32
   std::uint64_t sequence = 0;
   for (std::uint64_t tick = 0; seconds_since(start) < duration_s; ++tick) {
     std::this_thread::sleep_until(start + std::chrono::milliseconds(tick));
-    auto batch = store_batches(1, static_cast<int>(per_tick), 1, tick + 10, sequence++).front();
+    auto batch = bench::store_batches(1, static_cast<int>(per_tick), 1, tick + 10, endpoint(), 1, sequence++).front();
     writer->Write(batch);
   }
   writer->WritesDone();
@@ -367,7 +346,8 @@ MemoryFigures memory_figures() {
   ingest_v1::PublishKvEventsResponse response;
   auto writer = relay.ingest->PublishKvEvents(&context, &response);
   // One batch at a time, so that the client's batches are not counted as the relay's.
-  for (std::size_t i = 0; i < kBlocks / 256; ++i) writer->Write(store_batches(1, 16, 16, 9 + i, i).front());
+  for (std::size_t i = 0; i < kBlocks / 256; ++i)
+    writer->Write(bench::store_batches(1, 16, 16, 9 + i, endpoint(), 1, i).front());
   writer->WritesDone();
   writer->Finish();
   const std::size_t loaded = heap_in_use();

@@ -131,8 +131,7 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   return first_error;
 }
 
-std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& lineage, std::uint64_t engine_id) {
-  const auto entry = lineage.find(engine_id);
+std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& lineage, Lineage::iterator entry) {
   const std::uint64_t canonical = entry->second;
   const auto owner = owners_.find(canonical);
   if (owner->second.mappings == 1) {
@@ -162,12 +161,14 @@ std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const st
   }
   std::optional<EventError> first_error;
   for (std::uint64_t engine_id : engine_ids) {
+    // Looked up per id: remove_one drops the source's lineage with its last entry.
     const auto lineage = lineage_.find(source);
-    if (lineage == lineage_.end() || !lineage->second.contains(engine_id)) {
+    const auto entry = lineage == lineage_.end() ? Lineage::iterator{} : lineage->second.find(engine_id);
+    if (lineage == lineage_.end() || entry == lineage->second.end()) {
       ++unknown_removals_;
       continue;
     }
-    const auto error = remove_one(source, lineage->second, engine_id);
+    const auto error = remove_one(source, lineage->second, entry);
     if (error && !first_error) first_error = error;
   }
   return first_error;
@@ -181,7 +182,7 @@ std::optional<EventError> PoolIndex::clear(SourceKey source) {
   for (const auto& [engine_id, canonical] : lineage->second) engine_ids.push_back(engine_id);
   Lineage& entries = lineage->second;  // remove_one drops it with its last entry, ending the loop
   for (std::uint64_t engine_id : engine_ids) {
-    if (const auto error = remove_one(source, entries, engine_id)) {
+    if (const auto error = remove_one(source, entries, entries.find(engine_id))) {
       return error;  // as upstream: the clear stops at the first invariant violation
     }
   }

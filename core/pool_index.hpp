@@ -98,7 +98,8 @@ class PoolIndex {
 
   // A new canonical hash took its slot with these writes.
   void placed(std::uint64_t canonical, std::span<const ckf::BucketWrite> writes);
-  std::optional<EventError> remove_one(SourceKey source, Lineage& lineage, std::uint64_t engine_id);
+  // `entry` is one of `lineage`'s; an invariant violation leaves it in place.
+  std::optional<EventError> remove_one(SourceKey source, Lineage& lineage, Lineage::iterator entry);
   std::optional<EventError> ownership_overflow(std::span<const std::uint64_t> new_canonicals) const;
 
   ckf::Filter filter_;
