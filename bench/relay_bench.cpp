@@ -11,7 +11,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <random>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "actors/pool_publisher.hpp"
 #include "app/relay_runtime.hpp"
@@ -370,35 +372,46 @@ MemoryFigures memory_figures() {
 
 }  // namespace
 
-int main() {
+// With arguments, only the named groups run (apply, latency, fanout, snapshot, memory): a
+// profile of one part does not sample the others.
+int main(int argc, char** argv) {
   spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
+  const std::vector<std::string_view> groups(argv + 1, argv + argc);
+  auto runs = [&](std::string_view group) { return groups.empty() || std::ranges::count(groups, group) > 0; };
   fmt::print("| Measurement | Result |\n| --- | --- |\n");
-  fmt::print("| Publisher apply rate, no transport (256-block batches) | {:.2f} M block stores/s |\n",
-             publisher_apply_rate(4096, 16, 16) / 1e6);
-  fmt::print("| Apply rate through gRPC PublishKvEvents (256-block batches) | {:.2f} M block stores/s |\n",
-             ingest_apply_rate(4096, 16, 16) / 1e6);
+  if (runs("apply")) {
+    fmt::print("| Publisher apply rate, no transport (256-block batches) | {:.2f} M block stores/s |\n",
+               publisher_apply_rate(4096, 16, 16) / 1e6);
+    fmt::print("| Apply rate through gRPC PublishKvEvents (256-block batches) | {:.2f} M block stores/s |\n",
+               ingest_apply_rate(4096, 16, 16) / 1e6);
+  }
   for (std::uint32_t rate : {10'000u, 100'000u}) {
+    if (!runs("latency")) break;
     const auto [p50, p99] = event_to_wire_ms(rate, 3.0);
     fmt::print("| Event-to-wire latency at {} k events/s (client-observed) | p50 {:.3f} ms, p99 {:.3f} ms |\n",
                rate / 1000, p50, p99);
   }
   for (std::uint32_t rate : {10'000u, 100'000u}) {
+    if (!runs("fanout")) break;
     const auto [lagged, frames] = fan_out(64, rate, 5.0);
     fmt::print("| 64 subscribers, {} k events/s for 5 s | {} of 64 lagged; {} frames delivered |\n", rate / 1000,
                lagged, frames);
   }
   for (std::uint64_t buckets : {std::uint64_t{1} << 19, std::uint64_t{1} << 22}) {
+    if (!runs("snapshot")) break;
     for (std::size_t subscribers : {1, 16}) {
       fmt::print("| Cold snapshot, 2^{} buckets, {} subscriber(s) | {:.1f} ms until the last one holds it |\n",
                  std::countr_zero(buckets), subscribers, cold_snapshot_ms(buckets, subscribers));
     }
   }
-  const auto memory = memory_figures();
-  fmt::print(
-      "| Heap added by 1 M live blocks (4 MiB filter + lineage + owners) | {:.1f} MiB ({:.0f} bytes per block) |\n",
-      memory.blocks_mib, memory.blocks_mib * (1 << 20) / 1e6);
-  fmt::print(
-      "| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
-      memory.subscribers_mib);
+  if (runs("memory")) {
+    const auto memory = memory_figures();
+    fmt::print(
+        "| Heap added by 1 M live blocks (4 MiB filter + lineage + owners) | {:.1f} MiB ({:.0f} bytes per block) |\n",
+        memory.blocks_mib, memory.blocks_mib * (1 << 20) / 1e6);
+    fmt::print(
+        "| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
+        memory.subscribers_mib);
+  }
   return 0;
 }

@@ -16,12 +16,12 @@ namespace kvrelay::capacity {
 // Bounds of an automatically sized filter (docs/protocol/decisions.md#d34).
 inline constexpr std::uint64_t kMinAutoBuckets = std::uint64_t{1} << 10;
 inline constexpr std::uint64_t kMaxBuckets = ckf::kMaxBucketCount;
-// What one live block costs beyond the filter: its lineage entry and owner count, one slot of
-// 17 bytes in each of two Swiss tables that run 7/16 to 7/8 full: 39-78 bytes, about 57 on
-// average (docs/operations.md#memory; docs/benchmarks.md measures 68-70 at 1 M blocks, just
-// past both tables' doubling). The budget charges the most, so a pool within its charge never
-// takes more than it was granted, wherever its tables are in their growth.
-inline constexpr std::uint64_t kBytesPerLiveBlock = 78;
+// What one live block costs beyond the filter (docs/protocol/pools.md#index-layout): its 12-byte
+// owner slab entry, and a slot in the owner index (5 bytes) and in its source's lineage (13),
+// tables rebuilt at 7/8 used to 7/10 live: 33-38 bytes. The budget charges the most, so a
+// pool within its charge never takes more than it was granted, wherever its tables are in
+// their growth.
+inline constexpr std::uint64_t kBytesPerLiveBlock = 38;
 
 struct Sizing {
   std::optional<std::uint64_t> expected_blocks;  // nullopt: from the declared capacity ("auto")

@@ -178,6 +178,8 @@ class Filter {
 
   // Clears the lowest matching slot, bucket_a first; nullopt when no copy is present.
   std::optional<BucketWrite> remove(std::uint64_t hash);
+  // Requests both candidate buckets of `hash` ahead of a remove.
+  void prefetch(std::uint64_t hash) const { prefetched(hash); }
 
   bool contains(std::uint64_t hash) const { return ckf::contains(words_, addressing_.probe(hash)); }
   // on_result(i, contained) for each hash, with the buckets of the next few prefetched.

@@ -27,23 +27,26 @@ std::string_view to_string(EventError error) {
 PoolIndex::PoolIndex(const PoolIndexConfig& config)
     : filter_(config.bucket_count, config.seed, config.max_kicks), window_(config.bucket_count) {}
 
-void PoolIndex::placed(std::uint64_t canonical, std::span<const ckf::BucketWrite> writes) {
+void PoolIndex::placed(OwnerId id, std::span<const ckf::BucketWrite> writes) {
   window_.mark(writes);
-  owners_[canonical].resident = true;
+  owners_.set_resident(id, true);
   ++resident_blocks_;
 }
 
-// Whether the new mappings would push a canonical hash's owner count past 32 bits. Counting a
-// hash's share of the new mappings is needed only that close to the limit.
-std::optional<EventError> PoolIndex::ownership_overflow(std::span<const std::uint64_t> new_canonicals) const {
+std::optional<EventError> PoolIndex::resolve_candidate_owners() {
   constexpr std::uint64_t kMaxMappings = std::numeric_limits<std::uint32_t>::max();
-  for (const std::uint64_t canonical : new_canonicals) {
-    const auto it = owners_.find(canonical);
-    const std::uint64_t existing = it == owners_.end() ? 0 : it->second.mappings;
-    if (existing + new_canonicals.size() <= kMaxMappings) continue;
-    const auto added = std::count(new_canonicals.begin(), new_canonicals.end(), canonical);
-    if (existing + static_cast<std::uint64_t>(added) > kMaxMappings) return EventError::kOwnershipDegreeOverflow;
+  const auto candidates = scratch_candidates_.values();
+  auto& owner = scratch_candidate_owner_;
+  owner.clear();
+  std::uint64_t new_owners = 0;
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    owner.push_back(owners_.find(candidates[k]));
+    const std::uint64_t existing = owner.back() ? owners_.mappings(*owner.back()) : 0;
+    if (existing + scratch_candidate_added_[k] > kMaxMappings) return EventError::kOwnershipDegreeOverflow;
+    new_owners += owner.back() ? 0 : 1;
   }
+  // Owner ids are 32 bits: a pool this large (over 100 GiB of tables) takes no new blocks.
+  if (owners_.size() + new_owners > OwnerTable::kMaxOwners) return EventError::kCapacityExhausted;
   return std::nullopt;
 }
 
@@ -52,30 +55,33 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
                                            std::span<const StoredBlockRef> blocks) {
   if (blocks.empty()) return std::nullopt;  // checked before the parent lookup
   const auto lineage_it = lineage_.find(source);
-  const Lineage* lineage = lineage_it == lineage_.end() ? nullptr : &lineage_it->second;
-  auto mapped = [&](std::uint64_t engine_id) -> std::optional<std::uint64_t> {
+  const LineageTable* lineage = lineage_it == lineage_.end() ? nullptr : &lineage_it->second;
+  auto mapped = [&](std::uint64_t engine_id) -> std::optional<OwnerId> {
     if (lineage == nullptr) return std::nullopt;
-    const auto it = lineage->find(engine_id);
-    if (it == lineage->end()) return std::nullopt;
-    return it->second;
+    const std::size_t position = lineage->find(engine_id);
+    if (position == LineageTable::kNotFound) return std::nullopt;
+    return lineage->owner_at(position);
   };
 
   std::optional<std::uint64_t> previous;
   if (parent_engine_id) {
-    previous = mapped(*parent_engine_id);
-    if (!previous) return EventError::kParentBlockNotFound;
+    const auto parent = mapped(*parent_engine_id);
+    if (!parent) return EventError::kParentBlockNotFound;
+    previous = owners_.canonical(*parent);
   } else if (start_position.value_or(0) != 0) {
     return EventError::kInvalidBlockSequence;
   }
 
   // Resolve the whole event before touching anything.
   auto& new_engine_ids = scratch_new_engine_ids_;
-  auto& new_canonicals = scratch_new_canonicals_;
+  auto& new_candidate = scratch_new_candidate_;
   auto& candidates = scratch_candidates_;
+  auto& added = scratch_candidate_added_;
   auto& reoffers = scratch_reoffers_;
   new_engine_ids.clear();
-  new_canonicals.clear();
+  new_candidate.clear();
   candidates.clear();
+  added.clear();
   reoffers.clear();
   // A busy pool's tables are far larger than the cache: every block's lineage and owner slots
   // are requested before any is read, so that their cache misses overlap.
@@ -90,86 +96,123 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   for (std::size_t b = 0; b < blocks.size(); ++b) {
     const StoredBlockRef& block = blocks[b];
     const std::uint64_t canonical = canonicals[b];
-    std::optional<std::uint64_t> known = mapped(block.engine_id);
-    std::optional<std::size_t> new_at;
-    if (!known && (new_at = new_engine_ids.find(block.engine_id))) known = new_canonicals[*new_at];
-    if (known && *known != canonical) return EventError::kInvalidBlockSequence;
-    if (known) {
+    if (const auto known = mapped(block.engine_id)) {
+      if (owners_.canonical(*known) != canonical) return EventError::kInvalidBlockSequence;
+      reoffers.push_unique(canonical);
+    } else if (const auto new_at = new_engine_ids.find(block.engine_id)) {
+      if (candidates.values()[new_candidate[*new_at]] != canonical) return EventError::kInvalidBlockSequence;
       reoffers.push_unique(canonical);
     } else {
+      const auto at = candidates.find(canonical);
       new_engine_ids.push_new(block.engine_id);
-      new_canonicals.push_back(canonical);
-      candidates.push_unique(canonical);
+      new_candidate.push_back(at ? *at : candidates.size());
+      if (at) {
+        ++added[*at];
+      } else {
+        candidates.push_new(canonical);
+        added.push_back(1);
+      }
     }
   }
   reoffers.erase_if([&](std::uint64_t c) { return candidates.contains(c); });
-  if (auto overflow = ownership_overflow(new_canonicals)) return overflow;
+  if (auto error = resolve_candidate_owners()) return error;
 
-  // Commit lineage and owner counts, then admit.
-  if (!new_canonicals.empty()) {
-    Lineage& target = lineage_[source];
-    for (std::size_t i = 0; i < new_canonicals.size(); ++i) {
-      target.emplace(new_engine_ids.values()[i], new_canonicals[i]);
-      ++owners_[new_canonicals[i]].mappings;
+  // Commit owner counts and lineage, then admit.
+  auto& owner = scratch_candidate_owner_;
+  auto& placements = scratch_placements_;
+  auto& placement_owners = scratch_placement_owners_;
+  placements.clear();
+  placement_owners.clear();
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    if (owner[k]) {
+      for (std::uint32_t i = 0; i < added[k]; ++i) owners_.add_mapping(*owner[k]);
+    } else {
+      owner[k] = owners_.add(candidates.values()[k]);
+      for (std::uint32_t i = 1; i < added[k]; ++i) owners_.add_mapping(*owner[k]);
+    }
+    if (owners_.resident(*owner[k])) continue;
+    placements.push_back(candidates.values()[k]);
+    placement_owners.push_back(*owner[k]);
+  }
+  if (!new_engine_ids.empty()) {
+    LineageTable& target = lineage_[source];
+    for (std::size_t i = 0; i < new_engine_ids.size(); ++i) {
+      target.insert(new_engine_ids.values()[i], *owner[new_candidate[i]]);
     }
   }
   std::optional<EventError> first_error;
-  candidates.erase_if([&](std::uint64_t canonical) { return owners_[canonical].resident; });
-  filter_.insert_each(candidates.values(), filter_.max_kicks(), scratch_writes_,
+  filter_.insert_each(placements, filter_.max_kicks(), scratch_writes_,
                       [&](std::size_t i, ckf::InsertOutcome outcome, const std::vector<ckf::BucketWrite>& writes) {
-                        if (outcome == ckf::InsertOutcome::kInserted) return placed(candidates.values()[i], writes);
+                        if (outcome == ckf::InsertOutcome::kInserted) return placed(placement_owners[i], writes);
                         ++capacity_failures_;
                         if (!first_error) first_error = EventError::kCapacityExhausted;
                       });
   // The only retry path for a capacity-omitted block: direct placement, silent on failure.
   for (std::uint64_t canonical : reoffers.values()) {
-    if (owners_[canonical].resident) continue;
+    const OwnerId id = *owners_.find(canonical);
+    if (owners_.resident(id)) continue;
     if (filter_.insert_with_kicks(canonical, 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {
-      placed(canonical, scratch_writes_);
+      placed(id, scratch_writes_);
     }
   }
   return first_error;
 }
 
-std::optional<EventError> PoolIndex::remove_one(SourceKey source, Lineage& lineage, Lineage::iterator entry) {
-  const std::uint64_t canonical = entry->second;
-  const auto owner = owners_.find(canonical);
-  if (owner->second.mappings == 1) {
-    if (owner->second.resident) {
-      const auto write = filter_.remove(canonical);
+std::optional<EventError> PoolIndex::remove_one(SourceKey source, LineageTable& lineage, std::size_t position) {
+  const OwnerId id = lineage.owner_at(position);
+  if (owners_.mappings(id) == 1) {
+    if (owners_.resident(id)) {
+      const auto write = filter_.remove(owners_.canonical(id));
       if (!write) return EventError::kIndexerInvariantViolation;  // entry left unchanged
       window_.mark(*write);
       --resident_blocks_;
     }
-    owners_.erase(owner);
+    owners_.erase(id);
   } else {
-    --owner->second.mappings;
+    owners_.drop_mapping(id);
   }
-  lineage.erase(entry);
+  lineage.erase_at(position);
   if (lineage.empty()) lineage_.erase(source);
   return std::nullopt;
 }
 
 std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const std::uint64_t> engine_ids) {
-  // As in store: the lineage slots first, then (their canonical hashes now at hand) the owners'.
-  if (const auto lineage = lineage_.find(source); lineage != lineage_.end()) {
-    const Lineage& entries = lineage->second;
-    for (std::uint64_t engine_id : engine_ids) entries.prefetch(engine_id);
-    for (std::uint64_t engine_id : engine_ids) {
-      if (const auto entry = entries.find(engine_id); entry != entries.end()) owners_.prefetch(entry->second);
-    }
+  const auto lineage = lineage_.find(source);
+  if (lineage == lineage_.end()) {
+    unknown_removals_ += engine_ids.size();
+    return std::nullopt;
+  }
+  // As in store, each step's cache misses overlap: the lineage slots first, then their owners,
+  // then (the canonical hashes now at hand) the index slots and filter buckets of last owners.
+  LineageTable& entries = lineage->second;
+  for (std::uint64_t engine_id : engine_ids) entries.prefetch(engine_id);
+  for (std::uint64_t engine_id : engine_ids) {
+    if (const auto at = entries.find(engine_id); at != LineageTable::kNotFound)
+      owners_.prefetch_owner(entries.owner_at(at));
+  }
+  for (std::uint64_t engine_id : engine_ids) {
+    const auto at = entries.find(engine_id);
+    if (at == LineageTable::kNotFound || owners_.mappings(entries.owner_at(at)) != 1) continue;
+    const std::uint64_t canonical = owners_.canonical(entries.owner_at(at));
+    owners_.prefetch(canonical);
+    filter_.prefetch(canonical);
   }
   std::optional<EventError> first_error;
-  for (std::uint64_t engine_id : engine_ids) {
-    // Looked up per id: remove_one drops the source's lineage with its last entry.
-    const auto lineage = lineage_.find(source);
-    const auto entry = lineage == lineage_.end() ? Lineage::iterator{} : lineage->second.find(engine_id);
-    if (lineage == lineage_.end() || entry == lineage->second.end()) {
+  for (std::size_t i = 0; i < engine_ids.size(); ++i) {
+    // remove_one drops the source's lineage with its last entry: what is left is unknown.
+    const auto at = entries.find(engine_ids[i]);
+    if (at == LineageTable::kNotFound) {
       ++unknown_removals_;
       continue;
     }
-    const auto error = remove_one(source, lineage->second, entry);
-    if (error && !first_error) first_error = error;
+    const bool last_entry = entries.size() == 1;
+    const auto error = remove_one(source, entries, at);
+    if (error) {
+      if (!first_error) first_error = error;
+    } else if (last_entry) {  // `entries` is gone with it
+      unknown_removals_ += engine_ids.size() - i - 1;
+      break;
+    }
   }
   return first_error;
 }
@@ -177,12 +220,12 @@ std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const st
 std::optional<EventError> PoolIndex::clear(SourceKey source) {
   const auto lineage = lineage_.find(source);
   if (lineage == lineage_.end()) return std::nullopt;
-  std::vector<std::uint64_t> engine_ids;
-  engine_ids.reserve(lineage->second.size());
-  for (const auto& [engine_id, canonical] : lineage->second) engine_ids.push_back(engine_id);
-  Lineage& entries = lineage->second;  // remove_one drops it with its last entry, ending the loop
-  for (std::uint64_t engine_id : engine_ids) {
-    if (const auto error = remove_one(source, entries, entries.find(engine_id))) {
+  std::vector<std::size_t> positions;
+  positions.reserve(lineage->second.size());
+  lineage->second.for_each([&](std::size_t position, OwnerId) { positions.push_back(position); });
+  LineageTable& entries = lineage->second;  // remove_one drops it with its last entry, ending the loop
+  for (std::size_t position : positions) {
+    if (const auto error = remove_one(source, entries, position)) {
       return error;  // as upstream: the clear stops at the first invariant violation
     }
   }
@@ -196,25 +239,25 @@ std::uint64_t PoolIndex::relayout(std::uint64_t bucket_count) {
   std::uint64_t unplaced = 0;
   // In runs of live blocks, so the filter prefetches ahead without a copy of every hash.
   constexpr std::size_t kRun = 4096;
-  std::vector<Owner*> run;
+  std::vector<OwnerId> run;
   std::vector<std::uint64_t> hashes;
   run.reserve(kRun);
   hashes.reserve(kRun);
   auto place_run = [&] {
     filter_.insert_each(hashes, filter_.max_kicks(), scratch_writes_,
                         [&](std::size_t i, ckf::InsertOutcome outcome, const std::vector<ckf::BucketWrite>&) {
-                          Owner& owner = *run[i];
-                          owner.resident = outcome == ckf::InsertOutcome::kInserted;
-                          owner.resident ? ++resident_blocks_ : ++unplaced;
+                          const bool resident = outcome == ckf::InsertOutcome::kInserted;
+                          owners_.set_resident(run[i], resident);
+                          resident ? ++resident_blocks_ : ++unplaced;
                         });
     run.clear();
     hashes.clear();
   };
-  for (auto& [canonical, owner] : owners_) {
-    run.push_back(&owner);
-    hashes.push_back(canonical);
+  owners_.for_each([&](OwnerId id) {
+    run.push_back(id);
+    hashes.push_back(owners_.canonical(id));
     if (run.size() == kRun) place_run();
-  }
+  });
   place_run();
   capacity_failures_ += unplaced;
   return unplaced;
@@ -242,13 +285,19 @@ std::size_t PoolIndex::lineage_entries(SourceKey source) const {
 }
 
 std::uint32_t PoolIndex::owner_count(std::uint64_t canonical) const {
-  const auto it = owners_.find(canonical);
-  return it == owners_.end() ? 0 : it->second.mappings;
+  const auto id = owners_.find(canonical);
+  return id ? owners_.mappings(*id) : 0;
 }
 
 bool PoolIndex::is_resident(std::uint64_t canonical) const {
-  const auto it = owners_.find(canonical);
-  return it != owners_.end() && it->second.resident;
+  const auto id = owners_.find(canonical);
+  return id && owners_.resident(*id);
+}
+
+std::size_t PoolIndex::table_bytes() const {
+  std::size_t bytes = owners_.memory_bytes();
+  for (const auto& [source, lineage] : lineage_) bytes += lineage.memory_bytes();
+  return bytes;
 }
 
 }  // namespace kvrelay

@@ -1,7 +1,8 @@
 #pragma once
 // The producer state of one pool (docs/protocol/pools.md#lineage): per-source lineage (engine block
 // id -> canonical sequence hash), owner counts so that a canonical hash holds exactly one
-// fingerprint while it has owners, and the publication window of touched buckets.
+// fingerprint while it has owners, and the publication window of touched buckets. The tables'
+// layout is docs/protocol/pools.md#index-layout.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -12,6 +13,7 @@
 
 #include "core/ckf.hpp"
 #include "core/indexed_list.hpp"
+#include "core/pool_tables.hpp"
 #include "core/publication_window.hpp"
 
 namespace kvrelay {
@@ -84,36 +86,41 @@ class PoolIndex {
   std::size_t lineage_entries(SourceKey source) const;
   std::uint32_t owner_count(std::uint64_t canonical) const;
   bool is_resident(std::uint64_t canonical) const;
+  // Bytes held by the owner and lineage tables (not the filter, not the scratch lists).
+  std::size_t table_bytes() const;
 
   // Test hook: removes a resident block's fingerprint from the filter behind the index's
   // back, so that removing the block later finds the index inconsistent.
   void evict_fingerprint_for_test(std::uint64_t canonical) { filter_.remove(canonical); }
 
  private:
-  struct Owner {
-    std::uint32_t mappings = 0;  // (source, engine id) lineage entries mapping to this hash
-    bool resident = false;       // holds its one physical fingerprint copy
-  };
-  using Lineage = absl::flat_hash_map<std::uint64_t, std::uint64_t>;  // engine id -> canonical
+  using OwnerId = OwnerTable::Id;
 
-  // A new canonical hash took its slot with these writes.
-  void placed(std::uint64_t canonical, std::span<const ckf::BucketWrite> writes);
-  // `entry` is one of `lineage`'s; an invariant violation leaves it in place.
-  std::optional<EventError> remove_one(SourceKey source, Lineage& lineage, Lineage::iterator entry);
-  std::optional<EventError> ownership_overflow(std::span<const std::uint64_t> new_canonicals) const;
+  // The owner `id` took its slot with these writes.
+  void placed(OwnerId id, std::span<const ckf::BucketWrite> writes);
+  // Drops the lineage entry at `position` of `lineage` (the source's) and its owner's mapping;
+  // an invariant violation leaves both in place.
+  std::optional<EventError> remove_one(SourceKey source, LineageTable& lineage, std::size_t position);
+  // The owners of the event's new mappings, found or nullopt, and whether adding the mappings
+  // would pass a count's 32 bits or the id space.
+  std::optional<EventError> resolve_candidate_owners();
 
   ckf::Filter filter_;
   PublicationWindow window_;
   // Reused by every event, so applying one allocates nothing in the steady state.
   std::vector<ckf::BucketWrite> scratch_writes_;
-  std::vector<std::uint64_t> scratch_canonicals_;      // the event's canonical hashes, in block order
-  IndexedList scratch_new_engine_ids_;                 // engine ids new to the source's lineage,
-  std::vector<std::uint64_t> scratch_new_canonicals_;  // and the canonical hash of each
-  IndexedList scratch_candidates_;
+  std::vector<std::uint64_t> scratch_canonicals_;                // the event's canonical hashes, in block order
+  IndexedList scratch_new_engine_ids_;                           // engine ids new to the source's lineage,
+  std::vector<std::size_t> scratch_new_candidate_;               // and the candidate each maps to
+  IndexedList scratch_candidates_;                               // canonical hashes gaining mappings,
+  std::vector<std::uint32_t> scratch_candidate_added_;           // how many each gains,
+  std::vector<std::optional<OwnerId>> scratch_candidate_owner_;  // and its owner, if any
+  std::vector<std::uint64_t> scratch_placements_;                // candidates not yet resident,
+  std::vector<OwnerId> scratch_placement_owners_;                // and their owners
   IndexedList scratch_reoffers_;
-  absl::flat_hash_map<SourceKey, Lineage> lineage_;
-  absl::flat_hash_map<std::uint64_t, Owner> owners_;
-  std::uint64_t resident_blocks_ = 0;  // owners_ entries with resident == true
+  absl::flat_hash_map<SourceKey, LineageTable> lineage_;
+  OwnerTable owners_;
+  std::uint64_t resident_blocks_ = 0;  // owners with their resident bit set
   std::uint64_t capacity_failures_ = 0;
   std::uint64_t unknown_removals_ = 0;
 };

@@ -137,8 +137,8 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
 TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conflict, others go on",
           "[capacity][budget]") {
   auto options = loopback_options();
-  options.expected_unique_blocks = 64;  // 32 buckets: 512 + 108 x 78 bytes, 8 936 in all
-  options.memory_budget_bytes = 10'000;
+  options.expected_unique_blocks = 64;  // 32 buckets: 512 + 108 x 38 bytes, 4 616 in all
+  options.memory_budget_bytes = 6'000;
   options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
@@ -151,7 +151,7 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
   const auto refused = relay.put_worker(put_worker_request(second, 2, other));
   REQUIRE(refused.conflicts_size() == 1);
   CHECK(refused.conflicts(0) ==
-        "PoolMaterialization: memory budget: needs 8936 bytes, 1064 of --memory-budget-bytes 10000 are left");
+        "PoolMaterialization: memory budget: needs 4616 bytes, 1384 of --memory-budget-bytes 6000 are left");
 
   const auto state = relay.get_state();
   REQUIRE(state.endpoints_size() == 2);
@@ -162,8 +162,8 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
   const Scrape refused_scrape =
       scrape_until(relay, [](const Scrape& now) { return now.count("kv_relay_pools_over_budget") == 1; });
   CHECK(refused_scrape.count("kv_relay_pools_over_budget") == 1);
-  CHECK(refused_scrape.value("kv_relay_memory_budget_bytes") == 10'000);
-  CHECK(refused_scrape.value("kv_relay_memory_charged_bytes") == 8'936);
+  CHECK(refused_scrape.value("kv_relay_memory_budget_bytes") == 6'000);
+  CHECK(refused_scrape.value("kv_relay_memory_charged_bytes") == 4'616);
   // The first pool is served as before; once it goes, the budget holds the second.
   relay.publish({stored_batch(first, 1, 0, 1, 0, {{1, 0x11}})});
   CHECK(only_pool(relay.get_state()).unique_blocks() == 1);
@@ -183,8 +183,8 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
 TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and the omissions are counted",
           "[capacity][budget]") {
   auto options = loopback_options();
-  options.expected_unique_blocks = 64;  // 32 buckets, charged 8 936 bytes; 64 buckets would be 17 950
-  options.memory_budget_bytes = 10'000;
+  options.expected_unique_blocks = 64;  // 32 buckets, charged 4 616 bytes; 64 buckets would be 9 270
+  options.memory_budget_bytes = 6'000;
   options.relayout_min_interval_ms = 0;
   options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
@@ -205,7 +205,7 @@ TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and th
   CHECK(pool.unique_blocks() == 200);
   CHECK(pool.omitted_blocks() == 200 - pool.occupied_slots());
   CHECK(pool.omitted_blocks() >= 200 - 128);
-  CHECK(pool.growth_refusal() == "memory budget: needs 9014 bytes, 1064 of --memory-budget-bytes 10000 are left");
+  CHECK(pool.growth_refusal() == "memory budget: needs 4654 bytes, 1384 of --memory-budget-bytes 6000 are left");
   const Labels series{{"pool", "ns/backend/generate"}};
   const Scrape s = scrape_until(relay, [&](const Scrape& now) {
     return now.value("kv_relay_pool_omitted_blocks", series) == static_cast<double>(pool.omitted_blocks());

@@ -142,7 +142,7 @@ std::vector<Row> ingest_rows() {
   options.max_batch_events = 4;
   options.max_workers_per_endpoint = 1;
   options.expected_unique_blocks = 64;
-  options.memory_budget_bytes = 10'000;
+  options.memory_budget_bytes = 6'000;
   TestRelay relay(options);
   const auto endpoint = endpoint_ref("prod", "backend");
   relay.put_worker(put_worker_request(endpoint, 1));
@@ -164,7 +164,7 @@ std::vector<Row> ingest_rows() {
                   put_worker_answer(ingest, put_worker_request(endpoint, 2))});
   WorkerShape other_model;
   other_model.model = "other";
-  rows.push_back({"ingest", "`PutWorker` of a pool the memory budget (10 000 bytes) cannot hold",
+  rows.push_back({"ingest", "`PutWorker` of a pool the memory budget (6 000 bytes) cannot hold",
                   put_worker_answer(ingest, put_worker_request(endpoint_ref("prod", "other"), 3, other_model))});
   auto oversized = stored_batch(endpoint, 1, 0, 1, 0, {{1, 0x11}});
   for (int i = 0; i < 4; ++i) *oversized.add_events() = oversized.events(0);

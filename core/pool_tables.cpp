@@ -1,0 +1,52 @@
+#include "core/pool_tables.hpp"
+
+namespace kvrelay {
+
+OwnerTable::Id OwnerTable::allocate() {
+  if (free_head_ != kNoId) {
+    const Id id = free_head_;
+    free_head_ = static_cast<Id>(slot(id).canonical);
+    return id;
+  }
+  if ((next_unused_ >> kPageBits) == pages_.size()) {
+    // Every field is written before it is read: a page's ids are handed out in order.
+    pages_.push_back(std::make_unique_for_overwrite<Page>());
+    std::fill(std::begin(pages_.back()->resident), std::end(pages_.back()->resident), 0);
+  }
+  return next_unused_++;
+}
+
+OwnerTable::Id OwnerTable::add(std::uint64_t canonical) {
+  const Id id = allocate();
+  slot(id).canonical = canonical;
+  slot(id).mappings = 0;  // not live yet: a rebuild below must not index it twice
+  set_resident(id, false);
+  // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
+  index_.insert(mix_key(canonical), id,
+                [this](auto emit) { for_each([&](Id live) { emit(mix_key(slot(live).canonical), live); }); });
+  slot(id).mappings = 1;
+  return id;
+}
+
+void OwnerTable::erase(Id id) {
+  // The index holds each id once: the id itself is the match, with no slab read.
+  index_.erase_at(index_.find(mix_key(slot(id).canonical), [id](Id held) { return held == id; }));
+  slot(id).mappings = 0;
+  slot(id).canonical = free_head_;
+  free_head_ = id;
+}
+
+void OwnerTable::set_resident(Id id, bool resident) {
+  std::uint64_t& word = page(id).resident[(id & kPageMask) / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (id % 64);
+  word = resident ? word | bit : word & ~bit;
+}
+
+void LineageTable::insert(std::uint64_t engine_id, OwnerTable::Id owner) {
+  const Entry entry{static_cast<std::uint32_t>(engine_id), static_cast<std::uint32_t>(engine_id >> 32), owner};
+  table_.insert(mix_key(engine_id), entry, [this](auto emit) {
+    table_.for_each([&](std::size_t, const Entry& live) { emit(mix_key(live.engine_id()), live); });
+  });
+}
+
+}  // namespace kvrelay

@@ -1,0 +1,129 @@
+#pragma once
+// The two tables of a pool index (docs/protocol/pools.md#index-layout). Owners live in a slab
+// at stable 32-bit ids {canonical hash, mapping count, resident bit}, found by canonical hash
+// through an index of ids; each source's lineage maps an engine block id to its owner's id.
+// 33-38 bytes per live block in all, where two Swiss maps of 64-bit pairs took 39-78.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/probe_table.hpp"
+
+namespace kvrelay {
+
+class OwnerTable {
+ public:
+  using Id = std::uint32_t;
+  // Ids are 32 bits and one value marks the end of the free list.
+  static constexpr std::uint64_t kMaxOwners = 0xFFFF'FFFFULL;
+
+  std::size_t size() const { return index_.size(); }
+  std::size_t memory_bytes() const { return pages_.size() * sizeof(Page) + index_.memory_bytes(); }
+
+  std::optional<Id> find(std::uint64_t canonical) const {
+    const std::size_t position =
+        index_.find(mix_key(canonical), [&](Id id) { return slot(id).canonical == canonical; });
+    if (position == Index::kNotFound) return std::nullopt;
+    return index_.at(position);
+  }
+  void prefetch(std::uint64_t canonical) const { index_.prefetch(mix_key(canonical)); }
+  void prefetch_owner(Id id) const {
+    const Page& page = *pages_[id >> kPageBits];
+    __builtin_prefetch(&page.canonical[id & kPageMask]);
+    __builtin_prefetch(&page.mappings[id & kPageMask]);
+  }
+
+  // A new owner of `canonical` (not held; fewer than kMaxOwners held) with one mapping, not
+  // resident.
+  Id add(std::uint64_t canonical);
+  // Frees the id; its owner must be held.
+  void erase(Id id);
+
+  std::uint64_t canonical(Id id) const { return slot(id).canonical; }
+  std::uint32_t mappings(Id id) const { return slot(id).mappings; }
+  void add_mapping(Id id) { ++slot(id).mappings; }
+  void drop_mapping(Id id) { --slot(id).mappings; }
+  bool resident(Id id) const { return (page(id).resident[(id & kPageMask) / 64] >> (id % 64)) & 1; }
+  void set_resident(Id id, bool resident);
+
+  // visit(id) for every owner, in id order (the slab's, so its pages are read in sequence).
+  template <typename Visit>
+  void for_each(Visit&& visit) const {
+    for (Id id = 0; id < next_unused_; ++id) {
+      if (slot(id).mappings != 0) visit(id);
+    }
+  }
+
+ private:
+  static constexpr unsigned kPageBits = 10;
+  static constexpr Id kPageMask = (Id{1} << kPageBits) - 1;
+  static constexpr Id kNoId = 0xFFFF'FFFF;
+  // A free id has no mappings and holds the next free id in place of its canonical hash.
+  struct Page {
+    std::uint64_t canonical[std::size_t{1} << kPageBits];
+    std::uint32_t mappings[std::size_t{1} << kPageBits];
+    std::uint64_t resident[(std::size_t{1} << kPageBits) / 64];
+  };
+  struct SlotRef {
+    std::uint64_t& canonical;
+    std::uint32_t& mappings;
+  };
+  struct ConstSlotRef {
+    const std::uint64_t& canonical;
+    const std::uint32_t& mappings;
+  };
+  using Index = ProbeTable<Id>;
+
+  Page& page(Id id) { return *pages_[id >> kPageBits]; }
+  const Page& page(Id id) const { return *pages_[id >> kPageBits]; }
+  SlotRef slot(Id id) { return {page(id).canonical[id & kPageMask], page(id).mappings[id & kPageMask]}; }
+  ConstSlotRef slot(Id id) const { return {page(id).canonical[id & kPageMask], page(id).mappings[id & kPageMask]}; }
+  Id allocate();
+
+  std::vector<std::unique_ptr<Page>> pages_;
+  Id next_unused_ = 0;  // ids at and past it were never handed out
+  Id free_head_ = kNoId;
+  Index index_;
+};
+
+// One source's lineage: engine block id -> owner id, 12-byte slots.
+class LineageTable {
+ public:
+  static constexpr std::size_t kNotFound = ProbeTable<int>::kNotFound;
+
+  std::size_t size() const { return table_.size(); }
+  bool empty() const { return table_.empty(); }
+  std::size_t memory_bytes() const { return table_.memory_bytes(); }
+
+  // A position stays valid until the next insert.
+  std::size_t find(std::uint64_t engine_id) const {
+    return table_.find(mix_key(engine_id), [&](const Entry& entry) { return entry.engine_id() == engine_id; });
+  }
+  OwnerTable::Id owner_at(std::size_t position) const { return table_.at(position).owner; }
+  void prefetch(std::uint64_t engine_id) const { table_.prefetch(mix_key(engine_id)); }
+
+  // `engine_id` must not be held.
+  void insert(std::uint64_t engine_id, OwnerTable::Id owner);
+  void erase_at(std::size_t position) { table_.erase_at(position); }
+
+  // visit(position, owner id) for every entry.
+  template <typename Visit>
+  void for_each(Visit&& visit) const {
+    table_.for_each([&](std::size_t position, const Entry& entry) { visit(position, entry.owner); });
+  }
+
+ private:
+  // The engine id in two halves keeps the slot at 12 bytes, 4-aligned.
+  struct Entry {
+    std::uint32_t id_low;
+    std::uint32_t id_high;
+    OwnerTable::Id owner;
+    std::uint64_t engine_id() const { return std::uint64_t{id_high} << 32 | id_low; }
+  };
+  static_assert(sizeof(Entry) == 12);
+
+  ProbeTable<Entry> table_;
+};
+
+}  // namespace kvrelay

@@ -1,0 +1,223 @@
+#pragma once
+// The open-addressing table under a pool's lineage and owner index
+// (docs/protocol/pools.md#index-layout): small fixed-size slots, one control byte per slot
+// holding 7 bits of the hash, linear probing scanned 16 control bytes at a time, tombstones
+// for removals. It is rebuilt at 7/8 used (live + tombstones) to 7/10 live, so it grows by
+// 1.25x rather than doubling and keeps 1.14-1.43 slots per entry. The caller owns the keys: it
+// supplies each lookup's hash and a predicate, and enumerates the live entries when the table
+// is rebuilt (the owner index rebuilds from its slab without reading its own slots).
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+namespace kvrelay {
+
+// The finalizer of MurmurHash3: spreads every bit of a key over the word. Engine ids and test
+// hashes may be small consecutive integers.
+inline std::uint64_t mix_key(std::uint64_t key) {
+  key ^= key >> 33;
+  key *= 0xff51afd7ed558ccdULL;
+  key ^= key >> 33;
+  key *= 0xc4ceb9fe1a85ec53ULL;
+  key ^= key >> 33;
+  return key;
+}
+
+namespace probe_detail {
+
+inline constexpr std::size_t kGroup = 16;
+inline constexpr std::int8_t kEmpty = -128;
+inline constexpr std::int8_t kDeleted = -2;  // full slots hold 0..127
+
+// Sixteen consecutive control bytes; each mask has bit i for byte i.
+class Group {
+ public:
+  explicit Group(const std::int8_t* control) {
+#ifdef __SSE2__
+    bytes_ = _mm_loadu_si128(reinterpret_cast<const __m128i*>(control));
+#else
+    for (std::size_t i = 0; i < kGroup; ++i) bytes_[i] = control[i];
+#endif
+  }
+  std::uint32_t match(std::int8_t tag) const {
+#ifdef __SSE2__
+    return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(bytes_, _mm_set1_epi8(tag))));
+#else
+    std::uint32_t mask = 0;
+    for (std::size_t i = 0; i < kGroup; ++i) mask |= std::uint32_t{bytes_[i] == tag} << i;
+    return mask;
+#endif
+  }
+  std::uint32_t match_empty() const { return match(kEmpty); }
+  // Empty or deleted: the only control values below -1.
+  std::uint32_t match_free() const {
+#ifdef __SSE2__
+    return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpgt_epi8(_mm_set1_epi8(-1), bytes_)));
+#else
+    std::uint32_t mask = 0;
+    for (std::size_t i = 0; i < kGroup; ++i) mask |= std::uint32_t{bytes_[i] < -1} << i;
+    return mask;
+#endif
+  }
+
+ private:
+#ifdef __SSE2__
+  __m128i bytes_;
+#else
+  std::int8_t bytes_[kGroup];
+#endif
+};
+
+}  // namespace probe_detail
+
+template <typename Slot>
+class ProbeTable {
+  static_assert(std::is_trivially_copyable_v<Slot>);
+
+ public:
+  static constexpr std::size_t kNotFound = ~std::size_t{0};
+
+  ProbeTable() = default;
+  ProbeTable(ProbeTable&& other) noexcept { *this = std::move(other); }
+  ProbeTable& operator=(ProbeTable&& other) noexcept {
+    control_ = std::move(other.control_);
+    slots_ = std::move(other.slots_);
+    capacity_ = std::exchange(other.capacity_, 0);
+    size_ = std::exchange(other.size_, 0);
+    deleted_ = std::exchange(other.deleted_, 0);
+    return *this;
+  }
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::size_t capacity() const { return capacity_; }
+  std::size_t memory_bytes() const {
+    return capacity_ == 0 ? 0 : capacity_ * sizeof(Slot) + capacity_ + probe_detail::kGroup - 1;
+  }
+
+  const Slot& at(std::size_t position) const { return slots_[position]; }
+  Slot& at(std::size_t position) { return slots_[position]; }
+
+  // Requests the home group of `hash` (its control bytes and first slots) ahead of a lookup.
+  void prefetch(std::uint64_t hash) const {
+    if (capacity_ == 0) return;
+    const std::size_t position = home(hash);
+    __builtin_prefetch(control_.get() + position);
+    __builtin_prefetch(slots_.get() + position);
+  }
+
+  // The position of the live slot for which matches(slot) holds, or kNotFound. `hash` is the
+  // key's, as given when the slot was inserted.
+  template <typename Matches>
+  std::size_t find(std::uint64_t hash, Matches&& matches) const {
+    if (size_ == 0) return kNotFound;
+    const std::int8_t tag = tag_of(hash);
+    for (std::size_t group = home(hash);; group = wrap(group + probe_detail::kGroup)) {
+      const probe_detail::Group bytes(control_.get() + group);
+      for (std::uint32_t hits = bytes.match(tag); hits != 0; hits &= hits - 1) {
+        const std::size_t position = wrap(group + static_cast<std::size_t>(std::countr_zero(hits)));
+        if (matches(slots_[position])) return position;
+      }
+      // Rebuilding at 7/8 used leaves an empty slot to end every probe.
+      if (bytes.match_empty() != 0) return kNotFound;
+    }
+  }
+
+  // Adds a slot whose key the table does not hold and returns its position. When the table
+  // must be rebuilt first, for_each_live(emit) is called and must call emit(hash, slot) for
+  // every live slot; positions held before the call are then stale.
+  template <typename ForEachLive>
+  std::size_t insert(std::uint64_t hash, const Slot& slot, ForEachLive&& for_each_live) {
+    if ((size_ + deleted_ + 1) * 8 > capacity_ * 7) rebuild(target_capacity(size_ + 1), for_each_live);
+    const std::size_t position = place(hash, slot);
+    ++size_;
+    return position;
+  }
+
+  // A slot no probe has passed becomes empty again; otherwise a tombstone keeps later keys of
+  // its run reachable. A probe passes a slot only through a window of 16 non-empty control
+  // bytes, and such a run never becomes empty afterwards, so a run shorter than 16 around the
+  // slot proves no key lies beyond it.
+  void erase_at(std::size_t position) {
+    --size_;
+    const std::size_t window_before = wrap(position + capacity_ - probe_detail::kGroup);
+    const std::uint32_t empty_before = probe_detail::Group(control_.get() + window_before).match_empty();
+    const std::uint32_t empty_after = probe_detail::Group(control_.get() + position).match_empty();
+    const int run = std::countl_zero(empty_before << 16 | 0x8000) + std::countr_zero(empty_after | 0x10000);
+    if (run < static_cast<int>(probe_detail::kGroup)) {
+      set_control(position, probe_detail::kEmpty);
+      return;
+    }
+    set_control(position, probe_detail::kDeleted);
+    ++deleted_;
+  }
+
+  // visit(position, slot) for each live slot, in position order.
+  template <typename Visit>
+  void for_each(Visit&& visit) const {
+    for (std::size_t position = 0; position < capacity_; ++position) {
+      if (control_[position] >= 0) visit(position, slots_[position]);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kMinCapacity = probe_detail::kGroup;
+
+  static std::int8_t tag_of(std::uint64_t hash) { return static_cast<std::int8_t>(hash & 0x7f); }
+  // The table's capacity need not be a power of two: the home slot is the hash scaled into it.
+  std::size_t home(std::uint64_t hash) const {
+    return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * capacity_) >> 64);
+  }
+  std::size_t wrap(std::size_t position) const { return position >= capacity_ ? position - capacity_ : position; }
+  static std::size_t target_capacity(std::size_t entries) {
+    const std::size_t wanted = (entries * 10 + 6) / 7;
+    return wanted < kMinCapacity ? kMinCapacity : wanted;
+  }
+
+  // The first free slot of the key's probe sequence takes it; size_ is the caller's.
+  std::size_t place(std::uint64_t hash, const Slot& slot) {
+    for (std::size_t group = home(hash);; group = wrap(group + probe_detail::kGroup)) {
+      const std::uint32_t free = probe_detail::Group(control_.get() + group).match_free();
+      if (free == 0) continue;
+      const std::size_t position = wrap(group + static_cast<std::size_t>(std::countr_zero(free)));
+      if (control_[position] == probe_detail::kDeleted) --deleted_;
+      set_control(position, tag_of(hash));
+      slots_[position] = slot;
+      return position;
+    }
+  }
+
+  // The bytes past the last slot mirror the first ones, so that a group read near the end
+  // wraps around without a branch.
+  void set_control(std::size_t position, std::int8_t value) {
+    control_[position] = value;
+    if (position < probe_detail::kGroup - 1) control_[capacity_ + position] = value;
+  }
+
+  template <typename ForEachLive>
+  void rebuild(std::size_t capacity, ForEachLive& for_each_live) {
+    ProbeTable fresh;
+    fresh.capacity_ = capacity;
+    fresh.control_ = std::make_unique_for_overwrite<std::int8_t[]>(capacity + probe_detail::kGroup - 1);
+    std::fill_n(fresh.control_.get(), capacity + probe_detail::kGroup - 1, probe_detail::kEmpty);
+    fresh.slots_ = std::make_unique_for_overwrite<Slot[]>(capacity);
+    fresh.size_ = size_;
+    for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place(hash, slot); });
+    *this = std::move(fresh);
+  }
+
+  std::unique_ptr<std::int8_t[]> control_;  // capacity_ + kGroup - 1 bytes
+  std::unique_ptr<Slot[]> slots_;
+  std::size_t capacity_ = 0;
+  std::size_t size_ = 0;
+  std::size_t deleted_ = 0;  // tombstones: probes pass them, inserts reuse them
+};
+
+}  // namespace kvrelay

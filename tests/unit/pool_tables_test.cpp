@@ -1,0 +1,224 @@
+// The pool index's tables (docs/protocol/pools.md#index-layout): the probe table against a plain
+// map through inserts, erasures and rebuilds, with well-spread and with deliberately clustered
+// hashes; its load bounds; the owner slab's ids.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/capacity.hpp"
+#include "core/pool_index.hpp"
+#include "core/pool_tables.hpp"
+
+using namespace kvrelay;
+
+namespace {
+
+struct Pair {
+  std::uint64_t key;
+  std::uint64_t value;
+};
+
+// Clustered: every hash's high bits (the home slot) come from 8 values, so runs are long,
+// wrap around the end and mix keys of different homes; the low bits (the tag) from 4.
+std::uint64_t hash_for(std::uint64_t key, bool clustered) {
+  if (!clustered) return mix_key(key);
+  return (mix_key(key) % 8) << 61 | (key % 4);
+}
+
+void check_agrees(const ProbeTable<Pair>& table, const std::map<std::uint64_t, std::uint64_t>& model, bool clustered) {
+  REQUIRE(table.size() == model.size());
+  for (const auto& [key, value] : model) {
+    const auto at = table.find(hash_for(key, clustered), [&](const Pair& p) { return p.key == key; });
+    REQUIRE(at != ProbeTable<Pair>::kNotFound);
+    REQUIRE(table.at(at).value == value);
+  }
+  std::map<std::uint64_t, std::uint64_t> listed;
+  table.for_each([&](std::size_t, const Pair& p) { listed.emplace(p.key, p.value); });
+  REQUIRE(listed == model);
+}
+
+}  // namespace
+
+TEST_CASE("a probe table holds what a map holds through inserts, erasures and rebuilds", "[pool][tables]") {
+  const bool clustered = GENERATE(false, true);
+  INFO("clustered hashes: " << clustered);
+  std::mt19937_64 rng(clustered ? 11 : 12);
+  ProbeTable<Pair> table;
+  std::map<std::uint64_t, std::uint64_t> model;
+  std::vector<std::uint64_t> keys;  // the model's, for picking one at random
+  auto insert = [&](std::uint64_t key) {
+    const auto hash = hash_for(key, clustered);
+    table.insert(hash, {key, key * 3}, [&](auto emit) {
+      table.for_each([&](std::size_t, const Pair& p) { emit(hash_for(p.key, clustered), p); });
+    });
+    model.emplace(key, key * 3);
+    keys.push_back(key);
+  };
+  auto erase_random = [&] {
+    const std::size_t pick = rng() % keys.size();
+    const std::uint64_t key = keys[pick];
+    keys[pick] = keys.back();
+    keys.pop_back();
+    table.erase_at(table.find(hash_for(key, clustered), [&](const Pair& p) { return p.key == key; }));
+    model.erase(key);
+  };
+  // Grow, churn at a steady size (tombstones, same-size rebuilds), shrink to nothing, regrow.
+  const int steps = clustered ? 3'000 : 40'000;
+  for (int i = 0; i < steps; ++i) insert(rng() | 1);
+  check_agrees(table, model, clustered);
+  for (int i = 0; i < 2 * steps; ++i) {
+    erase_random();
+    insert(rng() | 1);
+    if (i % 997 == 0) check_agrees(table, model, clustered);
+  }
+  check_agrees(table, model, clustered);
+  while (!keys.empty()) erase_random();
+  check_agrees(table, model, clustered);
+  for (int i = 0; i < steps / 10; ++i) insert(rng() | 1);
+  check_agrees(table, model, clustered);
+  // Keys never inserted (even ones: every inserted key is odd) are not found.
+  for (int i = 0; i < 1000; ++i) {
+    const std::uint64_t absent = rng() & ~std::uint64_t{1};
+    CHECK(table.find(hash_for(absent, clustered), [&](const Pair& p) { return p.key == absent; }) ==
+          ProbeTable<Pair>::kNotFound);
+  }
+}
+
+TEST_CASE("a growing probe table stays between 7/10 and 7/8 full", "[pool][tables]") {
+  ProbeTable<std::uint64_t> table;
+  auto rebuild_from_self = [&](auto emit) {
+    table.for_each([&](std::size_t, std::uint64_t key) { emit(mix_key(key), key); });
+  };
+  std::size_t rebuilds = 0;
+  for (std::uint64_t key = 1; key <= 200'000; ++key) {
+    const std::size_t before = table.capacity();
+    table.insert(mix_key(key), key, rebuild_from_self);
+    if (table.capacity() != before) {
+      ++rebuilds;
+      // Grown by 1.25x (the first allocation aside), not doubled.
+      if (before >= 1000) CHECK(table.capacity() * 100 <= before * 126);
+    }
+    REQUIRE(table.size() * 8 <= table.capacity() * 7);
+    if (table.capacity() > 16) REQUIRE(table.size() * 10 + 10 >= table.capacity() * 7);
+  }
+  CHECK(rebuilds > 30);
+  CHECK(table.memory_bytes() <= table.size() * (sizeof(std::uint64_t) + 1) * 10 / 7 + 64);
+}
+
+TEST_CASE("the owner slab reuses freed ids and finds every owner by its hash", "[pool][tables]") {
+  OwnerTable owners;
+  std::map<std::uint64_t, OwnerTable::Id> held;  // canonical -> id
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 5000; ++i) {
+    const std::uint64_t canonical = rng();
+    held.emplace(canonical, owners.add(canonical));
+  }
+  std::set<OwnerTable::Id> ids;
+  for (const auto& [canonical, id] : held) ids.insert(id);
+  REQUIRE(ids.size() == held.size());
+  const OwnerTable::Id highest = *ids.rbegin();
+
+  // Every other owner goes; as many new ones take exactly the freed ids.
+  std::set<OwnerTable::Id> freed;
+  for (auto it = held.begin(); it != held.end();) {
+    if (freed.size() < held.size() / 2 && it->second % 2 == 0) {
+      freed.insert(it->second);
+      owners.erase(it->second);
+      CHECK_FALSE(owners.find(it->first));
+      it = held.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::set<OwnerTable::Id> reused;
+  for (std::size_t i = 0; i < freed.size(); ++i) {
+    const std::uint64_t canonical = rng();
+    const OwnerTable::Id id = owners.add(canonical);
+    reused.insert(id);
+    held.emplace(canonical, id);
+  }
+  CHECK(reused == freed);
+  REQUIRE(owners.size() == held.size());
+  for (const auto& [canonical, id] : held) {
+    REQUIRE(owners.find(canonical) == id);
+    REQUIRE(owners.canonical(id) == canonical);
+    REQUIRE(owners.mappings(id) == 1);
+    REQUIRE(id <= highest);
+  }
+  std::size_t visited = 0;
+  owners.for_each([&](OwnerTable::Id id) {
+    ++visited;
+    CHECK(held.at(owners.canonical(id)) == id);
+  });
+  CHECK(visited == held.size());
+}
+
+TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][tables]") {
+  OwnerTable owners;
+  std::vector<OwnerTable::Id> ids;
+  for (std::uint64_t c = 1; c <= 300; ++c) ids.push_back(owners.add(c * 0x9E3779B97F4A7C15ULL));
+  for (std::size_t i = 0; i < ids.size(); i += 3) owners.set_resident(ids[i], true);
+  for (std::size_t i = 0; i < ids.size(); i += 5) owners.add_mapping(ids[i]);
+  owners.set_resident(ids[3], false);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CHECK(owners.resident(ids[i]) == (i % 3 == 0 && i != 3));
+    CHECK(owners.mappings(ids[i]) == (i % 5 == 0 ? 2u : 1u));
+  }
+  // A reused id starts with one mapping and not resident, whatever its predecessor had.
+  owners.erase(ids[0]);
+  const OwnerTable::Id again = owners.add(42);
+  CHECK(again == ids[0]);
+  CHECK_FALSE(owners.resident(again));
+  CHECK(owners.mappings(again) == 1);
+}
+
+TEST_CASE("a lineage table maps engine ids of any width to owners", "[pool][tables]") {
+  LineageTable lineage;
+  const std::vector<std::uint64_t> engine_ids{
+      0, 1, 0xFFFF'FFFF, 0x1'0000'0000, ~std::uint64_t{0}, 0x8000'0000'0000'0001};
+  for (std::size_t i = 0; i < engine_ids.size(); ++i) lineage.insert(engine_ids[i], static_cast<OwnerTable::Id>(i + 7));
+  for (std::size_t i = 0; i < engine_ids.size(); ++i) {
+    const auto at = lineage.find(engine_ids[i]);
+    REQUIRE(at != LineageTable::kNotFound);
+    CHECK(lineage.owner_at(at) == i + 7);
+  }
+  CHECK(lineage.find(2) == LineageTable::kNotFound);
+  lineage.erase_at(lineage.find(0xFFFF'FFFF));
+  CHECK(lineage.find(0xFFFF'FFFF) == LineageTable::kNotFound);
+  CHECK(lineage.find(0x1'0000'0000) != LineageTable::kNotFound);  // the halves are not confused
+  CHECK(lineage.size() == engine_ids.size() - 1);
+}
+
+TEST_CASE("the memory budget's bytes per live block cover a pool's tables at every size", "[pool][tables]") {
+  // One slab page and the smallest tables: what even an empty pool may hold.
+  constexpr std::size_t kFixedBytes = 16 << 10;
+  PoolIndex index({std::uint64_t{1} << 17});
+  std::mt19937_64 rng(3);
+  std::vector<StoredBlockRef> event(64);
+  std::uint64_t next_id = 0;
+  std::uint64_t peak = 0;
+  auto within_budget = [&] {
+    peak = std::max(peak, index.unique_blocks());
+    return index.table_bytes() <= capacity::kBytesPerLiveBlock * peak + kFixedBytes;
+  };
+  while (next_id < 300'000) {
+    for (auto& block : event) block = {next_id++, rng()};
+    REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, event));
+    REQUIRE(within_budget());
+  }
+  // A steady churn leaves tombstones behind; the tables never outgrow the peak's charge.
+  std::vector<std::uint64_t> oldest(64);
+  for (std::uint64_t first = 0; first < 200'000; first += 64) {
+    std::iota(oldest.begin(), oldest.end(), first);
+    REQUIRE_FALSE(index.remove({1, 0}, oldest));
+    for (auto& block : event) block = {next_id++, rng()};
+    REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, event));
+    REQUIRE(within_budget());
+  }
+  CHECK(index.unique_blocks() == 300'032);
+}
