@@ -89,7 +89,7 @@ TEST_CASE("a probe table holds what a map holds through inserts, erasures and re
   }
 }
 
-TEST_CASE("a growing probe table stays between 7/10 and 7/8 full", "[pool][tables]") {
+TEST_CASE("a growing probe table stays between 7/10 and 7/8 full once past 4 096 slots", "[pool][tables]") {
   ProbeTable<std::uint64_t> table;
   auto rebuild_from_self = [&](auto emit) {
     table.for_each([&](std::size_t, std::uint64_t key) { emit(mix_key(key), key); });
@@ -100,13 +100,14 @@ TEST_CASE("a growing probe table stays between 7/10 and 7/8 full", "[pool][table
     table.insert(mix_key(key), key, rebuild_from_self);
     if (table.capacity() != before) {
       ++rebuilds;
-      // Grown by 1.25x (the first allocation aside), not doubled.
-      if (before >= 1000) CHECK(table.capacity() * 100 <= before * 126);
+      // Grown by 1.25x once large, not doubled; by 2.5x at most while small.
+      if (before >= 4096) CHECK(table.capacity() * 100 <= before * 126);
+      if (before != 0 && before < 4096) CHECK(table.capacity() * 2 <= before * 5 + 16);
     }
     REQUIRE(table.size() * 8 <= table.capacity() * 7);
-    if (table.capacity() > 16) REQUIRE(table.size() * 10 + 10 >= table.capacity() * 7);
+    if (table.capacity() > 4096) REQUIRE(table.size() * 10 + 10 >= table.capacity() * 7);
   }
-  CHECK(rebuilds > 30);
+  CHECK(rebuilds > 25);
   CHECK(table.memory_bytes() <= table.size() * (sizeof(std::uint64_t) + 1) * 10 / 7 + 64);
 }
 
@@ -195,8 +196,9 @@ TEST_CASE("a lineage table maps engine ids of any width to owners", "[pool][tabl
 }
 
 TEST_CASE("the memory budget's bytes per live block cover a pool's tables at every size", "[pool][tables]") {
-  // One slab page and the smallest tables: what even an empty pool may hold.
-  constexpr std::size_t kFixedBytes = 16 << 10;
+  // One slab page, and tables below 4 096 slots, which grow faster (up to about 36 KiB more
+  // than their blocks' charge).
+  constexpr std::size_t kFixedBytes = 64 << 10;
   PoolIndex index({std::uint64_t{1} << 17});
   std::mt19937_64 rng(3);
   std::vector<StoredBlockRef> event(64);
