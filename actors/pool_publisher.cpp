@@ -66,6 +66,7 @@ void publish_stats(Self self) {
   stats.bucket_count.store(index.filter().bucket_count(), relaxed);
   stats.capacity_failures.store(index.capacity_failures(), relaxed);
   stats.omitted_blocks.store(index.omitted_blocks(), relaxed);
+  stats.index_bytes.store(index.table_bytes(), relaxed);
   stats.relayouts.store(state.relayouts, relaxed);
   stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);
 }

@@ -20,12 +20,16 @@ std::string_view to_string(EventError error) {
       return "OwnershipDegreeOverflow";
     case EventError::kIndexerInvariantViolation:
       return "IndexerInvariantViolation";
+    case EventError::kPoolFull:
+      return "PoolFull";
   }
   return "Unknown";
 }
 
 PoolIndex::PoolIndex(const PoolIndexConfig& config)
-    : filter_(config.bucket_count, config.seed, config.max_kicks), window_(config.bucket_count) {}
+    : filter_(config.bucket_count, config.seed, config.max_kicks),
+      window_(config.bucket_count),
+      max_live_blocks_(std::min(config.max_live_blocks, OwnerTable::kMaxOwners)) {}
 
 void PoolIndex::placed(OwnerId id, std::span<const ckf::BucketWrite> writes) {
   window_.mark(writes);
@@ -45,8 +49,7 @@ std::optional<EventError> PoolIndex::resolve_candidate_owners() {
     if (existing + scratch_candidate_added_[k] > kMaxMappings) return EventError::kOwnershipDegreeOverflow;
     new_owners += owner.back() ? 0 : 1;
   }
-  // Owner ids are 32 bits: a pool this large (over 100 GiB of tables) takes no new blocks.
-  if (owners_.size() + new_owners > OwnerTable::kMaxOwners) return EventError::kCapacityExhausted;
+  if (owners_.size() + new_owners > max_live_blocks_) return EventError::kPoolFull;
   return std::nullopt;
 }
 

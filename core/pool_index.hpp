@@ -43,6 +43,7 @@ enum class EventError {
   kCapacityExhausted,
   kOwnershipDegreeOverflow,
   kIndexerInvariantViolation,
+  kPoolFull,  // the event's new blocks would pass the pool's live-block limit
 };
 std::string_view to_string(EventError error);
 
@@ -50,6 +51,9 @@ struct PoolIndexConfig {
   std::uint64_t bucket_count = 0;
   std::uint64_t seed = ckf::kDefaultSeed;
   std::uint32_t max_kicks = ckf::kDefaultMaxKicks;
+  // Distinct live blocks the pool holds at most: its owner ids are 32 bits (the tables would
+  // pass 150 GiB first). Lower only in tests.
+  std::uint64_t max_live_blocks = OwnerTable::kMaxOwners;
 };
 
 class PoolIndex {
@@ -120,6 +124,7 @@ class PoolIndex {
   IndexedList scratch_reoffers_;
   absl::flat_hash_map<SourceKey, LineageTable> lineage_;
   OwnerTable owners_;
+  std::uint64_t max_live_blocks_;
   std::uint64_t resident_blocks_ = 0;  // owners with their resident bit set
   std::uint64_t capacity_failures_ = 0;
   std::uint64_t unknown_removals_ = 0;

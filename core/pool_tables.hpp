@@ -56,7 +56,8 @@ class OwnerTable {
   }
 
  private:
-  static constexpr unsigned kPageBits = 10;
+  // Small pages, so that a pool of a few blocks holds little more than their share.
+  static constexpr unsigned kPageBits = 6;
   static constexpr Id kPageMask = (Id{1} << kPageBits) - 1;
   static constexpr Id kNoId = 0xFFFF'FFFF;
   // A free id has no mappings and holds the next free id in place of its canonical hash.

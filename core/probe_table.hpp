@@ -3,8 +3,8 @@
 // (docs/protocol/pools.md#index-layout): small fixed-size slots, one control byte per slot
 // holding 7 bits of the hash, linear probing scanned 16 control bytes at a time, tombstones
 // for removals. It is rebuilt at 7/8 used (live + tombstones) to 7/10 live, so it grows by
-// 1.25x rather than doubling and keeps 1.14-1.43 slots per entry (below 4 096 slots it grows
-// faster). The caller owns the keys: it
+// 1.25x rather than doubling and keeps 1.14-1.43 slots per entry, small tables included (the
+// memory budget charges every block the same). The caller owns the keys: it
 // supplies each lookup's hash and a predicate, and enumerates the live entries when the table
 // is rebuilt (the owner index rebuilds from its slab without reading its own slots).
 #include <algorithm>
@@ -170,7 +170,6 @@ class ProbeTable {
 
  private:
   static constexpr std::size_t kMinCapacity = probe_detail::kGroup;
-  static constexpr std::size_t kSmallCapacity = 4096;
 
   static std::int8_t tag_of(std::uint64_t hash) { return static_cast<std::int8_t>(hash & 0x7f); }
   // The table's capacity need not be a power of two: the home slot is the hash scaled into it.
@@ -178,12 +177,9 @@ class ProbeTable {
     return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * capacity_) >> 64);
   }
   std::size_t wrap(std::size_t position) const { return position >= capacity_ ? position - capacity_ : position; }
-  // A small table (a fresh pool's, a source's first blocks) grows by 2.5x instead: its bytes
-  // hardly count, its rebuilds would.
   static std::size_t target_capacity(std::size_t entries) {
     const std::size_t wanted = (entries * 10 + 6) / 7;
-    if (wanted < kSmallCapacity) return std::max(kMinCapacity, std::min(2 * wanted, kSmallCapacity));
-    return wanted;
+    return wanted < kMinCapacity ? kMinCapacity : wanted;
   }
 
   // The first free slot of the key's probe sequence takes it; size_ is the caller's.

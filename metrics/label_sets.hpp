@@ -157,6 +157,7 @@ KVRELAY_LABEL_SET(EventKindLabel, "kind", KVRELAY_EVENT_KINDS);
   X(kInvalidBlockSequence, "invalid_block_sequence")           \
   X(kOwnershipDegreeOverflow, "ownership_degree_overflow")     \
   X(kIndexerInvariantViolation, "indexer_invariant_violation") \
+  X(kPoolFull, "pool_full")                                    \
   X(kInvalidContent, "invalid_content")
 KVRELAY_LABEL_SET(EventResultLabel, "result", KVRELAY_EVENT_RESULTS);
 

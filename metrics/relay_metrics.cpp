@@ -81,6 +81,8 @@ EventResultLabel result_label(const EventResult& result) {
       return EventResultLabel::kOwnershipDegreeOverflow;
     case EventError::kIndexerInvariantViolation:
       return EventResultLabel::kIndexerInvariantViolation;
+    case EventError::kPoolFull:
+      return EventResultLabel::kPoolFull;
     case EventError::kCapacityExhausted:
       break;  // marks an applied event, never a rejection
   }
@@ -163,7 +165,7 @@ std::span<const std::string_view> values_of() {
 constexpr auto kGauge = prometheus::MetricType::Gauge;
 constexpr auto kCounter = prometheus::MetricType::Counter;
 
-const std::array<KeyedFamily<PoolStats>, 11> kPoolFamilies = {{
+const std::array<KeyedFamily<PoolStats>, 12> kPoolFamilies = {{
     {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.sequence); }},
     {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool's filter holds", kGauge,
@@ -174,6 +176,8 @@ const std::array<KeyedFamily<PoolStats>, 11> kPoolFamilies = {{
      kCounter, [](const PoolStats& s, std::size_t) { return load(s.capacity_failures); }},
     {"kv_relay_pool_omitted_blocks", "Live blocks the pool's filter does not hold (capacity omissions in force)",
      kGauge, [](const PoolStats& s, std::size_t) { return load(s.omitted_blocks); }},
+    {"kv_relay_pool_index_bytes", "Bytes of the pool's owner and lineage tables (the filter not included)", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.index_bytes); }},
     {"kv_relay_pool_relayouts_total", "Re-layouts of the pool into twice the buckets", kCounter,
      [](const PoolStats& s, std::size_t) { return load(s.relayouts); }},
     {"kv_relay_pool_bucket_count", "Buckets of the pool's current layout", kGauge,

@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "core/capacity.hpp"
 #include "core/ckf.hpp"
 #include "core/token_hashing.hpp"
 #include "tests/integration/harness.hpp"
@@ -132,6 +133,11 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
   CHECK(s.count("kv_relay_pool_relayouts_total", series) == static_cast<double>(pool.relayouts()));
   CHECK(s.value("kv_relay_pool_omitted_blocks", series) == 0);
   CHECK(s.count("kv_relay_pool_growth_refusals_total") == 0);
+  // The tables of 40 000 live blocks: at least their 12-byte owner entries, at most what the
+  // budget charges them (docs/protocol/pools.md#index-layout).
+  const double index_bytes = s.value("kv_relay_pool_index_bytes", series).value_or(0);
+  CHECK(index_bytes >= 12.0 * static_cast<double>(sequence_hashes.size()));
+  CHECK(index_bytes <= static_cast<double>(capacity::kBytesPerLiveBlock * sequence_hashes.size() + (2 << 10)));
 }
 
 TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conflict, others go on",

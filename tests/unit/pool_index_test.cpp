@@ -137,6 +137,34 @@ TEST_CASE("owners keep one fingerprint, the last owner removes it", "[pool]") {
   CHECK(index.unknown_removals() == 1);
 }
 
+TEST_CASE("a store past the pool's live-block limit is rejected whole as PoolFull", "[pool]") {
+  PoolIndex index({64, ckf::kDefaultSeed, ckf::kDefaultMaxKicks, 20});
+  auto roots = [](std::uint64_t first, std::uint64_t count) {
+    std::vector<StoredBlockRef> blocks;
+    for (std::uint64_t id = first; id < first + count; ++id) blocks.push_back({id, 0x1000 + id});
+    return blocks;
+  };
+  REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, roots(0, 16)));
+  const std::vector<std::uint64_t> words(index.filter().words().begin(), index.filter().words().end());
+  const std::size_t touched = index.touched_buckets();
+  CHECK(index.store({1, 0}, std::nullopt, std::nullopt, roots(16, 8)) == EventError::kPoolFull);
+  CHECK(index.unique_blocks() == 16);
+  CHECK(index.lineage_entries({1, 0}) == 16);
+  CHECK(std::ranges::equal(index.filter().words(), words));
+  CHECK(index.touched_buckets() == touched);
+  // Blocks the pool already holds count once: another source may map them, and the limit is
+  // reached exactly.
+  CHECK_FALSE(index.store({2, 0}, std::nullopt, std::nullopt, roots(0, 16)));
+  CHECK_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, roots(16, 4)));
+  CHECK(index.unique_blocks() == 20);
+  CHECK(index.store({2, 0}, std::nullopt, std::nullopt, roots(100, 1)) == EventError::kPoolFull);
+  // Removing a block's last owner makes room again.
+  const std::vector<std::uint64_t> gone{19};
+  REQUIRE_FALSE(index.remove({1, 0}, gone));
+  CHECK_FALSE(index.store({2, 0}, std::nullopt, std::nullopt, roots(100, 1)));
+  CHECK(index.unique_blocks() == 20);
+}
+
 TEST_CASE("a re-offered block retries a capacity omission without relocation", "[pool]") {
   // Two buckets of four slots hold eight fingerprints at most.
   PoolIndex index({2, ckf::kDefaultSeed, 4});
