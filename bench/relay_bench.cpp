@@ -22,6 +22,7 @@
 #include "core/ckf.hpp"
 #include "core/token_hashing.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "grpc_gateway/windowed_reader.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
 using namespace kvrelay;
@@ -83,8 +84,10 @@ double publisher_apply_rate(std::size_t batches, int events, int blocks) {
   for (const auto& batch : input) {
     auto reply = std::make_shared<Reply<BatchOutcome>>([sink](const BatchOutcome&) { sink->batch_done(); },
                                                        BatchOutcome{.lost = true});
-    caf::anon_send(actor, atoms::apply_batch_atom_v,
-                   EventBatchPtr(std::make_shared<const ingest_v1::KvEventBatch>(batch)), false, std::move(reply),
+    // Handed on as the ingest gateway hands a batch it read: parsed into an arena of its own.
+    gateway::ArenaRequests<ingest_v1::KvEventBatch> request;
+    request.target()->CopyFrom(batch);
+    caf::anon_send(actor, atoms::apply_batch_atom_v, EventBatchPtr(request.take()), false, std::move(reply),
                    steady_now_ns());
   }
   sink->wait();

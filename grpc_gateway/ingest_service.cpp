@@ -93,7 +93,8 @@ struct StreamSettings {
 
 using BatchAck = Acknowledgement<BatchOutcome>;
 
-class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, BatchAck> {
+class EventBatchReader final
+    : public WindowedReader<ingest_v1::KvEventBatch, BatchAck, ArenaRequests<ingest_v1::KvEventBatch>> {
  public:
   EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings)
       : WindowedReader(settings.read_window),
@@ -102,24 +103,23 @@ class EventBatchReader final : public WindowedReader<ingest_v1::KvEventBatch, Ba
         settings_(std::move(settings)) {}
 
  protected:
-  void forward(ingest_v1::KvEventBatch batch) override {
+  void forward(EventBatchPtr batch) override {
     const std::int64_t receipt_ns = steady_now_ns();
-    if (auto over = ingest_check::oversize(batch, settings_.limits)) {
-      return gate()->acknowledge(BatchAck{{}, refused_oversize(settings_.metrics, batch, *over)});
+    if (auto over = ingest_check::oversize(*batch, settings_.limits)) {
+      return gate()->acknowledge(BatchAck{{}, refused_oversize(settings_.metrics, *batch, *over)});
     }
-    if (auto problem = ingest_check::kv_event_batch(batch)) {
+    if (auto problem = ingest_check::kv_event_batch(*batch)) {
       rejected_input_log().warn("rejected KV event batch: " + *problem);
       if (settings_.metrics != nullptr) settings_.metrics->batch(metrics::BatchResult::kMalformed);
       return gate()->acknowledge(BatchAck{BatchOutcome{false, false, 0}, std::nullopt});
     }
-    auto shared = std::make_shared<const ingest_v1::KvEventBatch>(std::move(batch));
     // A batch nobody could answer (an actor on its way failed) comes back `lost`.
     auto reply = std::make_shared<Reply<BatchOutcome>>(
         [gate = gate()](const BatchOutcome& outcome) {
           gate->acknowledge(BatchAck{outcome, std::nullopt});
         },
         BatchOutcome{.lost = true});
-    router_.route({std::move(shared), std::move(reply), receipt_ns, SourceTransport::kPush, {}});
+    router_.route({std::move(batch), std::move(reply), receipt_ns, SourceTransport::kPush, {}});
   }
   void tally(const BatchAck& ack) override {
     if (ack.oversize) {
