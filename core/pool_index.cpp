@@ -120,7 +120,11 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   reoffers.erase_if([&](std::uint64_t c) { return candidates.contains(c); });
   if (auto error = resolve_candidate_owners()) return error;
 
-  // Commit owner counts and lineage, then admit.
+  return commit_and_admit(source);
+}
+
+std::optional<EventError> PoolIndex::commit_and_admit(SourceKey source) {
+  const auto candidates = scratch_candidates_.values();
   auto& owner = scratch_candidate_owner_;
   auto& placements = scratch_placements_;
   auto& placement_owners = scratch_placement_owners_;
@@ -128,19 +132,19 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   placement_owners.clear();
   for (std::size_t k = 0; k < candidates.size(); ++k) {
     if (owner[k]) {
-      for (std::uint32_t i = 0; i < added[k]; ++i) owners_.add_mapping(*owner[k]);
+      owners_.add_mappings(*owner[k], scratch_candidate_added_[k]);
     } else {
-      owner[k] = owners_.add(candidates.values()[k]);
-      for (std::uint32_t i = 1; i < added[k]; ++i) owners_.add_mapping(*owner[k]);
+      owner[k] = owners_.add(candidates[k], scratch_candidate_added_[k]);
     }
     if (owners_.resident(*owner[k])) continue;
-    placements.push_back(candidates.values()[k]);
+    placements.push_back(candidates[k]);
     placement_owners.push_back(*owner[k]);
   }
+  const auto new_engine_ids = scratch_new_engine_ids_.values();
   if (!new_engine_ids.empty()) {
     LineageTable& target = lineage_[source];
     for (std::size_t i = 0; i < new_engine_ids.size(); ++i) {
-      target.insert(new_engine_ids.values()[i], *owner[new_candidate[i]]);
+      target.insert(new_engine_ids[i], *owner[scratch_new_candidate_[i]]);
     }
   }
   std::optional<EventError> first_error;
@@ -151,7 +155,7 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
                         if (!first_error) first_error = EventError::kCapacityExhausted;
                       });
   // The only retry path for a capacity-omitted block: direct placement, silent on failure.
-  for (std::uint64_t canonical : reoffers.values()) {
+  for (std::uint64_t canonical : scratch_reoffers_.values()) {
     const OwnerId id = *owners_.find(canonical);
     if (owners_.resident(id)) continue;
     if (filter_.insert_with_kicks(canonical, 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {

@@ -106,8 +106,10 @@ class PoolIndex {
   // an invariant violation leaves both in place.
   std::optional<EventError> remove_one(SourceKey source, LineageTable& lineage, std::size_t position);
   // The owners of the event's new mappings, found or nullopt, and whether adding the mappings
-  // would pass a count's 32 bits or the id space.
+  // would pass a count's 32 bits or the pool's live-block limit.
   std::optional<EventError> resolve_candidate_owners();
+  // The resolved event's new mappings and owner counts, then its placements and re-offers.
+  std::optional<EventError> commit_and_admit(SourceKey source);
 
   ckf::Filter filter_;
   PublicationWindow window_;

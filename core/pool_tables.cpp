@@ -16,7 +16,7 @@ OwnerTable::Id OwnerTable::allocate() {
   return next_unused_++;
 }
 
-OwnerTable::Id OwnerTable::add(std::uint64_t canonical) {
+OwnerTable::Id OwnerTable::add(std::uint64_t canonical, std::uint32_t mappings) {
   const Id id = allocate();
   slot(id).canonical = canonical;
   slot(id).mappings = 0;  // not live yet: a rebuild below must not index it twice
@@ -24,7 +24,7 @@ OwnerTable::Id OwnerTable::add(std::uint64_t canonical) {
   // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
   index_.insert(mix_key(canonical), id,
                 [this](auto emit) { for_each([&](Id live) { emit(mix_key(slot(live).canonical), live); }); });
-  slot(id).mappings = 1;
+  slot(id).mappings = mappings;
   return id;
 }
 

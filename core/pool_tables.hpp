@@ -34,15 +34,15 @@ class OwnerTable {
     __builtin_prefetch(&page.mappings[id & kPageMask]);
   }
 
-  // A new owner of `canonical` (not held; fewer than kMaxOwners held) with one mapping, not
-  // resident.
-  Id add(std::uint64_t canonical);
+  // A new owner of `canonical` (not held; fewer than kMaxOwners held) with `mappings` (at
+  // least one) mappings, not resident.
+  Id add(std::uint64_t canonical, std::uint32_t mappings = 1);
   // Frees the id; its owner must be held.
   void erase(Id id);
 
   std::uint64_t canonical(Id id) const { return slot(id).canonical; }
   std::uint32_t mappings(Id id) const { return slot(id).mappings; }
-  void add_mapping(Id id) { ++slot(id).mappings; }
+  void add_mappings(Id id, std::uint32_t count) { slot(id).mappings += count; }
   void drop_mapping(Id id) { --slot(id).mappings; }
   bool resident(Id id) const { return (page(id).resident[(id & kPageMask) / 64] >> (id % 64)) & 1; }
   void set_resident(Id id, bool resident);

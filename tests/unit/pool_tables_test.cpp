@@ -163,7 +163,7 @@ TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][table
   std::vector<OwnerTable::Id> ids;
   for (std::uint64_t c = 1; c <= 300; ++c) ids.push_back(owners.add(c * 0x9E3779B97F4A7C15ULL));
   for (std::size_t i = 0; i < ids.size(); i += 3) owners.set_resident(ids[i], true);
-  for (std::size_t i = 0; i < ids.size(); i += 5) owners.add_mapping(ids[i]);
+  for (std::size_t i = 0; i < ids.size(); i += 5) owners.add_mappings(ids[i], 1);
   owners.set_resident(ids[3], false);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     CHECK(owners.resident(ids[i]) == (i % 3 == 0 && i != 3));
@@ -175,6 +175,8 @@ TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][table
   CHECK(again == ids[0]);
   CHECK_FALSE(owners.resident(again));
   CHECK(owners.mappings(again) == 1);
+  // An owner may start with several mappings: one event mapping two engine ids to one hash.
+  CHECK(owners.mappings(owners.add(43, 3)) == 3);
 }
 
 TEST_CASE("a lineage table maps engine ids of any width to owners", "[pool][tables]") {
