@@ -390,23 +390,26 @@ int main(int argc, char** argv) {
     fmt::print("| Apply rate through gRPC PublishKvEvents (256-block batches) | {:.2f} M block stores/s |\n",
                ingest_apply_rate(4096, 16, 16) / 1e6);
   }
-  for (std::uint32_t rate : {10'000u, 100'000u}) {
-    if (!runs("latency")) break;
-    const auto [p50, p99] = event_to_wire_ms(rate, 3.0);
-    fmt::print("| Event-to-wire latency at {} k events/s (client-observed) | p50 {:.3f} ms, p99 {:.3f} ms |\n",
-               rate / 1000, p50, p99);
+  if (runs("latency")) {
+    for (std::uint32_t rate : {10'000u, 100'000u}) {
+      const auto [p50, p99] = event_to_wire_ms(rate, 3.0);
+      fmt::print("| Event-to-wire latency at {} k events/s (client-observed) | p50 {:.3f} ms, p99 {:.3f} ms |\n",
+                 rate / 1000, p50, p99);
+    }
   }
-  for (std::uint32_t rate : {10'000u, 100'000u}) {
-    if (!runs("fanout")) break;
-    const auto [lagged, frames] = fan_out(64, rate, 5.0);
-    fmt::print("| 64 subscribers, {} k events/s for 5 s | {} of 64 lagged; {} frames delivered |\n", rate / 1000,
-               lagged, frames);
+  if (runs("fanout")) {
+    for (std::uint32_t rate : {10'000u, 100'000u}) {
+      const auto [lagged, frames] = fan_out(64, rate, 5.0);
+      fmt::print("| 64 subscribers, {} k events/s for 5 s | {} of 64 lagged; {} frames delivered |\n", rate / 1000,
+                 lagged, frames);
+    }
   }
-  for (std::uint64_t buckets : {std::uint64_t{1} << 19, std::uint64_t{1} << 22}) {
-    if (!runs("snapshot")) break;
-    for (std::size_t subscribers : {1, 16}) {
-      fmt::print("| Cold snapshot, 2^{} buckets, {} subscriber(s) | {:.1f} ms until the last one holds it |\n",
-                 std::countr_zero(buckets), subscribers, cold_snapshot_ms(buckets, subscribers));
+  if (runs("snapshot")) {
+    for (std::uint64_t buckets : {std::uint64_t{1} << 19, std::uint64_t{1} << 22}) {
+      for (std::size_t subscribers : {1, 16}) {
+        fmt::print("| Cold snapshot, 2^{} buckets, {} subscriber(s) | {:.1f} ms until the last one holds it |\n",
+                   std::countr_zero(buckets), subscribers, cold_snapshot_ms(buckets, subscribers));
+      }
     }
   }
   if (runs("memory")) {

@@ -193,16 +193,18 @@ std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const st
   // then (the canonical hashes now at hand) the index slots and filter buckets of last owners.
   LineageTable& entries = lineage->second;
   for (std::uint64_t engine_id : engine_ids) entries.prefetch(engine_id);
+  auto& owners = scratch_removed_owners_;
+  owners.clear();
   for (std::uint64_t engine_id : engine_ids) {
-    if (const auto at = entries.find(engine_id); at != LineageTable::kNotFound)
-      owners_.prefetch_owner(entries.owner_at(at));
+    if (const auto at = entries.find(engine_id); at != LineageTable::kNotFound) {
+      owners.push_back(entries.owner_at(at));
+      owners_.prefetch_owner(owners.back());
+    }
   }
-  for (std::uint64_t engine_id : engine_ids) {
-    const auto at = entries.find(engine_id);
-    if (at == LineageTable::kNotFound || owners_.mappings(entries.owner_at(at)) != 1) continue;
-    const std::uint64_t canonical = owners_.canonical(entries.owner_at(at));
-    owners_.prefetch(canonical);
-    filter_.prefetch(canonical);
+  for (const OwnerId id : owners) {
+    if (owners_.mappings(id) != 1) continue;
+    owners_.prefetch(owners_.canonical(id));
+    filter_.prefetch(owners_.canonical(id));
   }
   std::optional<EventError> first_error;
   for (std::size_t i = 0; i < engine_ids.size(); ++i) {

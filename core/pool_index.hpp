@@ -123,6 +123,7 @@ class PoolIndex {
   std::vector<std::optional<OwnerId>> scratch_candidate_owner_;  // and its owner, if any
   std::vector<std::uint64_t> scratch_placements_;                // candidates not yet resident,
   std::vector<OwnerId> scratch_placement_owners_;                // and their owners
+  std::vector<OwnerId> scratch_removed_owners_;                  // a removal's known owners, in its order
   IndexedList scratch_reoffers_;
   absl::flat_hash_map<SourceKey, LineageTable> lineage_;
   OwnerTable owners_;
