@@ -264,6 +264,28 @@ void BM_PoolStoreEvent(benchmark::State& state) {
 }
 BENCHMARK(BM_PoolStoreEvent)->Arg(16)->Arg(1024)->Arg(65536)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// A pool filled from empty to 2^range blocks in 16-block events, as relay_bench's publisher
+// fills one (its tables grow the whole way): the index's share of that figure, no actor.
+void BM_PoolFill(benchmark::State& state) {
+  constexpr std::size_t kEventBlocks = 16;
+  const auto total = std::size_t{1} << state.range(0);
+  std::vector<StoredBlockRef> blocks(total);
+  std::mt19937_64 rng(9);
+  for (std::size_t i = 0; i < total; ++i) blocks[i] = {i, rng()};
+  for (auto _ : state) {
+    PoolIndex index({*ckf::bucket_count_for(total)});
+    const auto started = std::chrono::steady_clock::now();
+    for (std::size_t at = 0; at < total; at += kEventBlocks) {
+      benchmark::DoNotOptimize(
+          index.store({1, 0}, std::nullopt, std::nullopt, std::span(blocks).subspan(at, kEventBlocks)));
+    }
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  state.counters["block_stores_per_s"] =
+      benchmark::Counter(static_cast<double>(total), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PoolFill)->Arg(20)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+
 // A pool in its steady state: 2^range live blocks (one source, 16-block events, the filter at
 // half load), then per iteration one new 16-block event stored and the oldest one removed, as a
 // serving engine's cache turns over. Its tables are far larger than the cache, as a busy

@@ -34,3 +34,16 @@ TEST_CASE("IndexedList: first-seen order and positions, scanned or hashed alike"
   CHECK(list.push_unique(odd.front()));
   CHECK(list.find(odd.front()) == 0);
 }
+
+TEST_CASE("IndexedList: absent values are told apart from held ones that share their mask bit", "[pool]") {
+  // 300 held values set most of the mask's 256 bits, so most absent values pass the mask and
+  // are settled by the scan or the hash index, as events with more blocks are.
+  const std::size_t count = GENERATE(std::size_t{20}, std::size_t{300});
+  INFO(count);
+  IndexedList list;
+  for (std::uint64_t i = 0; i < count; ++i) list.push_new(i * 2);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    CHECK(list.find(i * 2) == i);
+    CHECK_FALSE(list.contains(i * 2 + 1));
+  }
+}
