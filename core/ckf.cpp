@@ -75,26 +75,7 @@ std::size_t prefix_hits(std::span<const std::uint64_t> words, const Addressing& 
 Filter::Filter(std::uint64_t bucket_count, std::uint64_t seed, std::uint32_t max_kicks)
     : addressing_(seed, bucket_count), max_kicks_(max_kicks), rng_(lane_rng_seed(seed, 0)), words_(bucket_count, 0) {}
 
-void Filter::write_slot(std::uint64_t bucket, unsigned slot_index, std::uint16_t fingerprint,
-                        std::vector<BucketWrite>& writes) {
-  writes.push_back({bucket, words_[bucket]});
-  words_[bucket] = with_slot(words_[bucket], slot_index, fingerprint);
-}
-
-bool Filter::place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes) {
-  const int empty = first_slot(words_[bucket], 0);
-  if (empty < 0) return false;
-  write_slot(bucket, static_cast<unsigned>(empty), fingerprint, writes);
-  return true;
-}
-
-InsertOutcome Filter::insert_probe(const Probe& p, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
-  writes.clear();
-  if (place_in_empty_slot(p.bucket_a, p.fingerprint, writes) ||
-      place_in_empty_slot(p.bucket_b, p.fingerprint, writes)) {
-    ++occupied_;
-    return InsertOutcome::kInserted;
-  }
+InsertOutcome Filter::relocate(const Probe& p, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
   std::uint16_t fingerprint = p.fingerprint;
   std::uint64_t bucket = (rng_.next() & 1) == 0 ? p.bucket_a : p.bucket_b;
   for (std::uint32_t kick = 0; kick < max_kicks; ++kick) {

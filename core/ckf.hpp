@@ -163,7 +163,15 @@ class Filter {
   InsertOutcome insert_with_kicks(std::uint64_t hash, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
     return insert_probe(addressing_.probe(hash), max_kicks, writes);
   }
-  InsertOutcome insert_probe(const Probe& probe, std::uint32_t max_kicks, std::vector<BucketWrite>& writes);
+  InsertOutcome insert_probe(const Probe& probe, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
+    writes.clear();
+    if (place_in_empty_slot(probe.bucket_a, probe.fingerprint, writes) ||
+        place_in_empty_slot(probe.bucket_b, probe.fingerprint, writes)) {
+      ++occupied_;
+      return InsertOutcome::kInserted;
+    }
+    return relocate(probe, max_kicks, writes);
+  }
 
   // Inserts each hash in order exactly as insert_with_kicks would, hashing ahead and prefetching
   // the candidate buckets of the next few so that a cache-cold filter waits on memory for
@@ -224,8 +232,19 @@ class Filter {
       visit(i, probe);
     }
   }
-  bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
-  void write_slot(std::uint64_t bucket, unsigned slot, std::uint16_t fingerprint, std::vector<BucketWrite>& writes);
+  bool place_in_empty_slot(std::uint64_t bucket, std::uint16_t fingerprint, std::vector<BucketWrite>& writes) {
+    const int empty = first_slot(words_[bucket], 0);
+    if (empty < 0) return false;
+    write_slot(bucket, static_cast<unsigned>(empty), fingerprint, writes);
+    return true;
+  }
+  void write_slot(std::uint64_t bucket, unsigned slot_index, std::uint16_t fingerprint,
+                  std::vector<BucketWrite>& writes) {
+    writes.push_back({bucket, words_[bucket]});
+    words_[bucket] = with_slot(words_[bucket], slot_index, fingerprint);
+  }
+  // Both candidate buckets are full: the bounded random walk of kicks, undone if it fails.
+  InsertOutcome relocate(const Probe& probe, std::uint32_t max_kicks, std::vector<BucketWrite>& writes);
 
   Addressing addressing_;
   std::uint32_t max_kicks_;

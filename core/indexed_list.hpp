@@ -80,7 +80,7 @@ class IndexedList {
     held_mask_[bit / 64] |= std::uint64_t{1} << (bit % 64);
   }
   bool indexed() const { return indexed_; }
-  void reindex() {
+  [[gnu::cold]] void reindex() {
     positions_.clear();
     positions_.reserve(values_.size() * 2);
     for (std::size_t i = 0; i < values_.size(); ++i) positions_.emplace(values_[i], i);

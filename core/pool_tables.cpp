@@ -2,18 +2,10 @@
 
 namespace kvrelay {
 
-OwnerTable::Id OwnerTable::allocate() {
-  if (free_head_ != kNoId) {
-    const Id id = free_head_;
-    free_head_ = static_cast<Id>(slot(id).canonical);
-    return id;
-  }
-  if ((next_unused_ >> kPageBits) == pages_.size()) {
-    // Every field is written before it is read: a page's ids are handed out in order.
-    pages_.push_back(std::make_unique_for_overwrite<Page>());
-    std::fill(std::begin(pages_.back()->resident), std::end(pages_.back()->resident), 0);
-  }
-  return next_unused_++;
+void OwnerTable::add_page() {
+  // Every field is written before it is read: a page's ids are handed out in order.
+  pages_.push_back(std::make_unique_for_overwrite<Page>());
+  std::fill(std::begin(pages_.back()->resident), std::end(pages_.back()->resident), 0);
 }
 
 OwnerTable::Id OwnerTable::add(std::uint64_t canonical, std::uint32_t mappings) {
@@ -34,12 +26,6 @@ void OwnerTable::erase(Id id) {
   slot(id).mappings = 0;
   slot(id).canonical = free_head_;
   free_head_ = id;
-}
-
-void OwnerTable::set_resident(Id id, bool resident) {
-  std::uint64_t& word = page(id).resident[(id & kPageMask) / 64];
-  const std::uint64_t bit = std::uint64_t{1} << (id % 64);
-  word = resident ? word | bit : word & ~bit;
 }
 
 void LineageTable::insert(std::uint64_t engine_id, OwnerTable::Id owner) {

@@ -45,7 +45,11 @@ class OwnerTable {
   void add_mappings(Id id, std::uint32_t count) { slot(id).mappings += count; }
   void drop_mapping(Id id) { --slot(id).mappings; }
   bool resident(Id id) const { return (page(id).resident[(id & kPageMask) / 64] >> (id % 64)) & 1; }
-  void set_resident(Id id, bool resident);
+  void set_resident(Id id, bool resident) {
+    std::uint64_t& word = page(id).resident[(id & kPageMask) / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (id % 64);
+    word = resident ? word | bit : word & ~bit;
+  }
 
   // visit(id) for every owner, in id order (the slab's, so its pages are read in sequence).
   template <typename Visit>
@@ -80,7 +84,16 @@ class OwnerTable {
   const Page& page(Id id) const { return *pages_[id >> kPageBits]; }
   SlotRef slot(Id id) { return {page(id).canonical[id & kPageMask], page(id).mappings[id & kPageMask]}; }
   ConstSlotRef slot(Id id) const { return {page(id).canonical[id & kPageMask], page(id).mappings[id & kPageMask]}; }
-  Id allocate();
+  Id allocate() {
+    if (free_head_ != kNoId) {
+      const Id id = free_head_;
+      free_head_ = static_cast<Id>(slot(id).canonical);
+      return id;
+    }
+    if ((next_unused_ >> kPageBits) == pages_.size()) add_page();
+    return next_unused_++;
+  }
+  void add_page();
 
   std::vector<std::unique_ptr<Page>> pages_;
   Id next_unused_ = 0;  // ids at and past it were never handed out
