@@ -94,20 +94,23 @@ Applied PoolReplica::apply_delta(const v1::FilterUpdate& update, const cbi1::Dec
     return fail({"SequenceGap", fmt::format("delta from {} onto replica at {}", update.base_sequence(), sequence_)});
   }
   if (delta.images.empty()) return fail({"EmptyDelta", "a delta without bucket images"});
-  // A replica larger than the cache misses on nearly every image's bucket: all of them are
-  // requested before any is written, so the misses overlap instead of queueing one by one.
-  for (const auto& image : delta.images) {
-    __builtin_prefetch(&touched_[image.bucket / 64], 1);
-    __builtin_prefetch(&words_[image.bucket], 1);
-  }
+  // A replica larger than the cache (and its page tables larger than the TLB) misses on
+  // nearly every image's bucket. The old words are read first, in a loop of independent loads
+  // the core runs many of at once; the writes then find their lines in the cache. (Software
+  // prefetches did not help here: a prefetch that misses the TLB may be dropped.)
+  std::uint64_t occupied_before = 0;
+  for (const auto& image : delta.images) occupied_before += ckf::occupied_in(words_[image.bucket]);
   // A fault retires the replica, so images may be written while duplicates are still sought.
+  std::uint64_t occupied_after = 0;
   for (const auto& image : delta.images) {
     auto& bits = touched_[image.bucket / 64];
     const std::uint64_t bit = std::uint64_t{1} << (image.bucket % 64);
     if (bits & bit) return fail({"DuplicateBucket", fmt::format("bucket {} twice in one delta", image.bucket)});
     bits |= bit;
-    write(image.bucket, image.word);
+    occupied_after += ckf::occupied_in(image.word);
+    words_[image.bucket] = image.word;
   }
+  occupied_slots_ = occupied_slots_ - occupied_before + occupied_after;
   for (const auto& image : delta.images) touched_[image.bucket / 64] = 0;
   sequence_ = update.sequence();
   ++deltas_applied_;
@@ -120,12 +123,6 @@ Applied PoolReplica::fail(Fault fault) {
   words_ = {};
   touched_ = {};
   return fault;
-}
-
-void PoolReplica::write(std::uint64_t bucket, std::uint64_t word) {
-  occupied_slots_ += ckf::occupied_in(word);
-  occupied_slots_ -= ckf::occupied_in(words_[bucket]);
-  words_[bucket] = word;
 }
 
 std::uint64_t PoolReplica::digest() const { return xxh3(words_.data(), words_.size() * 8, 0); }

@@ -38,7 +38,6 @@ class PoolReplica {
   Applied absorb_chunk(const cbi1::Decoded& frame);
   Applied apply_delta(const v1::FilterUpdate& update, const cbi1::DecodedDelta& delta);
   Applied fail(Fault fault);
-  void write(std::uint64_t bucket, std::uint64_t word);
 
   wire::ProducerKey producer_;
   std::uint64_t relay_instance_;

@@ -61,6 +61,9 @@ TEST_CASE("replica: snapshot, deltas and heartbeats keep it equal to the produce
   CHECK(replica.deltas_applied() == 2);
   CHECK(replica.images_applied() == 3);
   CHECK(replica.digest() == xxh3(words.data(), words.size() * 8, 0));
+  occupied = 0;  // the deltas' images replaced their buckets' slots
+  for (auto word : words) occupied += ckf::occupied_in(word);
+  CHECK(replica.occupied_slots() == occupied);
 }
 
 TEST_CASE("replica: every fault retires it", "[client][replica]") {
