@@ -116,39 +116,22 @@ void count_event(Self self, std::int64_t receipt_ns) {
   if (state.index->touched_buckets() >= kEarlyPublicationBuckets) publish(self);
 }
 
-void arm_delay(Self self, std::chrono::nanoseconds wait) {
-  self->state.delay_armed = true;
-  self->delayed_send(self, wait, atoms::publish_atom_v);
-}
-
 // Called once per message: the threshold is checked at message boundaries (events of one
 // batch arrive together; publishing inside it would only split one instant's changes into
 // more frames). Publications are also at least publication_delay apart, so under heavy
 // ingest a pool emits at most one delta per delay: fewer, larger frames that every
-// subscriber can keep up with, for at most one delay of extra latency. A timer armed for
-// fewer events does not hold back a threshold met later: it finds the events published.
+// subscriber can keep up with, for at most one delay of extra latency.
 void publish_or_arm_delay(Self self) {
   auto& state = self->state;
-  if (state.pending_events == 0) return;
+  if (state.pending_events == 0 || state.delay_armed) return;
   const auto now = self->clock().now();
   const auto earliest = state.last_publication + state.config.publication_delay;
   if (state.pending_events >= state.config.publication_threshold && now >= earliest) return publish(self);
-  if (state.delay_armed) return;
-  arm_delay(self, state.pending_events >= state.config.publication_threshold
-                      ? std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now)
-                      : std::chrono::nanoseconds(state.config.publication_delay));
-}
-
-// The delay's timer: what is pending goes out, unless a publication since has left less than
-// one delay behind it (then the rest of that delay is waited first).
-void on_delay_elapsed(Self self) {
-  auto& state = self->state;
-  state.delay_armed = false;
-  if (state.pending_events == 0 || state.fenced) return;
-  const auto now = self->clock().now();
-  const auto earliest = state.last_publication + state.config.publication_delay;
-  if (now >= earliest) return publish(self);
-  arm_delay(self, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now));
+  state.delay_armed = true;
+  const auto wait = state.pending_events >= state.config.publication_threshold
+                        ? std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now)
+                        : std::chrono::nanoseconds(state.config.publication_delay);
+  self->delayed_send(self, wait, atoms::publish_atom_v);
 }
 
 // ---- growth (docs/protocol/capacity.md#relayout) ----
@@ -385,7 +368,8 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
         self->quit();
       },
       [=](atoms::publish_atom) {
-        on_delay_elapsed(self);
+        self->state.delay_armed = false;
+        if (self->state.pending_events > 0 && !self->state.fenced) publish(self);
         publish_stats(self);
       },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },

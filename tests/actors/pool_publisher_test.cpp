@@ -135,32 +135,6 @@ TEST_CASE("publisher actor: threshold per message, at most one delta per delay",
   CHECK(under_test.sink->outcomes.size() == 3);
 }
 
-TEST_CASE("publisher actor: a threshold met while a delay runs for fewer events publishes at once",
-          "[actors][publisher]") {
-  ActorFixture fixture;
-  PublisherUnderTest under_test(fixture, 4);
-  auto [stream, inbox] = under_test.attach();
-  under_test.send(stores(100, 4));
-  REQUIRE(deltas_in(*inbox).size() == 1);
-  fixture.advance(2 * kDelay);
-
-  under_test.send(stores(200, 1));  // below the threshold: its delay starts now
-  CHECK(deltas_in(*inbox).size() == 1);
-  fixture.advance(kDelay / 2);
-  under_test.send(stores(300, 3));  // the threshold is met, a delay after the last publication
-  REQUIRE(deltas_in(*inbox).size() == 2);
-  CHECK(deltas_in(*inbox)[1].sequence == 2);
-
-  // The earlier timer fires with nothing pending; what comes after it waits a whole delay
-  // from the last publication, never less.
-  under_test.send(stores(400, 1));
-  fixture.advance(kDelay / 2);
-  CHECK(deltas_in(*inbox).size() == 2);
-  fixture.advance(kDelay / 2);
-  REQUIRE(deltas_in(*inbox).size() == 3);
-  CHECK(deltas_in(*inbox)[2].base_sequence == 2);
-}
-
 TEST_CASE("publisher actor: GetState reports the last publication, not pending changes", "[actors][publisher]") {
   ActorFixture fixture;
   PublisherUnderTest under_test(fixture, 16);
