@@ -120,7 +120,11 @@ void count_event(Self self, std::int64_t receipt_ns) {
 // batch arrive together; publishing inside it would only split one instant's changes into
 // more frames). Publications are also at least publication_delay apart, so under heavy
 // ingest a pool emits at most one delta per delay: fewer, larger frames that every
-// subscriber can keep up with, for at most one delay of extra latency.
+// subscriber can keep up with, for at most one delay of extra latency. While a timer is armed
+// nothing else publishes, even a threshold met after the delay: the timer's message waits
+// behind whatever the publisher's mailbox holds, so a busy publisher publishes less often and
+// each delta carries more. Publishing at once instead was measured to lose 256 subscribers
+// (docs/benchmarks.md#cadence-under-load).
 void publish_or_arm_delay(Self self) {
   auto& state = self->state;
   if (state.pending_events == 0 || state.delay_armed) return;
