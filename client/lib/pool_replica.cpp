@@ -94,10 +94,10 @@ Applied PoolReplica::apply_delta(const v1::FilterUpdate& update, const cbi1::Dec
     return fail({"SequenceGap", fmt::format("delta from {} onto replica at {}", update.base_sequence(), sequence_)});
   }
   if (delta.images.empty()) return fail({"EmptyDelta", "a delta without bucket images"});
-  // A replica larger than the cache (and its page tables larger than the TLB) misses on
-  // nearly every image's bucket. The old words are read first, in a loop of independent loads
-  // the core runs many of at once; the writes then find their lines in the cache. (Software
-  // prefetches did not help here: a prefetch that misses the TLB may be dropped.)
+  // A replica larger than the cache misses on nearly every image's bucket. The old words are
+  // read first, in a loop of independent loads the core runs many of at once; the writes then
+  // find their lines in the cache. (Software prefetches of every bucket, tried before, left the
+  // writes waiting on memory: docs/benchmarks.md#replica-prefetch.)
   std::uint64_t occupied_before = 0;
   for (const auto& image : delta.images) occupied_before += ckf::occupied_in(words_[image.bucket]);
   // A fault retires the replica, so images may be written while duplicates are still sought.
