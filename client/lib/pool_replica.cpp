@@ -122,6 +122,7 @@ Applied PoolReplica::fail(Fault fault) {
   phase_ = ReplicaPhase::kFaulted;
   words_ = {};
   touched_ = {};
+  occupied_slots_ = 0;  // a retired replica holds nothing
   return fault;
 }
 

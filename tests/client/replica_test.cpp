@@ -38,6 +38,7 @@ std::string fault_kind(PoolReplica& replica, const v1::FilterUpdate& update) {
   REQUIRE(fault);
   CHECK(replica.phase() == client::ReplicaPhase::kFaulted);
   CHECK(replica.apply(frame(producer(1), v1::FILTER_UPDATE_KIND_HEARTBEAT, 5, 5))->kind == "Retired");
+  CHECK(replica.occupied_slots() == 0);
   return fault->kind;
 }
 
