@@ -82,7 +82,7 @@ TEST_CASE("kvrelay-bench --baseline: a raw gRPC server streams the run's delta s
   // outbox is 16 ms at this rate, which a client descheduled by a loaded machine (the suite
   // runs two tests at a time on two cores) can overrun.
   CHECK(std::stoul(raw[10]) <= 2);
-  CHECK(raw[11] != "n/a");        // the raw server's CPU
+  CHECK(raw[11] != "n/a");  // the raw server's CPU
 }
 
 TEST_CASE("kvrelay-bench: a relay that cannot start and a bad command line are clear errors") {
