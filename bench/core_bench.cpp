@@ -12,6 +12,7 @@
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
 #include "core/pool_index.hpp"
+#include "core/pool_tables.hpp"
 #include "core/token_hashing.hpp"
 
 using namespace kvrelay;
@@ -285,6 +286,26 @@ void BM_PoolFill(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(total), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PoolFill)->Arg(20)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
+
+// The longest single insert while one source's lineage table grows past 2^range entries:
+// the insert that rebuilds the table, a pause in that pool's publisher.
+void BM_LineageRebuildPause(benchmark::State& state) {
+  const auto total = (std::size_t{1} << state.range(0)) * 5 / 4;  // past the rebuild near 2^range
+  std::mt19937_64 rng(11);
+  std::vector<std::uint64_t> keys(total);
+  for (auto& key : keys) key = rng();
+  for (auto _ : state) {
+    LineageTable table;
+    std::chrono::steady_clock::duration longest{};
+    for (std::size_t i = 0; i < total; ++i) {
+      const auto started = std::chrono::steady_clock::now();
+      table.insert(keys[i], static_cast<OwnerTable::Id>(i));
+      longest = std::max(longest, std::chrono::steady_clock::now() - started);
+    }
+    state.SetIterationTime(std::chrono::duration<double>(longest).count());
+  }
+}
+BENCHMARK(BM_LineageRebuildPause)->Arg(20)->UseManualTime()->Iterations(3)->Unit(benchmark::kMillisecond);
 
 // A pool in its steady state: 2^range live blocks (one source, 16-block events, the filter at
 // half load), then per iteration one new 16-block event stored and the oldest one removed, as a
