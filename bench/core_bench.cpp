@@ -270,9 +270,9 @@ BENCHMARK(BM_PoolStoreEvent)->Arg(16)->Arg(1024)->Arg(65536)->UseManualTime()->U
 void BM_PoolFill(benchmark::State& state) {
   constexpr std::size_t kEventBlocks = 16;
   const auto total = std::size_t{1} << state.range(0);
+  const auto keys = random_keys(total, 9);
   std::vector<StoredBlockRef> blocks(total);
-  std::mt19937_64 rng(9);
-  for (std::size_t i = 0; i < total; ++i) blocks[i] = {i, rng()};
+  for (std::size_t i = 0; i < total; ++i) blocks[i] = {i, keys[i]};
   for (auto _ : state) {
     PoolIndex index({*ckf::bucket_count_for(total)});
     const auto started = std::chrono::steady_clock::now();
@@ -291,9 +291,7 @@ BENCHMARK(BM_PoolFill)->Arg(20)->UseManualTime()->Iterations(3)->Unit(benchmark:
 // the insert that rebuilds the table, a pause in that pool's publisher.
 void BM_LineageRebuildPause(benchmark::State& state) {
   const auto total = (std::size_t{1} << state.range(0)) * 5 / 4;  // past the rebuild near 2^range
-  std::mt19937_64 rng(11);
-  std::vector<std::uint64_t> keys(total);
-  for (auto& key : keys) key = rng();
+  const auto keys = random_keys(total, 11);
   for (auto _ : state) {
     LineageTable table;
     std::chrono::steady_clock::duration longest{};

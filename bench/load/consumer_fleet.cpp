@@ -41,8 +41,9 @@ struct ConsumerFleet::Member {
     // How many of by_bucket's buckets fall on each residue: a delta's images are nearly all of
     // buckets no probe waits on, and this settles them without a hash lookup, so that the tap
     // costs the bench little beside the consumers it measures.
-    std::vector<std::uint32_t> waited_residues = std::vector<std::uint32_t>(kResidues, 0);
     static constexpr std::size_t kResidues = 4096;
+    std::vector<std::uint32_t> waited_residues = std::vector<std::uint32_t>(kResidues, 0);
+    std::uint32_t& waiting_on_residue(std::uint64_t bucket) { return waited_residues[bucket % kResidues]; }
     bool waited_on(std::uint64_t bucket) const { return waited_residues[bucket % kResidues] != 0; }
   };
 
@@ -60,7 +61,7 @@ struct ConsumerFleet::Member {
     probes.pending.emplace(number, Pending{probe, sent});
     for (const std::uint64_t bucket : {probe.bucket_a, probe.bucket_b}) {
       probes.by_bucket.emplace(bucket, number);
-      ++probes.waited_residues[bucket % PoolProbes::kResidues];
+      ++probes.waiting_on_residue(bucket);
     }
   }
 
@@ -99,7 +100,7 @@ struct ConsumerFleet::Member {
       for (auto it = first; it != last; ++it) {
         if (it->second == number) {
           probes.by_bucket.erase(it);
-          --probes.waited_residues[bucket % PoolProbes::kResidues];
+          --probes.waiting_on_residue(bucket);
           break;
         }
       }
