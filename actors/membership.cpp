@@ -126,8 +126,7 @@ std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoi
   PublisherConfig config;
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed, buckets};
   config.semantics = {domain.kv_block_size, domain.hash_format};
-  config.publication_threshold = state.config.publication_threshold;
-  config.publication_delay = state.config.publication_delay;
+  config.cadence = state.config.cadence;
   config.hub_slots = state.config.hub_slots;
   config.relayout_load = state.config.relayout_load;
   config.relayout_min_interval = state.config.relayout_min_interval;

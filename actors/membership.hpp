@@ -41,8 +41,7 @@ struct MembershipConfig {
   double relayout_load = 0.85;
   std::chrono::milliseconds relayout_min_interval{1000};
   std::optional<std::uint64_t> memory_budget_bytes;  // none: pools are not charged against a budget
-  std::uint32_t publication_threshold = 16;
-  std::chrono::milliseconds publication_delay{1};
+  PublicationCadence cadence;
   std::size_t max_subscribers_per_pool = 64;
   std::shared_ptr<StreamLimit> hub_slots;
   metrics::RelayMetrics* metrics = nullptr;  // none: nothing is recorded

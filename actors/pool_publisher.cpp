@@ -118,23 +118,25 @@ void count_event(Self self, std::int64_t receipt_ns) {
 
 // Called once per message: the threshold is checked at message boundaries (events of one
 // batch arrive together; publishing inside it would only split one instant's changes into
-// more frames). Publications are also at least publication_delay apart, so under heavy
-// ingest a pool emits at most one delta per delay: fewer, larger frames that every
-// subscriber can keep up with, for at most one delay of extra latency. While a timer is armed
-// nothing else publishes, even a threshold met after the delay: the timer's message waits
-// behind whatever the publisher's mailbox holds, so a busy publisher publishes less often and
-// each delta carries more. Publishing at once instead was measured to lose 256 subscribers
+// more frames). Publications are also at least one gap apart (the delay, longer for a pool
+// with more streams than its frame budget covers), so under heavy ingest a pool emits at most
+// one delta per gap: fewer, larger frames that every subscriber can keep up with, for at most
+// one gap of extra latency (docs/benchmarks.md#frame-budget). While a timer is armed nothing
+// else publishes, even a threshold met after the gap: the timer's message waits behind
+// whatever the publisher's mailbox holds, so a busy publisher publishes less often and each
+// delta carries more. Publishing at once instead was measured to lose 256 subscribers
 // (docs/benchmarks.md#cadence-under-load).
 void publish_or_arm_delay(Self self) {
   auto& state = self->state;
   if (state.pending_events == 0 || state.delay_armed) return;
+  const PublicationCadence& cadence = state.config.cadence;
   const auto now = self->clock().now();
-  const auto earliest = state.last_publication + state.config.publication_delay;
-  if (state.pending_events >= state.config.publication_threshold && now >= earliest) return publish(self);
+  const auto earliest = state.last_publication + cadence.gap(state.streams.size());
+  const bool threshold_met = state.pending_events >= cadence.threshold;
+  if (threshold_met && now >= earliest) return publish(self);
   state.delay_armed = true;
-  const auto wait = state.pending_events >= state.config.publication_threshold
-                        ? std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now)
-                        : std::chrono::nanoseconds(state.config.publication_delay);
+  const auto until_earliest = std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now);
+  const auto wait = threshold_met ? until_earliest : std::max<std::chrono::nanoseconds>(cadence.delay, until_earliest);
   self->delayed_send(self, wait, atoms::publish_atom_v);
 }
 

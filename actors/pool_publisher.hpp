@@ -7,6 +7,7 @@
 // new layout generation (docs/protocol/capacity.md#relayout).
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -18,11 +19,30 @@
 
 namespace kvrelay {
 
+// When a pool publishes (docs/protocol/pools.md#publication-cadence).
+struct PublicationCadence {
+  std::uint32_t threshold = 16;        // pending events that publish without waiting for the delay
+  std::chrono::milliseconds delay{1};  // longest wait after the first unpublished event
+  // Delta frames per second a pool sends over all its streams together (0: no limit). Every
+  // frame costs the relay a stream write, so a pool with many streams publishes less often
+  // and each delta carries more.
+  std::uint32_t stream_frames_per_s = 16'000;
+
+  // The shortest gap between two deltas of a pool with `streams` streams: the delay, or
+  // longer where the frame budget asks for it.
+  std::chrono::nanoseconds gap(std::size_t streams) const {
+    const std::chrono::nanoseconds delay_ns = delay;
+    if (stream_frames_per_s == 0) return delay_ns;
+    const std::chrono::nanoseconds budget_ns(std::int64_t{1'000'000'000} * static_cast<std::int64_t>(streams) /
+                                             stream_frames_per_s);
+    return std::max(delay_ns, budget_ns);
+  }
+};
+
 struct PublisherConfig {
   PoolStreamSpec spec;       // identity, dc id and CKF format of this generation
   QuerySemantics semantics;  // how token blocks are hashed
-  std::uint32_t publication_threshold = 16;
-  std::chrono::milliseconds publication_delay{1};
+  PublicationCadence cadence;
   // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
   // A pool holds a slot while it has at least one stream: an idle pool holds none.
   std::shared_ptr<StreamLimit> hub_slots;

@@ -277,8 +277,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   membership_config.relayout_load = options.relayout_load;
   membership_config.relayout_min_interval = std::chrono::milliseconds(options.relayout_min_interval_ms);
   membership_config.memory_budget_bytes = memory_budget(options);
-  membership_config.publication_threshold = options.publication_threshold;
-  membership_config.publication_delay = std::chrono::milliseconds(options.publication_delay_ms);
+  membership_config.cadence = {options.publication_threshold, std::chrono::milliseconds(options.publication_delay_ms),
+                               options.pool_stream_frames_per_s};
   membership_config.max_subscribers_per_pool = options.max_subscribers_per_pool;
   membership_config.hub_slots = impl->hub_slots;
   membership_config.metrics = recorder;

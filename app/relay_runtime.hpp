@@ -30,6 +30,7 @@ struct RelayOptions {
   std::optional<std::uint64_t> memory_budget_bytes;
   std::uint32_t publication_threshold = 16;
   std::uint32_t publication_delay_ms = 1;
+  std::uint32_t pool_stream_frames_per_s = 16'000;  // 0: no budget
   std::uint32_t load_window_ms = 1000;
   std::size_t stream_queue_frames = 16;
   std::size_t stream_queue_bytes = 16u << 20;

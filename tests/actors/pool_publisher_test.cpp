@@ -37,7 +37,7 @@ struct PublisherUnderTest {
   caf::actor owner;
   PoolPublisherActor publisher;
 
-  PublisherUnderTest(ActorFixture& f, std::uint32_t threshold) : fixture(f) {
+  PublisherUnderTest(ActorFixture& f, std::uint32_t threshold, std::uint32_t frames_per_s = 0) : fixture(f) {
     owner = spawn_recorder(fixture, owner_inbox);
     PublisherConfig config;
     config.spec.producer.set_layout_generation(5);
@@ -45,8 +45,7 @@ struct PublisherUnderTest {
     config.spec.seed = 42;
     config.spec.bucket_count = kBuckets;
     config.semantics = {4, hashing::HashFormat::kStandard};
-    config.publication_threshold = threshold;
-    config.publication_delay = kDelay;
+    config.cadence = {threshold, kDelay, frames_per_s};
     config.owner = caf::actor_cast<PoolOwnerActor>(owner);
     publisher = fixture.spawn(pool_publisher, std::move(config));
     fixture.run();
@@ -133,6 +132,44 @@ TEST_CASE("publisher actor: threshold per message, at most one delta per delay",
   REQUIRE(deltas_in(*inbox).size() == 3);
   CHECK(deltas_in(*inbox)[2].base_sequence == 2);
   CHECK(under_test.sink->outcomes.size() == 3);
+}
+
+TEST_CASE("publisher actor: a pool with more streams than its frame budget covers publishes less often",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  // 200 frames/s: one stream may have a delta every 5 ms (the 10 ms delay is longer), four
+  // streams one every 20 ms.
+  PublisherUnderTest under_test(fixture, 4, 200);
+  auto [stream, inbox] = under_test.attach();
+  under_test.send(stores(100, 4));
+  REQUIRE(deltas_in(*inbox).size() == 1);
+  under_test.send(stores(200, 4));
+  fixture.advance(kDelay);
+  REQUIRE(deltas_in(*inbox).size() == 2);  // one stream: the delay is the gap
+
+  for (int more = 0; more < 3; ++more) under_test.attach();
+  under_test.send(stores(300, 4));
+  fixture.advance(kDelay);
+  CHECK(deltas_in(*inbox).size() == 2);  // four streams: 20 ms apart
+  fixture.advance(kDelay);
+  REQUIRE(deltas_in(*inbox).size() == 3);
+  CHECK(deltas_in(*inbox)[2].base_sequence == 2);
+
+  under_test.send(stores(400, 1));  // below the threshold: still no sooner than the gap
+  fixture.advance(std::chrono::milliseconds(19));
+  CHECK(deltas_in(*inbox).size() == 3);
+  fixture.advance(std::chrono::milliseconds(1));
+  CHECK(deltas_in(*inbox).size() == 4);
+}
+
+TEST_CASE("publication cadence: the gap is the delay until the streams need more", "[actors][publisher]") {
+  const PublicationCadence cadence{16, std::chrono::milliseconds(1), 16'000};
+  CHECK(cadence.gap(0) == std::chrono::milliseconds(1));
+  CHECK(cadence.gap(16) == std::chrono::milliseconds(1));
+  CHECK(cadence.gap(64) == std::chrono::milliseconds(4));
+  CHECK(cadence.gap(256) == std::chrono::milliseconds(16));
+  const PublicationCadence unlimited{16, std::chrono::milliseconds(1), 0};
+  CHECK(unlimited.gap(256) == std::chrono::milliseconds(1));
 }
 
 TEST_CASE("publisher actor: GetState reports the last publication, not pending changes", "[actors][publisher]") {

@@ -138,7 +138,8 @@ TEST_CASE("options: --help lists every flag with its variable", "[options]") {
   const std::string text = usage();
   for (const char* flag :
        {"--listen", "--ingest-listen", "--metrics-listen", "--dc-id", "--instance-id", "--topology",
-        "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms", "--load-window-ms",
+        "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms", "--pool-stream-frames-per-s",
+        "--load-window-ms",
         "--stream-queue-frames", "--stream-queue-bytes", "--ready-file", "--log-level", "--demo", "--config"}) {
     CHECK_THAT(text, Catch::Contains(flag));
   }
