@@ -136,11 +136,10 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
 
 TEST_CASE("options: --help lists every flag with its variable", "[options]") {
   const std::string text = usage();
-  for (const char* flag :
-       {"--listen", "--ingest-listen", "--metrics-listen", "--dc-id", "--instance-id", "--topology",
-        "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms", "--pool-stream-frames-per-s",
-        "--load-window-ms",
-        "--stream-queue-frames", "--stream-queue-bytes", "--ready-file", "--log-level", "--demo", "--config"}) {
+  for (const char* flag : {"--listen", "--ingest-listen", "--metrics-listen", "--dc-id", "--instance-id", "--topology",
+                           "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms",
+                           "--pool-stream-frames-per-s", "--load-window-ms", "--stream-queue-frames",
+                           "--stream-queue-bytes", "--ready-file", "--log-level", "--demo", "--config"}) {
     CHECK_THAT(text, Catch::Contains(flag));
   }
   CHECK_THAT(text, Catch::Contains("KV_RELAY_STREAM_QUEUE_BYTES"));
