@@ -30,6 +30,7 @@ TEST_CASE("options: defaults", "[options]") {
   CHECK_FALSE(options->relay.memory_budget_bytes.has_value());  // auto
   CHECK(options->relay.publication_threshold == 16);
   CHECK(options->relay.publication_delay_ms == 1);
+  CHECK(options->relay.pool_stream_frames_per_s == 16000);
   CHECK(options->relay.load_window_ms == 1000);
   CHECK(options->relay.stream_queue_frames == 16);
   CHECK(options->relay.stream_queue_bytes == 16u << 20);
