@@ -69,6 +69,8 @@ void publish_stats(Self self) {
   stats.index_bytes.store(index.table_bytes(), relaxed);
   stats.relayouts.store(state.relayouts, relaxed);
   stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);
+  stats.publication_gap_ns.store(static_cast<std::uint64_t>(state.config.cadence.gap(state.streams.size()).count()),
+                                 relaxed);
 }
 
 void delta_handed_on(Self self, std::int64_t receipt_ns) {

@@ -165,7 +165,7 @@ std::span<const std::string_view> values_of() {
 constexpr auto kGauge = prometheus::MetricType::Gauge;
 constexpr auto kCounter = prometheus::MetricType::Counter;
 
-const std::array<KeyedFamily<PoolStats>, 12> kPoolFamilies = {{
+const std::array<KeyedFamily<PoolStats>, 13> kPoolFamilies = {{
     {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.sequence); }},
     {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool's filter holds", kGauge,
@@ -184,6 +184,9 @@ const std::array<KeyedFamily<PoolStats>, 12> kPoolFamilies = {{
      [](const PoolStats& s, std::size_t) { return load(s.bucket_count); }},
     {"kv_relay_pool_subscribers", "Open SubscribeKvPool streams of the pool", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.subscribers); }},
+    {"kv_relay_pool_publication_gap_seconds",
+     "Shortest gap between the pool's deltas: the publication delay, or streams / the frame budget when longer", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.publication_gap_ns) * 1e-9; }},
     {"kv_relay_pool_active_sources", "Active KV sources of the pool's workers", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.active_sources); }},
     {"kv_relay_pool_load_observed_ranks", "Ranks with a load report in the current window", kGauge,

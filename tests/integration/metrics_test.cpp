@@ -190,6 +190,7 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
           Approx(static_cast<double>(pool.occupied_slots()) / (pool.bucket_count() * 4.0)));
     CHECK(s.value("kv_relay_pool_capacity_failures_total", {{"pool", kPool}}) == 0);
     CHECK(s.value("kv_relay_pool_subscribers", {{"pool", kPool}}) == 1);
+    CHECK(s.count("kv_relay_pool_publication_gap_seconds", {{"pool", kPool}}) == Approx(0.001));
     CHECK(s.value("kv_relay_open_streams", rpc("SubscribeKvPool")) == 1);
     CHECK(s.value("kv_relay_open_streams", rpc("WatchKvPoolCatalog")) == 1);
     CHECK(s.value("kv_relay_stream_admissions_total", rpc("SubscribeKvPool", "result", "admitted")) == 1);
@@ -279,8 +280,8 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
     CHECK(s.value("kv_relay_source_resets_total", {{"reason", "worker_removed"}}) == 1);
     for (const char* family :
          {"kv_relay_pool_sequence", "kv_relay_pool_unique_blocks", "kv_relay_pool_load_factor",
-          "kv_relay_pool_capacity_failures_total", "kv_relay_pool_subscribers", "kv_relay_pool_active_sources",
-          "kv_relay_pool_load_observed_ranks", "kv_relay_pool_load_expected_ranks"}) {
+          "kv_relay_pool_capacity_failures_total", "kv_relay_pool_subscribers", "kv_relay_pool_publication_gap_seconds",
+          "kv_relay_pool_active_sources", "kv_relay_pool_load_observed_ranks", "kv_relay_pool_load_expected_ranks"}) {
       INFO(family);
       CHECK(s.series(family).empty());
     }
