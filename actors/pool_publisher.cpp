@@ -215,7 +215,7 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
   const SourceKey source{batch.worker_id(), batch.dp_rank()};
   metrics::EventTally tally;
   for (const ingest_v1::KvEvent& event : batch.events()) {
-    const EventResult result = apply_kv_event(*state.index, source, event, state.config.semantics);
+    const EventResult result = state.events.apply(*state.index, source, event);
     tally.add(event, result);
     if (breaks_index(result)) {
       fence(self,
@@ -313,6 +313,7 @@ std::int64_t steady_now_ns() {
 
 PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig config) {
   self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
+  self->state.events = KvEventApplier(config.semantics);
   self->state.config = std::move(config);
   self->state.last_relayout = self->clock().now();
   auto* recorder = self->state.config.metrics;

@@ -76,6 +76,7 @@ using PoolPublisherActor = caf::typed_actor<
 
 struct PoolPublisherState {
   std::optional<PoolIndex> index;
+  KvEventApplier events;  // applies batches' events to `index`
   PublisherConfig config;
   std::uint64_t sequence = 0;        // of the last publication
   std::uint32_t pending_events = 0;  // applied since the last publication

@@ -21,41 +21,38 @@ EventResult applied(std::optional<EventError> error) {
   return {EventDisposition::kApplied, error, {}};
 }
 
-EventResult apply_stored(PoolIndex& index, SourceKey source, const ingest_v1::BlocksStored& stored,
-                         const QuerySemantics& semantics) {
+}  // namespace
+
+EventResult KvEventApplier::apply_stored(PoolIndex& index, SourceKey source, const ingest_v1::BlocksStored& stored) {
   const std::uint64_t seed = hashing::block_hash_seed(stored.lora_name(), stored.cache_namespace());
-  std::vector<StoredBlockRef> blocks;
-  blocks.reserve(static_cast<std::size_t>(stored.blocks_size()));
+  blocks_.clear();
   for (const ingest_v1::StoredBlock& block : stored.blocks()) {
     if (block.has_tokens()) {
       const auto& tokens = block.tokens().token_ids();
-      if (static_cast<std::size_t>(tokens.size()) != window_width(semantics)) {
+      if (static_cast<std::size_t>(tokens.size()) != window_width(semantics_)) {
         return rejected(fmt::format("a token block of {} tokens; the pool hashes windows of {}", tokens.size(),
-                                    window_width(semantics)));
+                                    window_width(semantics_)));
       }
       const auto& mm = block.tokens().mm_hashes();
-      blocks.push_back(
+      blocks_.push_back(
           {block.block_hash(), hashing::hash_block({tokens.data(), static_cast<std::size_t>(tokens.size())}, seed,
                                                    {mm.data(), static_cast<std::size_t>(mm.size())})});
     } else {
-      blocks.push_back({block.block_hash(), block.tokens_hash()});
+      blocks_.push_back({block.block_hash(), block.tokens_hash()});
     }
   }
   const std::optional<std::uint64_t> parent =
       stored.has_parent_block_hash() ? std::optional(stored.parent_block_hash()) : std::nullopt;
   const std::optional<std::uint32_t> start =
       stored.has_start_position() ? std::optional(stored.start_position()) : std::nullopt;
-  return applied(index.store(source, parent, start, blocks));
+  return applied(index.store(source, parent, start, blocks_));
 }
 
-}  // namespace
-
-EventResult apply_kv_event(PoolIndex& index, SourceKey source, const ingest_v1::KvEvent& event,
-                           const QuerySemantics& semantics) {
+EventResult KvEventApplier::apply(PoolIndex& index, SourceKey source, const ingest_v1::KvEvent& event) {
   if (event.tier() != ingest_v1::STORAGE_TIER_DEVICE) return {EventDisposition::kIgnored, std::nullopt, {}};
   switch (event.data_case()) {
     case ingest_v1::KvEvent::kStored:
-      return apply_stored(index, source, event.stored(), semantics);
+      return apply_stored(index, source, event.stored());
     case ingest_v1::KvEvent::kRemoved: {
       const auto& ids = event.removed().block_hashes();
       return applied(index.remove(source, {ids.data(), static_cast<std::size_t>(ids.size())}));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/pool_index.hpp"
 #include "core/token_hashing.hpp"
@@ -29,8 +30,21 @@ struct EventResult {
   std::string detail;               // why a content error rejected the event
 };
 
-EventResult apply_kv_event(PoolIndex& index, SourceKey source, const ::kvrelay::ingest::v1::KvEvent& event,
-                           const QuerySemantics& semantics);
+// Applies one pool's KV events to its index. The stored blocks of an event are gathered in a
+// buffer the applier keeps, so applying an event allocates nothing in the steady state.
+class KvEventApplier {
+ public:
+  KvEventApplier() = default;
+  explicit KvEventApplier(QuerySemantics semantics) : semantics_(semantics) {}
+
+  EventResult apply(PoolIndex& index, SourceKey source, const ::kvrelay::ingest::v1::KvEvent& event);
+
+ private:
+  EventResult apply_stored(PoolIndex& index, SourceKey source, const ::kvrelay::ingest::v1::BlocksStored& stored);
+
+  QuerySemantics semantics_;
+  std::vector<StoredBlockRef> blocks_;
+};
 
 // Structural problems that reject a whole batch before anything in it applies
 // (docs/protocol/decisions.md#d17). Returns the reason, or nullopt for a well-formed batch.

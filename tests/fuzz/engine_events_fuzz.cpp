@@ -30,7 +30,7 @@ void check_emitted(const ingest_v1::KvEventBatch& out, const engine::DecodeResul
           "a refused batch emits nothing");
   require(!malformed_batch_reason(out), "emitted events are well-formed ingest events");
   const std::size_t width = config.block_size + (config.format == hashing::HashFormat::kEagle ? 1 : 0);
-  const QuerySemantics semantics{config.block_size, config.format};
+  KvEventApplier events({config.block_size, config.format});
   std::uint64_t stored_blocks = 0;
   for (const auto& event : out.events()) {
     if (event.has_stored()) {
@@ -40,7 +40,7 @@ void check_emitted(const ingest_v1::KvEventBatch& out, const engine::DecodeResul
       }
       stored_blocks += static_cast<std::uint64_t>(event.stored().blocks_size());
     }
-    const EventResult applied = apply_kv_event(index, SourceKey{1, config.dp_rank}, event, semantics);
+    const EventResult applied = events.apply(index, SourceKey{1, config.dp_rank}, event);
     // Lineage errors depend on what the engine sent before; content errors would be the decoder's.
     require(applied.disposition != EventDisposition::kRejected || applied.error.has_value(),
             "the index accepts the content of every decoded event");

@@ -164,6 +164,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint64_t bucket_count = std::uint64_t{4} << ((data[0] >> 4) & 3);
   const bool grows = (data[0] & 0x40) != 0;
   PoolIndex index({bucket_count});
+  KvEventApplier events(semantics);
   std::vector<std::uint64_t> lane(bucket_count, 0);
   ReferenceLineage model;
   for (const auto record : fuzz::records_of(fuzz::as_text(data + 1, size - 1))) {
@@ -173,7 +174,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const SourceKey source{batch.worker_id(), batch.dp_rank()};
     for (const auto& event : batch.events()) {
       const Expected expected = model.apply(source, event, semantics);
-      check_outcome(apply_kv_event(index, source, event, semantics), expected);
+      check_outcome(events.apply(index, source, event), expected);
     }
     check_index(index, model);
     check_publication(index, lane);

@@ -749,9 +749,9 @@ TEST_CASE("decoded events canonicalise to the query-side sequence hashes of the 
 
     PoolIndex index({*ckf::bucket_count_for(1024)});
     const SourceKey source{42, 0};
-    const QuerySemantics semantics{kBlockSize, format.config.format};
+    KvEventApplier events({kBlockSize, format.config.format});
     for (const auto* decoded : {&first, &second}) {
-      const EventResult applied = apply_kv_event(index, source, decoded->out.events(0), semantics);
+      const EventResult applied = events.apply(index, source, decoded->out.events(0));
       CHECK(applied.disposition == EventDisposition::kApplied);
       CHECK_FALSE(applied.error.has_value());
     }
