@@ -45,7 +45,9 @@ EventResult KvEventApplier::apply_stored(PoolIndex& index, SourceKey source, con
       stored.has_parent_block_hash() ? std::optional(stored.parent_block_hash()) : std::nullopt;
   const std::optional<std::uint32_t> start =
       stored.has_start_position() ? std::optional(stored.start_position()) : std::nullopt;
-  return applied(index.store(source, parent, start, blocks_));
+  EventResult result = applied(index.store(source, parent, start, blocks_));
+  if (blocks_.capacity() > kKeptBlocks) blocks_ = {};
+  return result;
 }
 
 EventResult KvEventApplier::apply(PoolIndex& index, SourceKey source, const ingest_v1::KvEvent& event) {

@@ -31,11 +31,14 @@ struct EventResult {
 };
 
 // Applies one pool's KV events to its index. The stored blocks of an event are gathered in a
-// buffer the applier keeps, so applying an event allocates nothing in the steady state.
+// buffer the applier keeps, so applying an event allocates nothing in the steady state; a
+// buffer grown past kKeptBlocks by one large event is given back after it.
 class KvEventApplier {
  public:
   KvEventApplier() = default;
   explicit KvEventApplier(QuerySemantics semantics) : semantics_(semantics) {}
+
+  static constexpr std::size_t kKeptBlocks = 4096;
 
   EventResult apply(PoolIndex& index, SourceKey source, const ::kvrelay::ingest::v1::KvEvent& event);
 
