@@ -45,16 +45,17 @@ EventResult KvEventApplier::apply_stored(PoolIndex& index, SourceKey source, con
       stored.has_parent_block_hash() ? std::optional(stored.parent_block_hash()) : std::nullopt;
   const std::optional<std::uint32_t> start =
       stored.has_start_position() ? std::optional(stored.start_position()) : std::nullopt;
-  EventResult result = applied(index.store(source, parent, start, blocks_));
-  if (blocks_.capacity() > kKeptBlocks) blocks_ = {};
-  return result;
+  return applied(index.store(source, parent, start, blocks_));
 }
 
 EventResult KvEventApplier::apply(PoolIndex& index, SourceKey source, const ingest_v1::KvEvent& event) {
   if (event.tier() != ingest_v1::STORAGE_TIER_DEVICE) return {EventDisposition::kIgnored, std::nullopt, {}};
   switch (event.data_case()) {
-    case ingest_v1::KvEvent::kStored:
-      return apply_stored(index, source, event.stored());
+    case ingest_v1::KvEvent::kStored: {
+      EventResult result = apply_stored(index, source, event.stored());
+      if (blocks_.capacity() > kKeptBlocks) blocks_ = {};  // applied or rejected, a large event's buffer goes
+      return result;
+    }
     case ingest_v1::KvEvent::kRemoved: {
       const auto& ids = event.removed().block_hashes();
       return applied(index.remove(source, {ids.data(), static_cast<std::size_t>(ids.size())}));
