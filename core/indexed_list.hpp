@@ -19,13 +19,11 @@ class IndexedList {
  public:
   static constexpr std::size_t kScanLimit = 32;
 
-  // The position of `value`, if held.
-  std::optional<std::size_t> find(std::uint64_t value) const {
+  // The position of `value`, if held. This and push_new run for every block of an event:
+  // inlined, they cost a third of what they did as calls (callgrind).
+  [[gnu::always_inline]] std::optional<std::size_t> find(std::uint64_t value) const {
     if (!maybe_held(value)) return std::nullopt;
-    if (indexed()) {
-      const auto it = positions_.find(value);
-      return it == positions_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
-    }
+    if (indexed_) return find_indexed(value);
     const auto it = std::find(values_.begin(), values_.end(), value);
     return it == values_.end() ? std::nullopt : std::optional<std::size_t>(it - values_.begin());
   }
@@ -38,14 +36,10 @@ class IndexedList {
     return true;
   }
   // Appends `value`, which the caller has just found not held.
-  void push_new(std::uint64_t value) {
+  [[gnu::always_inline]] void push_new(std::uint64_t value) {
     values_.push_back(value);
     mark_held(value);
-    if (indexed()) {
-      positions_.emplace(value, values_.size() - 1);
-    } else if (values_.size() > kScanLimit) {
-      reindex();
-    }
+    if (indexed_ || values_.size() > kScanLimit) index_last();
   }
 
   template <class Predicate>
@@ -79,7 +73,18 @@ class IndexedList {
     const unsigned bit = mask_bit(value);
     held_mask_[bit / 64] |= std::uint64_t{1} << (bit % 64);
   }
-  bool indexed() const { return indexed_; }
+  // The paths of long lists stay out of line, so that the scan's inline in every caller.
+  [[gnu::noinline]] std::optional<std::size_t> find_indexed(std::uint64_t value) const {
+    const auto it = positions_.find(value);
+    return it == positions_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
+  }
+  [[gnu::noinline]] void index_last() {
+    if (indexed_) {
+      positions_.emplace(values_.back(), values_.size() - 1);
+    } else {
+      reindex();
+    }
+  }
   [[gnu::cold]] void reindex() {
     positions_.clear();
     positions_.reserve(values_.size() * 2);

@@ -262,9 +262,9 @@ std::uint64_t PoolIndex::relayout(std::uint64_t bucket_count) {
     run.clear();
     hashes.clear();
   };
-  owners_.for_each([&](OwnerId id) {
+  owners_.for_each([&](OwnerId id, std::uint64_t canonical) {
     run.push_back(id);
-    hashes.push_back(owners_.canonical(id));
+    hashes.push_back(canonical);
     if (run.size() == kRun) place_run();
   });
   place_run();

@@ -14,8 +14,9 @@ OwnerTable::Id OwnerTable::add(std::uint64_t canonical, std::uint32_t mappings) 
   slot(id).mappings = 0;  // not live yet: a rebuild below must not index it twice
   set_resident(id, false);
   // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
-  index_.insert(mix_key(canonical), id,
-                [this](auto emit) { for_each([&](Id live) { emit(mix_key(slot(live).canonical), live); }); });
+  index_.insert(mix_key(canonical), id, [this](auto emit) {
+    for_each([&](Id live, std::uint64_t live_canonical) { emit(mix_key(live_canonical), live); });
+  });
   slot(id).mappings = mappings;
   return id;
 }

@@ -3,6 +3,7 @@
 // at stable 32-bit ids {canonical hash, mapping count, resident bit}, found by canonical hash
 // through an index of ids; each source's lineage maps an engine block id to its owner's id.
 // 33-38 bytes per live block in all, where two Swiss maps of 64-bit pairs took 39-78.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -51,24 +52,29 @@ class OwnerTable {
     word = resident ? word | bit : word & ~bit;
   }
 
-  // visit(id) for every owner, in id order (the slab's, so its pages are read in sequence).
+  // visit(id, canonical hash) for every owner, in id order (the slab's, page by page).
   template <typename Visit>
   void for_each(Visit&& visit) const {
-    for (Id id = 0; id < next_unused_; ++id) {
-      if (slot(id).mappings != 0) visit(id);
+    for (Id first = 0; first < next_unused_; first += kPageSize) {
+      const Page& page = *pages_[first >> kPageBits];
+      const Id count = std::min(kPageSize, next_unused_ - first);
+      for (Id i = 0; i < count; ++i) {
+        if (page.mappings[i] != 0) visit(first + i, page.canonical[i]);
+      }
     }
   }
 
  private:
   // Small pages, so that a pool of a few blocks holds little more than their share.
   static constexpr unsigned kPageBits = 6;
-  static constexpr Id kPageMask = (Id{1} << kPageBits) - 1;
+  static constexpr Id kPageSize = Id{1} << kPageBits;
+  static constexpr Id kPageMask = kPageSize - 1;
   static constexpr Id kNoId = 0xFFFF'FFFF;
   // A free id has no mappings and holds the next free id in place of its canonical hash.
   struct Page {
-    std::uint64_t canonical[std::size_t{1} << kPageBits];
-    std::uint32_t mappings[std::size_t{1} << kPageBits];
-    std::uint64_t resident[(std::size_t{1} << kPageBits) / 64];
+    std::uint64_t canonical[kPageSize];
+    std::uint32_t mappings[kPageSize];
+    std::uint64_t resident[kPageSize / 64];
   };
   struct SlotRef {
     std::uint64_t& canonical;

@@ -2,7 +2,9 @@
 // The open-addressing table under a pool's lineage and owner index
 // (docs/protocol/pools.md#index-layout): small fixed-size slots, one control byte per slot
 // holding 7 bits of the hash, linear probing scanned 16 control bytes at a time, tombstones
-// for removals. It is rebuilt at 7/8 used (live + tombstones) to 7/10 live, so it grows by
+// for removals. A key's home is one of the first capacity - 15 slots, so that the group read
+// at any home lies inside the table and no position within a group wraps; a probe that runs
+// to the last group starts again at slot 0. It is rebuilt at 7/8 used (live + tombstones) to 7/10 live, so it grows by
 // 1.25x rather than doubling and keeps 1.14-1.43 slots per entry, small tables included (the
 // memory budget charges every block the same). The caller owns the keys: it
 // supplies each lookup's hash and a predicate, and enumerates the live entries when the table
@@ -20,16 +22,10 @@
 
 namespace kvrelay {
 
-// The finalizer of MurmurHash3: spreads every bit of a key over the word. Engine ids and test
-// hashes may be small consecutive integers.
-inline std::uint64_t mix_key(std::uint64_t key) {
-  key ^= key >> 33;
-  key *= 0xff51afd7ed558ccdULL;
-  key ^= key >> 33;
-  key *= 0xc4ceb9fe1a85ec53ULL;
-  key ^= key >> 33;
-  return key;
-}
+// Spreads a key over the word: the fold brings its high bits down, the multiply by an odd
+// constant (Fibonacci hashing) carries every low bit into the high bits a home slot is taken
+// from. Engine ids and test hashes may be small consecutive integers, which it spaces evenly.
+inline std::uint64_t mix_key(std::uint64_t key) { return (key ^ (key >> 32)) * 0x9E3779B97F4A7C15ULL; }
 
 namespace probe_detail {
 
@@ -57,6 +53,18 @@ class Group {
 #endif
   }
   std::uint32_t match_empty() const { return match(kEmpty); }
+  // Full slots hold 0..127: their sign bits are clear.
+  std::uint32_t match_full() const { return ~match_free_or_negative() & 0xFFFF; }
+  // Empty, deleted or a sentinel: every control value below 0.
+  std::uint32_t match_free_or_negative() const {
+#ifdef __SSE2__
+    return static_cast<std::uint32_t>(_mm_movemask_epi8(bytes_));
+#else
+    std::uint32_t mask = 0;
+    for (std::size_t i = 0; i < kGroup; ++i) mask |= std::uint32_t{bytes_[i] < 0} << i;
+    return mask;
+#endif
+  }
   // Empty or deleted: the only control values below -1.
   std::uint32_t match_free() const {
 #ifdef __SSE2__
@@ -99,9 +107,7 @@ class ProbeTable {
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   std::size_t capacity() const { return capacity_; }
-  std::size_t memory_bytes() const {
-    return capacity_ == 0 ? 0 : capacity_ * sizeof(Slot) + capacity_ + probe_detail::kGroup - 1;
-  }
+  std::size_t memory_bytes() const { return capacity_ == 0 ? 0 : capacity_ * sizeof(Slot) + control_bytes(capacity_); }
 
   const Slot& at(std::size_t position) const { return slots_[position]; }
   Slot& at(std::size_t position) { return slots_[position]; }
@@ -110,7 +116,7 @@ class ProbeTable {
   void prefetch(std::uint64_t hash) const {
     if (capacity_ == 0) return;
     const std::size_t position = home(hash);
-    __builtin_prefetch(control_.get() + position);
+    __builtin_prefetch(control(position));
     __builtin_prefetch(slots_.get() + position);
   }
 
@@ -120,10 +126,10 @@ class ProbeTable {
   std::size_t find(std::uint64_t hash, Matches&& matches) const {
     if (size_ == 0) return kNotFound;
     const std::int8_t tag = tag_of(hash);
-    for (std::size_t group = home(hash);; group = wrap(group + probe_detail::kGroup)) {
-      const probe_detail::Group bytes(control_.get() + group);
+    for (std::size_t group = home(hash);; group = next_group(group)) {
+      const probe_detail::Group bytes(control(group));
       for (std::uint32_t hits = bytes.match(tag); hits != 0; hits &= hits - 1) {
-        const std::size_t position = wrap(group + static_cast<std::size_t>(std::countr_zero(hits)));
+        const std::size_t position = group + static_cast<std::size_t>(std::countr_zero(hits));
         if (matches(slots_[position])) return position;
       }
       // Rebuilding at 7/8 used leaves an empty slot to end every probe.
@@ -143,28 +149,31 @@ class ProbeTable {
   }
 
   // A slot no probe has passed becomes empty again; otherwise a tombstone keeps later keys of
-  // its run reachable. A probe passes a slot only through a window of 16 non-empty control
+  // its run reachable. A probe passes a slot only through a group of 16 non-empty control
   // bytes, and such a run never becomes empty afterwards, so a run shorter than 16 around the
-  // slot proves no key lies beyond it.
+  // slot proves no key lies beyond it. The sentinels around the table count as empty: no
+  // group reaches past either end.
   void erase_at(std::size_t position) {
     --size_;
-    const std::size_t window_before = wrap(position + capacity_ - probe_detail::kGroup);
-    const std::uint32_t empty_before = probe_detail::Group(control_.get() + window_before).match_empty();
-    const std::uint32_t empty_after = probe_detail::Group(control_.get() + position).match_empty();
+    const std::uint32_t empty_before = probe_detail::Group(control(position) - probe_detail::kGroup).match_empty();
+    const std::uint32_t empty_after = probe_detail::Group(control(position)).match_empty();
     const int run = std::countl_zero(empty_before << 16 | 0x8000) + std::countr_zero(empty_after | 0x10000);
     if (run < static_cast<int>(probe_detail::kGroup)) {
-      set_control(position, probe_detail::kEmpty);
+      *control(position) = probe_detail::kEmpty;
       return;
     }
-    set_control(position, probe_detail::kDeleted);
+    *control(position) = probe_detail::kDeleted;
     ++deleted_;
   }
 
   // visit(position, slot) for each live slot, in position order.
   template <typename Visit>
   void for_each(Visit&& visit) const {
-    for (std::size_t position = 0; position < capacity_; ++position) {
-      if (control_[position] >= 0) visit(position, slots_[position]);
+    for (std::size_t group = 0; group < capacity_; group += probe_detail::kGroup) {
+      for (std::uint32_t full = probe_detail::Group(control(group)).match_full(); full != 0; full &= full - 1) {
+        const std::size_t position = group + static_cast<std::size_t>(std::countr_zero(full));
+        visit(position, slots_[position]);
+      }
     }
   }
 
@@ -172,49 +181,59 @@ class ProbeTable {
   static constexpr std::size_t kMinCapacity = probe_detail::kGroup;
 
   static std::int8_t tag_of(std::uint64_t hash) { return static_cast<std::int8_t>(hash & 0x7f); }
-  // The table's capacity need not be a power of two: the home slot is the hash scaled into it.
-  std::size_t home(std::uint64_t hash) const {
-    return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * capacity_) >> 64);
+  // Sentinels before the first slot and after the last let a group be read at any position.
+  static std::size_t control_bytes(std::size_t capacity) {
+    return probe_detail::kGroup + capacity + probe_detail::kGroup - 1;
   }
-  std::size_t wrap(std::size_t position) const { return position >= capacity_ ? position - capacity_ : position; }
+  const std::int8_t* control(std::size_t position) const { return control_.get() + probe_detail::kGroup + position; }
+  std::int8_t* control(std::size_t position) { return control_.get() + probe_detail::kGroup + position; }
+  // The last group lies flush with the table's end.
+  std::size_t last_group() const { return capacity_ - probe_detail::kGroup; }
+  // The table's capacity need not be a power of two: the home slot is the hash scaled into the
+  // group starts.
+  std::size_t home(std::uint64_t hash) const {
+    return static_cast<std::size_t>((static_cast<unsigned __int128>(hash) * (last_group() + 1)) >> 64);
+  }
+  // The groups of a probe: on by 16, the last one flush with the end (it may overlap the one
+  // before), then from slot 0, so that every probe meets every slot.
+  std::size_t next_group(std::size_t group) const {
+    return group == last_group() ? 0 : std::min(group + probe_detail::kGroup, last_group());
+  }
   static std::size_t target_capacity(std::size_t entries) {
     const std::size_t wanted = (entries * 10 + 6) / 7;
     return wanted < kMinCapacity ? kMinCapacity : wanted;
   }
 
-  // The first free slot of the key's probe sequence takes it; size_ is the caller's.
+  // The first free slot of the key's probe sequence takes it; size_ is the caller's. A table
+  // being rebuilt holds no tombstones, so it need not check for one.
+  template <bool kHasTombstones = true>
   std::size_t place(std::uint64_t hash, const Slot& slot) {
-    for (std::size_t group = home(hash);; group = wrap(group + probe_detail::kGroup)) {
-      const std::uint32_t free = probe_detail::Group(control_.get() + group).match_free();
+    for (std::size_t group = home(hash);; group = next_group(group)) {
+      const std::uint32_t free = probe_detail::Group(control(group)).match_free();
       if (free == 0) continue;
-      const std::size_t position = wrap(group + static_cast<std::size_t>(std::countr_zero(free)));
-      if (control_[position] == probe_detail::kDeleted) --deleted_;
-      set_control(position, tag_of(hash));
+      const std::size_t position = group + static_cast<std::size_t>(std::countr_zero(free));
+      if constexpr (kHasTombstones) {
+        if (*control(position) == probe_detail::kDeleted) --deleted_;
+      }
+      *control(position) = tag_of(hash);
       slots_[position] = slot;
       return position;
     }
-  }
-
-  // The bytes past the last slot mirror the first ones, so that a group read near the end
-  // wraps around without a branch.
-  void set_control(std::size_t position, std::int8_t value) {
-    control_[position] = value;
-    if (position < probe_detail::kGroup - 1) control_[capacity_ + position] = value;
   }
 
   template <typename ForEachLive>
   void rebuild(std::size_t capacity, ForEachLive& for_each_live) {
     ProbeTable fresh;
     fresh.capacity_ = capacity;
-    fresh.control_ = std::make_unique_for_overwrite<std::int8_t[]>(capacity + probe_detail::kGroup - 1);
-    std::fill_n(fresh.control_.get(), capacity + probe_detail::kGroup - 1, probe_detail::kEmpty);
+    fresh.control_ = std::make_unique_for_overwrite<std::int8_t[]>(control_bytes(capacity));
+    std::fill_n(fresh.control_.get(), control_bytes(capacity), probe_detail::kEmpty);
     fresh.slots_ = std::make_unique_for_overwrite<Slot[]>(capacity);
     fresh.size_ = size_;
-    for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place(hash, slot); });
+    for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place<false>(hash, slot); });
     *this = std::move(fresh);
   }
 
-  std::unique_ptr<std::int8_t[]> control_;  // capacity_ + kGroup - 1 bytes
+  std::unique_ptr<std::int8_t[]> control_;  // control_bytes(capacity_): sentinel, slots, sentinel
   std::unique_ptr<Slot[]> slots_;
   std::size_t capacity_ = 0;
   std::size_t size_ = 0;

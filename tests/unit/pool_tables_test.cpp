@@ -23,8 +23,9 @@ struct Pair {
   std::uint64_t value;
 };
 
-// Clustered: every hash's high bits (the home slot) come from 8 values, so runs are long,
-// wrap around the end and mix keys of different homes; the low bits (the tag) from 4.
+// Clustered: every hash's high bits (the home slot) come from 8 values, so runs are long, run
+// past the last group on from slot 0 and mix keys of different homes; the low bits (the tag)
+// from 4.
 std::uint64_t hash_for(std::uint64_t key, bool clustered) {
   if (!clustered) return mix_key(key);
   return (mix_key(key) % 8) << 61 | (key % 4);
@@ -89,6 +90,38 @@ TEST_CASE("a probe table holds what a map holds through inserts, erasures and re
   }
 }
 
+TEST_CASE("probes that reach the table's end go on from slot 0, at every capacity", "[pool][tables]") {
+  // Odd keys' home is the last group (the hash's high bits all set), even keys' the first: each
+  // table from the smallest (one group) up fills from both ends, its probes run past the end on
+  // from slot 0 and, where the last group overlaps the one before, through it.
+  ProbeTable<Pair> table;
+  auto hash = [](std::uint64_t key) { return (key % 2 == 1 ? ~std::uint64_t{0} << 8 : 0) | (key & 0x7f); };
+  std::vector<std::uint64_t> keys;
+  std::set<std::size_t> capacities;
+  for (std::uint64_t key = 1; key <= 400; ++key) {
+    table.insert(hash(key), {key, key},
+                 [&](auto emit) { table.for_each([&](std::size_t, const Pair& p) { emit(hash(p.key), p); }); });
+    keys.push_back(key);
+    capacities.insert(table.capacity());
+    for (std::uint64_t held : keys) {
+      REQUIRE(table.find(hash(held), [&](const Pair& p) { return p.key == held; }) != ProbeTable<Pair>::kNotFound);
+    }
+    REQUIRE(table.find(hash(0), [](const Pair& p) { return p.key == 0; }) == ProbeTable<Pair>::kNotFound);
+  }
+  CHECK(capacities.count(16) == 1);
+  CHECK(std::ranges::any_of(capacities, [](std::size_t c) { return c > 16 && c < 32; }));  // groups overlap
+  // Erasing every other key keeps the rest reachable past the tombstones.
+  for (std::uint64_t key = 1; key <= 400; key += 2) {
+    table.erase_at(table.find(hash(key), [&](const Pair& p) { return p.key == key; }));
+  }
+  for (std::uint64_t key = 2; key <= 400; key += 2) {
+    REQUIRE(table.find(hash(key), [&](const Pair& p) { return p.key == key; }) != ProbeTable<Pair>::kNotFound);
+  }
+  std::size_t listed = 0;
+  table.for_each([&](std::size_t, const Pair& p) { listed += p.key % 2 == 0 ? 1 : 1000; });
+  CHECK(listed == 200);
+}
+
 TEST_CASE("a growing probe table stays between 7/10 and 7/8 full", "[pool][tables]") {
   ProbeTable<std::uint64_t> table;
   auto rebuild_from_self = [&](auto emit) {
@@ -151,9 +184,10 @@ TEST_CASE("the owner slab reuses freed ids and finds every owner by its hash", "
     REQUIRE(id <= highest);
   }
   std::size_t visited = 0;
-  owners.for_each([&](OwnerTable::Id id) {
+  owners.for_each([&](OwnerTable::Id id, std::uint64_t canonical) {
     ++visited;
-    CHECK(held.at(owners.canonical(id)) == id);
+    CHECK(canonical == owners.canonical(id));
+    CHECK(held.at(canonical) == id);
   });
   CHECK(visited == held.size());
 }
