@@ -1,14 +1,14 @@
 #pragma once
 // The open-addressing table under a pool's lineage and owner index
 // (docs/protocol/pools.md#index-layout): small fixed-size slots, one control byte per slot
-// holding 7 bits of the hash, linear probing scanned 16 control bytes at a time, tombstones
-// for removals. A key's home is one of the first capacity - 15 slots, so that the group read
-// at any home lies inside the table and no position within a group wraps; a probe that runs
-// to the last group starts again at slot 0. It is rebuilt at 7/8 used (live + tombstones) to 7/10 live, so it grows by
-// 1.25x rather than doubling and keeps 1.14-1.43 slots per entry, small tables included (the
-// memory budget charges every block the same). The caller owns the keys: it
-// supplies each lookup's hash and a predicate, and enumerates the live entries when the table
-// is rebuilt (the owner index rebuilds from its slab without reading its own slots).
+// holding 7 bits of the hash, linear probing scanned 16 control bytes at a time, tombstones for
+// removals. A key's home is one of the first capacity - 15 slots, so that the group read at any
+// home lies inside the table and no position within a group wraps; a probe that runs to the last
+// group starts again at slot 0. It is rebuilt at 7/8 used (live + tombstones) to 7/10 live, so
+// it grows by 1.25x rather than doubling and keeps 1.14-1.43 slots per entry, small tables
+// included (the memory budget charges every block the same). The caller owns the keys: it
+// supplies each lookup's hash and a predicate, and enumerates the live entries when the table is
+// rebuilt (the owner index rebuilds from its slab without reading its own slots).
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -180,7 +180,9 @@ class ProbeTable {
  private:
   static constexpr std::size_t kMinCapacity = probe_detail::kGroup;
 
-  static std::int8_t tag_of(std::uint64_t hash) { return static_cast<std::int8_t>(hash & 0x7f); }
+  // Seven bits from the hash's middle: the home takes its top bits, and a multiplicative hash's
+  // lowest bits depend only on the key's lowest ones (the same for ids 128 apart).
+  static std::int8_t tag_of(std::uint64_t hash) { return static_cast<std::int8_t>((hash >> 32) & 0x7f); }
   // Sentinels before the first slot and after the last let a group be read at any position.
   static std::size_t control_bytes(std::size_t capacity) {
     return probe_detail::kGroup + capacity + probe_detail::kGroup - 1;
