@@ -73,7 +73,8 @@ class IndexedList {
     const unsigned bit = mask_bit(value);
     held_mask_[bit / 64] |= std::uint64_t{1} << (bit % 64);
   }
-  // The paths of long lists stay out of line, so that the scan's inline in every caller.
+  // The paths of long lists stay out of line, so that the short-list path is small enough to
+  // inline in every caller.
   [[gnu::noinline]] std::optional<std::size_t> find_indexed(std::uint64_t value) const {
     const auto it = positions_.find(value);
     return it == positions_.end() ? std::nullopt : std::optional<std::size_t>(it->second);

@@ -53,15 +53,13 @@ class Group {
 #endif
   }
   std::uint32_t match_empty() const { return match(kEmpty); }
-  // Full slots hold 0..127: their sign bits are clear.
-  std::uint32_t match_full() const { return ~match_free_or_negative() & 0xFFFF; }
-  // Empty, deleted or a sentinel: every control value below 0.
-  std::uint32_t match_free_or_negative() const {
+  // Full slots hold 0..127, every other control value is negative: the sign bits say which.
+  std::uint32_t match_full() const {
 #ifdef __SSE2__
-    return static_cast<std::uint32_t>(_mm_movemask_epi8(bytes_));
+    return ~static_cast<std::uint32_t>(_mm_movemask_epi8(bytes_)) & 0xFFFF;
 #else
     std::uint32_t mask = 0;
-    for (std::size_t i = 0; i < kGroup; ++i) mask |= std::uint32_t{bytes_[i] < 0} << i;
+    for (std::size_t i = 0; i < kGroup; ++i) mask |= std::uint32_t{bytes_[i] >= 0} << i;
     return mask;
 #endif
   }
