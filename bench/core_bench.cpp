@@ -29,13 +29,9 @@ std::vector<std::uint64_t> random_keys(std::size_t count, std::uint64_t seed) {
 }
 
 // The engine id of the n-th block a benchmark stores. Engines number blocks by hash (vLLM's and
-// SGLang's ids are block hashes), so the ids look random; the splitmix64 finalizer, a bijection,
-// makes them so while a benchmark still names blocks by their order.
-std::uint64_t engine_id(std::uint64_t n) {
-  n = (n ^ (n >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  n = (n ^ (n >> 27)) * 0x94D049BB133111EBULL;
-  return n ^ (n >> 31);
-}
+// SGLang's ids are block hashes), so the ids look random; one SplitMix64 step from n, a
+// bijection, makes them so while a benchmark still names blocks by their order.
+std::uint64_t engine_id(std::uint64_t n) { return ckf::SplitMix64(n).next(); }
 
 ckf::Filter filled_to(double load, std::span<const std::uint64_t> keys) {
   ckf::Filter filter(kBuckets);
