@@ -37,55 +37,22 @@ void PoolIndex::placed(OwnerId id, std::span<const ckf::BucketWrite> writes) {
   ++resident_blocks_;
 }
 
-std::optional<EventError> PoolIndex::resolve_candidate_owners() {
-  constexpr std::uint64_t kMaxMappings = std::numeric_limits<std::uint32_t>::max();
-  const auto candidates = scratch_candidates_.values();
-  auto& owner = scratch_candidate_owner_;
-  owner.clear();
-  std::uint64_t new_owners = 0;
-  for (std::size_t k = 0; k < candidates.size(); ++k) {
-    owner.push_back(owners_.find(candidates[k]));
-    const std::uint64_t existing = owner.back() ? owners_.mappings(*owner.back()) : 0;
-    if (existing + scratch_candidate_added_[k] > kMaxMappings) return EventError::kOwnershipDegreeOverflow;
-    new_owners += owner.back() ? 0 : 1;
-  }
-  if (owners_.size() + new_owners > max_live_blocks_) return EventError::kPoolFull;
-  return std::nullopt;
-}
-
 std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::uint64_t> parent_engine_id,
                                            std::optional<std::uint32_t> start_position,
                                            std::span<const StoredBlockRef> blocks) {
   if (blocks.empty()) return std::nullopt;  // checked before the parent lookup
   const auto lineage_it = lineage_.find(source);
-  const LineageTable* lineage = lineage_it == lineage_.end() ? nullptr : &lineage_it->second;
-  auto mapped = [&](std::uint64_t engine_id) -> std::optional<OwnerId> {
-    if (lineage == nullptr) return std::nullopt;
-    const std::size_t position = lineage->find(engine_id);
-    if (position == LineageTable::kNotFound) return std::nullopt;
-    return lineage->owner_at(position);
-  };
+  LineageTable* lineage = lineage_it == lineage_.end() ? nullptr : &lineage_it->second;
 
   std::optional<std::uint64_t> previous;
   if (parent_engine_id) {
-    const auto parent = mapped(*parent_engine_id);
-    if (!parent) return EventError::kParentBlockNotFound;
-    previous = owners_.canonical(*parent);
+    const std::size_t parent = lineage == nullptr ? LineageTable::kNotFound : lineage->find(*parent_engine_id);
+    if (parent == LineageTable::kNotFound) return EventError::kParentBlockNotFound;
+    previous = owners_.canonical(lineage->owner_at(parent));
   } else if (start_position.value_or(0) != 0) {
     return EventError::kInvalidBlockSequence;
   }
 
-  // Resolve the whole event before touching anything.
-  auto& new_engine_ids = scratch_new_engine_ids_;
-  auto& new_candidate = scratch_new_candidate_;
-  auto& candidates = scratch_candidates_;
-  auto& added = scratch_candidate_added_;
-  auto& reoffers = scratch_reoffers_;
-  new_engine_ids.clear();
-  new_candidate.clear();
-  candidates.clear();
-  added.clear();
-  reoffers.clear();
   // A busy pool's tables are far larger than the cache: every block's lineage and owner slots
   // are requested before any is read, so that their cache misses overlap.
   auto& canonicals = scratch_canonicals_;
@@ -96,70 +63,124 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
     if (lineage != nullptr) lineage->prefetch(block.engine_id);
     owners_.prefetch(*previous);
   }
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    const StoredBlockRef& block = blocks[b];
-    const std::uint64_t canonical = canonicals[b];
-    if (const auto known = mapped(block.engine_id)) {
-      if (owners_.canonical(*known) != canonical) return EventError::kInvalidBlockSequence;
-      reoffers.push_unique(canonical);
-    } else if (const auto new_at = new_engine_ids.find(block.engine_id)) {
-      if (candidates.values()[new_candidate[*new_at]] != canonical) return EventError::kInvalidBlockSequence;
-      reoffers.push_unique(canonical);
-    } else {
-      const auto at = candidates.find(canonical);
-      new_engine_ids.push_new(block.engine_id);
-      new_candidate.push_back(at ? *at : candidates.size());
-      if (at) {
-        ++added[*at];
-      } else {
-        candidates.push_new(canonical);
-        added.push_back(1);
-      }
-    }
-  }
-  reoffers.erase_if([&](std::uint64_t c) { return candidates.contains(c); });
-  if (auto error = resolve_candidate_owners()) return error;
 
-  return commit_and_admit(source);
+  // The blocks are mapped as they come and the mappings undone if one is rejected: the event is
+  // applied whole or not at all, as if everything had been checked first.
+  if (lineage == nullptr) lineage = &lineage_[source];
+  scratch_new_mappings_.clear();
+  scratch_placements_.clear();
+  scratch_placement_owners_.clear();
+  scratch_requeued_.clear();
+  scratch_reoffers_.clear();
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const auto error = map_block(*lineage, blocks[b].engine_id, canonicals[b]);
+    if (!error) continue;
+    undo_new_mappings(source, *lineage);
+    if (error != EventError::kInvalidBlockSequence && breaks_sequence(source, blocks)) {
+      return EventError::kInvalidBlockSequence;
+    }
+    return error;
+  }
+  return place_and_reoffer();
 }
 
-std::optional<EventError> PoolIndex::commit_and_admit(SourceKey source) {
-  const auto candidates = scratch_candidates_.values();
-  auto& owner = scratch_candidate_owner_;
-  auto& placements = scratch_placements_;
-  auto& placement_owners = scratch_placement_owners_;
-  placements.clear();
-  placement_owners.clear();
-  for (std::size_t k = 0; k < candidates.size(); ++k) {
-    if (owner[k]) {
-      owners_.add_mappings(*owner[k], scratch_candidate_added_[k]);
+std::optional<EventError> PoolIndex::map_block(LineageTable& lineage, std::uint64_t engine_id,
+                                               std::uint64_t canonical) {
+  const auto [position, added] = lineage.find_or_add(engine_id);
+  if (!added) {
+    const OwnerId known = lineage.owner_at(position);
+    if (owners_.canonical(known) != canonical) return EventError::kInvalidBlockSequence;
+    scratch_reoffers_.push_unique(known);
+    return std::nullopt;
+  }
+  OwnerId owner = 0;
+  if (const auto error = gain_mapping(canonical, owner)) {
+    lineage.erase_at(position);
+    return error;
+  }
+  lineage.set_owner(position, owner);
+  scratch_new_mappings_.push_back({engine_id, owner});
+  return std::nullopt;
+}
+
+std::optional<EventError> PoolIndex::gain_mapping(std::uint64_t canonical, OwnerId& owner) {
+  if (owners_.size() < max_live_blocks_) {
+    const auto found = owners_.find_or_add(canonical);
+    owner = found.id;
+    if (found.added) {
+      scratch_placements_.push_back(canonical);
+      scratch_placement_owners_.push_back(owner);
+      return std::nullopt;
+    }
+  } else if (const auto held = owners_.find(canonical)) {
+    owner = *held;
+  } else {
+    return EventError::kPoolFull;
+  }
+  if (owners_.mappings(owner) == std::numeric_limits<std::uint32_t>::max()) {
+    return EventError::kOwnershipDegreeOverflow;
+  }
+  owners_.add_mappings(owner, 1);
+  // A capacity omission gaining a mapping is placed again, once per event.
+  if (!owners_.resident(owner) && scratch_requeued_.push_unique(owner)) {
+    scratch_placements_.push_back(canonical);
+    scratch_placement_owners_.push_back(owner);
+  }
+  return std::nullopt;
+}
+
+void PoolIndex::undo_new_mappings(SourceKey source, LineageTable& lineage) {
+  for (auto mapping = scratch_new_mappings_.rbegin(); mapping != scratch_new_mappings_.rend(); ++mapping) {
+    lineage.erase_at(lineage.find(mapping->engine_id));
+    // An owner held before the event keeps at least its earlier mappings: one with a single
+    // mapping left was added by the event.
+    if (owners_.mappings(mapping->owner) == 1) {
+      owners_.erase(mapping->owner);
     } else {
-      owner[k] = owners_.add(candidates[k], scratch_candidate_added_[k]);
-    }
-    if (owners_.resident(*owner[k])) continue;
-    placements.push_back(candidates[k]);
-    placement_owners.push_back(*owner[k]);
-  }
-  const auto new_engine_ids = scratch_new_engine_ids_.values();
-  if (!new_engine_ids.empty()) {
-    LineageTable& target = lineage_[source];
-    for (std::size_t i = 0; i < new_engine_ids.size(); ++i) {
-      target.insert(new_engine_ids[i], *owner[scratch_new_candidate_[i]]);
+      owners_.drop_mapping(mapping->owner);
     }
   }
+  if (lineage.empty()) lineage_.erase(source);
+}
+
+bool PoolIndex::breaks_sequence(SourceKey source, std::span<const StoredBlockRef> blocks) const {
+  const auto lineage = lineage_.find(source);
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> mapped_in_event;  // engine id -> canonical
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const std::uint64_t canonical = scratch_canonicals_[b];
+    if (lineage != lineage_.end()) {
+      if (const std::size_t at = lineage->second.find(blocks[b].engine_id); at != LineageTable::kNotFound) {
+        if (owners_.canonical(lineage->second.owner_at(at)) != canonical) return true;
+        continue;
+      }
+    }
+    const auto [mapped, added] = mapped_in_event.try_emplace(blocks[b].engine_id, canonical);
+    if (!added && mapped->second != canonical) return true;
+  }
+  return false;
+}
+
+std::optional<EventError> PoolIndex::place_and_reoffer() {
   std::optional<EventError> first_error;
-  filter_.insert_each(placements, filter_.max_kicks(), scratch_writes_,
+  const auto& owners = scratch_placement_owners_;
+  filter_.insert_each(scratch_placements_, filter_.max_kicks(), scratch_writes_,
                       [&](std::size_t i, ckf::InsertOutcome outcome, const std::vector<ckf::BucketWrite>& writes) {
-                        if (outcome == ckf::InsertOutcome::kInserted) return placed(placement_owners[i], writes);
+                        if (outcome == ckf::InsertOutcome::kInserted) return placed(owners[i], writes);
                         ++capacity_failures_;
                         if (!first_error) first_error = EventError::kCapacityExhausted;
                       });
-  // The only retry path for a capacity-omitted block: direct placement, silent on failure.
-  for (std::uint64_t canonical : scratch_reoffers_.values()) {
-    const OwnerId id = *owners_.find(canonical);
-    if (owners_.resident(id)) continue;
-    if (filter_.insert_with_kicks(canonical, 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {
-      placed(id, scratch_writes_);
+  // The only retry path for a capacity-omitted block: direct placement, silent on failure. A
+  // block gaining a mapping in the same event was a placement, not a re-offer.
+  scratch_gained_.clear();
+  for (const std::uint64_t id : scratch_reoffers_.values()) {
+    const auto owner = static_cast<OwnerId>(id);
+    if (owners_.resident(owner)) continue;
+    if (scratch_gained_.empty()) {
+      for (const NewMapping& mapping : scratch_new_mappings_) scratch_gained_.push_unique(mapping.owner);
+    }
+    if (scratch_gained_.contains(owner)) continue;
+    if (filter_.insert_with_kicks(owners_.canonical(owner), 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {
+      placed(owner, scratch_writes_);
     }
   }
   return first_error;

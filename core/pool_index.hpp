@@ -60,7 +60,7 @@ class PoolIndex {
  public:
   explicit PoolIndex(const PoolIndexConfig& config);
 
-  // Every check happens before any mutation: a lineage error rejects the whole event.
+  // Applied whole or not at all: a lineage error leaves the index as it was, its owner ids included.
   std::optional<EventError> store(SourceKey source, std::optional<std::uint64_t> parent_engine_id,
                                   std::optional<std::uint32_t> start_position, std::span<const StoredBlockRef> blocks);
   // Each engine id independently; unknown ids are counted, never deleted by fingerprint.
@@ -100,31 +100,43 @@ class PoolIndex {
  private:
   using OwnerId = OwnerTable::Id;
 
+  // An event's new mapping, kept until the event is applied so that a rejection can undo it.
+  struct NewMapping {
+    std::uint64_t engine_id;
+    OwnerId owner;
+  };
+
   // The owner `id` took its slot with these writes.
   void placed(OwnerId id, std::span<const ckf::BucketWrite> writes);
   // Drops the lineage entry at `position` of `lineage` (the source's) and its owner's mapping;
   // an invariant violation leaves both in place.
   std::optional<EventError> remove_one(SourceKey source, LineageTable& lineage, std::size_t position);
-  // The owners of the event's new mappings, found or nullopt, and whether adding the mappings
-  // would pass a count's 32 bits or the pool's live-block limit.
-  std::optional<EventError> resolve_candidate_owners();
-  // The resolved event's new mappings and owner counts, then its placements and re-offers.
-  std::optional<EventError> commit_and_admit(SourceKey source);
+  // One block of a stored event against the source's lineage: a re-offer, a new mapping (and
+  // its owner's count), or the error that rejects the event.
+  std::optional<EventError> map_block(LineageTable& lineage, std::uint64_t engine_id, std::uint64_t canonical);
+  // A new mapping to `canonical`: its owner, found or added, in `owner`; or a limit's error.
+  std::optional<EventError> gain_mapping(std::uint64_t canonical, OwnerId& owner);
+  // Undoes the event's new mappings, newest first, so that freed owner ids are reused in the
+  // order they would have been; drops the source's lineage if that leaves it empty.
+  void undo_new_mappings(SourceKey source, LineageTable& lineage);
+  // Whether an event stopped by a limit also maps an engine id to two canonical hashes, the
+  // error reported first (docs/protocol/pools.md#lineage).
+  bool breaks_sequence(SourceKey source, std::span<const StoredBlockRef> blocks) const;
+  // The applied event's placements, then its re-offers.
+  std::optional<EventError> place_and_reoffer();
 
   ckf::Filter filter_;
   PublicationWindow window_;
   // Reused by every event, so applying one allocates nothing in the steady state.
   std::vector<ckf::BucketWrite> scratch_writes_;
-  std::vector<std::uint64_t> scratch_canonicals_;                // the event's canonical hashes, in block order
-  IndexedList scratch_new_engine_ids_;                           // engine ids new to the source's lineage,
-  std::vector<std::size_t> scratch_new_candidate_;               // and the candidate each maps to
-  IndexedList scratch_candidates_;                               // canonical hashes gaining mappings,
-  std::vector<std::uint32_t> scratch_candidate_added_;           // how many each gains,
-  std::vector<std::optional<OwnerId>> scratch_candidate_owner_;  // and its owner, if any
-  std::vector<std::uint64_t> scratch_placements_;                // candidates not yet resident,
-  std::vector<OwnerId> scratch_placement_owners_;                // and their owners
-  std::vector<OwnerId> scratch_removed_owners_;                  // a removal's known owners, in its order
-  IndexedList scratch_reoffers_;
+  std::vector<std::uint64_t> scratch_canonicals_;  // the event's canonical hashes, in block order
+  std::vector<NewMapping> scratch_new_mappings_;   // in block order
+  std::vector<std::uint64_t> scratch_placements_;  // canonical hashes gaining a mapping, not resident,
+  std::vector<OwnerId> scratch_placement_owners_;  // and their owners
+  IndexedList scratch_requeued_;                   // owners held before the event among them
+  IndexedList scratch_reoffers_;                   // owners of re-stored blocks
+  IndexedList scratch_gained_;                     // owners gaining a mapping, when re-offers need them
+  std::vector<OwnerId> scratch_removed_owners_;    // a removal's known owners, in its order
   absl::flat_hash_map<SourceKey, LineageTable> lineage_;
   OwnerTable owners_;
   std::uint64_t max_live_blocks_;

@@ -8,17 +8,22 @@ void OwnerTable::add_page() {
   std::fill(std::begin(pages_.back()->resident), std::end(pages_.back()->resident), 0);
 }
 
-OwnerTable::Id OwnerTable::add(std::uint64_t canonical, std::uint32_t mappings) {
-  const Id id = allocate();
-  slot(id).canonical = canonical;
-  slot(id).mappings = 0;  // not live yet: a rebuild below must not index it twice
-  set_resident(id, false);
-  // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
-  index_.insert(mix_key(canonical), id, [this](auto emit) {
-    for_each([&](Id live, std::uint64_t live_canonical) { emit(mix_key(live_canonical), live); });
-  });
-  slot(id).mappings = mappings;
-  return id;
+OwnerTable::Found OwnerTable::find_or_add(std::uint64_t canonical) {
+  Id added = kNoId;
+  const auto [position, inserted] = index_.find_or_insert(
+      mix_key(canonical), [&](Id id) { return slot(id).canonical == canonical; },
+      [&] {
+        added = allocate();
+        slot(added).canonical = canonical;
+        slot(added).mappings = 1;
+        set_resident(added, false);
+        return added;
+      },
+      // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
+      [this](auto emit) {
+        for_each([&](Id live, std::uint64_t live_canonical) { emit(mix_key(live_canonical), live); });
+      });
+  return {inserted ? added : index_.at(position), inserted};
 }
 
 void OwnerTable::erase(Id id) {
@@ -29,11 +34,16 @@ void OwnerTable::erase(Id id) {
   free_head_ = id;
 }
 
-void LineageTable::insert(std::uint64_t engine_id, OwnerTable::Id owner) {
-  const Entry entry{static_cast<std::uint32_t>(engine_id), static_cast<std::uint32_t>(engine_id >> 32), owner};
-  table_.insert(mix_key(engine_id), entry, [this](auto emit) {
-    table_.for_each([&](std::size_t, const Entry& live) { emit(mix_key(live.engine_id()), live); });
-  });
+std::pair<std::size_t, bool> LineageTable::find_or_add(std::uint64_t engine_id) {
+  return table_.find_or_insert(
+      mix_key(engine_id), [&](const Entry& entry) { return entry.engine_id() == engine_id; },
+      [&] {
+        return Entry{static_cast<std::uint32_t>(engine_id), static_cast<std::uint32_t>(engine_id >> 32),
+                     OwnerTable::Id{0}};
+      },
+      [this](auto emit) {
+        table_.for_each([&](std::size_t, const Entry& live) { emit(mix_key(live.engine_id()), live); });
+      });
 }
 
 }  // namespace kvrelay

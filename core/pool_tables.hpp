@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/probe_table.hpp"
@@ -35,9 +36,13 @@ class OwnerTable {
     __builtin_prefetch(&page.mappings[id & kPageMask]);
   }
 
-  // A new owner of `canonical` (not held; fewer than kMaxOwners held) with `mappings` (at
-  // least one) mappings, not resident.
-  Id add(std::uint64_t canonical, std::uint32_t mappings = 1);
+  // The owner of `canonical`, and false; or else a new one (fewer than kMaxOwners held) with
+  // one mapping, not resident, and true.
+  struct Found {
+    Id id;
+    bool added;
+  };
+  Found find_or_add(std::uint64_t canonical);
   // Frees the id; its owner must be held.
   void erase(Id id);
 
@@ -123,8 +128,10 @@ class LineageTable {
   OwnerTable::Id owner_at(std::size_t position) const { return table_.at(position).owner; }
   void prefetch(std::uint64_t engine_id) const { table_.prefetch(mix_key(engine_id)); }
 
-  // `engine_id` must not be held.
-  void insert(std::uint64_t engine_id, OwnerTable::Id owner);
+  // The position of `engine_id`'s entry, and false; or else of a new entry for it, and true: a
+  // new entry has no owner until set_owner, which must come before the next call.
+  std::pair<std::size_t, bool> find_or_add(std::uint64_t engine_id);
+  void set_owner(std::size_t position, OwnerTable::Id owner) { table_.at(position).owner = owner; }
   void erase_at(std::size_t position) { table_.erase_at(position); }
 
   // visit(position, owner id) for every entry.

@@ -135,15 +135,37 @@ class ProbeTable {
     }
   }
 
-  // Adds a slot whose key the table does not hold and returns its position. When the table
-  // must be rebuilt first, for_each_live(emit) is called and must call emit(hash, slot) for
-  // every live slot; positions held before the call are then stale.
-  template <typename ForEachLive>
-  std::size_t insert(std::uint64_t hash, const Slot& slot, ForEachLive&& for_each_live) {
+  // The position of the live slot for which matches(slot) holds, and false; or else the slot
+  // make_slot() returns takes the first free place of the key's probe sequence: its position,
+  // and true. One probe serves the lookup and the insert. When the table must be rebuilt (it
+  // is, before the lookup, whenever an insert would pass 7/8 used), for_each_live(emit) is
+  // called and must call emit(hash, slot) for every live slot; positions held before the call
+  // are then stale.
+  template <typename Matches, typename MakeSlot, typename ForEachLive>
+  std::pair<std::size_t, bool> find_or_insert(std::uint64_t hash, Matches&& matches, MakeSlot&& make_slot,
+                                              ForEachLive&& for_each_live) {
     if ((size_ + deleted_ + 1) * 8 > capacity_ * 7) rebuild(target_capacity(size_ + 1), for_each_live);
-    const std::size_t position = place(hash, slot);
+    const std::int8_t tag = tag_of(hash);
+    std::size_t free_at = kNotFound;
+    for (std::size_t group = home(hash);; group = next_group(group)) {
+      const probe_detail::Group bytes(control(group));
+      for (std::uint32_t hits = bytes.match(tag); hits != 0; hits &= hits - 1) {
+        const std::size_t position = group + static_cast<std::size_t>(std::countr_zero(hits));
+        if (matches(slots_[position])) return {position, false};
+      }
+      if (free_at == kNotFound) {
+        if (const std::uint32_t free = bytes.match_free(); free != 0) {
+          free_at = group + static_cast<std::size_t>(std::countr_zero(free));
+        }
+      }
+      // Rebuilding at 7/8 used leaves an empty slot to end every probe.
+      if (bytes.match_empty() != 0) break;
+    }
+    if (*control(free_at) == probe_detail::kDeleted) --deleted_;
+    *control(free_at) = tag;
+    slots_[free_at] = make_slot();
     ++size_;
-    return position;
+    return {free_at, true};
   }
 
   // A slot no probe has passed becomes empty again; otherwise a tombstone keeps later keys of
@@ -204,20 +226,16 @@ class ProbeTable {
     return wanted < kMinCapacity ? kMinCapacity : wanted;
   }
 
-  // The first free slot of the key's probe sequence takes it; size_ is the caller's. A table
-  // being rebuilt holds no tombstones, so it need not check for one.
-  template <bool kHasTombstones = true>
-  std::size_t place(std::uint64_t hash, const Slot& slot) {
+  // The first free slot of the key's probe sequence takes it, in a table being rebuilt: no
+  // tombstones, no key held twice, size_ already counted.
+  void place(std::uint64_t hash, const Slot& slot) {
     for (std::size_t group = home(hash);; group = next_group(group)) {
       const std::uint32_t free = probe_detail::Group(control(group)).match_free();
       if (free == 0) continue;
       const std::size_t position = group + static_cast<std::size_t>(std::countr_zero(free));
-      if constexpr (kHasTombstones) {
-        if (*control(position) == probe_detail::kDeleted) --deleted_;
-      }
       *control(position) = tag_of(hash);
       slots_[position] = slot;
-      return position;
+      return;
     }
   }
 
@@ -231,7 +249,7 @@ class ProbeTable {
     std::fill_n(fresh.control_.get(), control_bytes(capacity), probe_detail::kEmpty);
     fresh.slots_ = std::make_unique_for_overwrite<Slot[]>(capacity);
     fresh.size_ = size_;
-    for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place<false>(hash, slot); });
+    for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place(hash, slot); });
     *this = std::move(fresh);
   }
 

@@ -110,6 +110,13 @@ TEST_CASE("lineage errors reject the whole event and change nothing", "[pool]") 
     const std::vector<StoredBlockRef> twice{{300, 0x1}, {300, 0x2}};
     CHECK(index.store(a, std::nullopt, std::nullopt, twice) == EventError::kInvalidBlockSequence);
   }
+  SECTION("a new source's event, rejected after it mapped a held block and a new one") {
+    const SourceKey b{2, 0};
+    const std::vector<StoredBlockRef> late_remap{{400, 0xA}, {401, 0x77}, {401, 0x78}};
+    CHECK(index.store(b, std::nullopt, std::nullopt, late_remap) == EventError::kInvalidBlockSequence);
+    CHECK(index.lineage_entries(b) == 0);
+    CHECK(index.owner_count(0xA) == 1);
+  }
   CHECK(index.unique_blocks() == 2);
   CHECK(index.lineage_entries(a) == 2);
   CHECK_FALSE(index.publication_pending());
@@ -158,11 +165,43 @@ TEST_CASE("a store past the pool's live-block limit is rejected whole as PoolFul
   CHECK_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, roots(16, 4)));
   CHECK(index.unique_blocks() == 20);
   CHECK(index.store({2, 0}, std::nullopt, std::nullopt, roots(100, 1)) == EventError::kPoolFull);
+  // An engine id mapped to two hashes is reported first, wherever it is in the event.
+  auto full_then_remapped = roots(100, 1);
+  full_then_remapped.push_back({100, 0x2000});
+  CHECK(index.store({2, 0}, std::nullopt, std::nullopt, full_then_remapped) == EventError::kInvalidBlockSequence);
+  CHECK(index.unique_blocks() == 20);
+  CHECK(index.lineage_entries({2, 0}) == 16);
   // Removing a block's last owner makes room again.
   const std::vector<std::uint64_t> gone{19};
   REQUIRE_FALSE(index.remove({1, 0}, gone));
   CHECK_FALSE(index.store({2, 0}, std::nullopt, std::nullopt, roots(100, 1)));
   CHECK(index.unique_blocks() == 20);
+}
+
+TEST_CASE("a rejected event leaves nothing later events can see, the owner ids it took included", "[pool]") {
+  // A re-layout places owners in id order, so two indexes whose owners took different ids lay
+  // their filters out differently.
+  auto chain = [](std::uint64_t first, std::uint64_t count) {
+    std::vector<StoredBlockRef> blocks;
+    for (std::uint64_t id = first; id < first + count; ++id) blocks.push_back({id, id * 0x9E3779B97F4A7C15ULL});
+    return blocks;
+  };
+  auto rejected = chain(1000, 40);
+  rejected.push_back({1000, 1});  // its first engine id again, now with another hash
+  PoolIndex with_rejection({64});
+  PoolIndex without({64});
+  for (PoolIndex* index : {&with_rejection, &without}) {
+    REQUIRE_FALSE(index->store({1, 0}, std::nullopt, std::nullopt, chain(0, 100)));
+    REQUIRE_FALSE(index->remove({1, 0}, std::vector<std::uint64_t>{10, 20, 30}));  // freed ids to reuse
+    if (index == &with_rejection) {
+      REQUIRE(index->store({2, 0}, std::nullopt, std::nullopt, rejected) == EventError::kInvalidBlockSequence);
+    }
+    REQUIRE_FALSE(index->store({1, 0}, std::nullopt, std::nullopt, chain(2000, 100)));
+    index->relayout(64);
+  }
+  CHECK(with_rejection.unique_blocks() == 197);
+  CHECK(with_rejection.lineage_entries({2, 0}) == 0);
+  CHECK(std::ranges::equal(with_rejection.filter().words(), without.filter().words()));
 }
 
 TEST_CASE("a re-offered block retries a capacity omission without relocation", "[pool]") {

@@ -52,13 +52,26 @@ TEST_CASE("a probe table holds what a map holds through inserts, erasures and re
   ProbeTable<Pair> table;
   std::map<std::uint64_t, std::uint64_t> model;
   std::vector<std::uint64_t> keys;  // the model's, for picking one at random
+  auto find_or_insert = [&](std::uint64_t key) {
+    return table.find_or_insert(
+        hash_for(key, clustered), [&](const Pair& p) { return p.key == key; },
+        [&] {
+          return Pair{key, key * 3};
+        },
+        [&](auto emit) { table.for_each([&](std::size_t, const Pair& p) { emit(hash_for(p.key, clustered), p); }); });
+  };
   auto insert = [&](std::uint64_t key) {
-    const auto hash = hash_for(key, clustered);
-    table.insert(hash, {key, key * 3}, [&](auto emit) {
-      table.for_each([&](std::size_t, const Pair& p) { emit(hash_for(p.key, clustered), p); });
-    });
+    REQUIRE(find_or_insert(key).second);
     model.emplace(key, key * 3);
     keys.push_back(key);
+  };
+  // A held key is found where it is, and nothing is added.
+  auto find_held = [&] {
+    const std::uint64_t key = keys[rng() % keys.size()];
+    const auto [position, added] = find_or_insert(key);
+    REQUIRE_FALSE(added);
+    REQUIRE(table.at(position).key == key);
+    REQUIRE(table.size() == model.size());
   };
   auto erase_random = [&] {
     const std::size_t pick = rng() % keys.size();
@@ -75,6 +88,7 @@ TEST_CASE("a probe table holds what a map holds through inserts, erasures and re
   for (int i = 0; i < 2 * steps; ++i) {
     erase_random();
     insert(rng() | 1);
+    find_held();
     if (i % 997 == 0) check_agrees(table, model, clustered);
   }
   check_agrees(table, model, clustered);
@@ -99,8 +113,13 @@ TEST_CASE("probes that reach the table's end go on from slot 0, at every capacit
   std::vector<std::uint64_t> keys;
   std::set<std::size_t> capacities;
   for (std::uint64_t key = 1; key <= 400; ++key) {
-    table.insert(hash(key), {key, key},
-                 [&](auto emit) { table.for_each([&](std::size_t, const Pair& p) { emit(hash(p.key), p); }); });
+    const auto [position, added] = table.find_or_insert(
+        hash(key), [&](const Pair& p) { return p.key == key; },
+        [&] {
+          return Pair{key, key};
+        },
+        [&](auto emit) { table.for_each([&](std::size_t, const Pair& p) { emit(hash(p.key), p); }); });
+    REQUIRE(added);
     keys.push_back(key);
     capacities.insert(table.capacity());
     for (std::uint64_t held : keys) {
@@ -130,7 +149,11 @@ TEST_CASE("a growing probe table stays between 7/10 and 7/8 full", "[pool][table
   std::size_t rebuilds = 0;
   for (std::uint64_t key = 1; key <= 200'000; ++key) {
     const std::size_t before = table.capacity();
-    table.insert(mix_key(key), key, rebuild_from_self);
+    REQUIRE(
+        table
+            .find_or_insert(
+                mix_key(key), [&](std::uint64_t held) { return held == key; }, [&] { return key; }, rebuild_from_self)
+            .second);
     if (table.capacity() != before) {
       ++rebuilds;
       // Grown by 1.25x (the rounding of small tables aside), not doubled.
@@ -149,7 +172,9 @@ TEST_CASE("the owner slab reuses freed ids and finds every owner by its hash", "
   std::mt19937_64 rng(5);
   for (int i = 0; i < 5000; ++i) {
     const std::uint64_t canonical = rng();
-    held.emplace(canonical, owners.add(canonical));
+    const auto added = owners.find_or_add(canonical);
+    REQUIRE(added.added);
+    held.emplace(canonical, added.id);
   }
   std::set<OwnerTable::Id> ids;
   for (const auto& [canonical, id] : held) ids.insert(id);
@@ -171,7 +196,7 @@ TEST_CASE("the owner slab reuses freed ids and finds every owner by its hash", "
   std::set<OwnerTable::Id> reused;
   for (std::size_t i = 0; i < freed.size(); ++i) {
     const std::uint64_t canonical = rng();
-    const OwnerTable::Id id = owners.add(canonical);
+    const OwnerTable::Id id = owners.find_or_add(canonical).id;
     reused.insert(id);
     held.emplace(canonical, id);
   }
@@ -195,7 +220,7 @@ TEST_CASE("the owner slab reuses freed ids and finds every owner by its hash", "
 TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][tables]") {
   OwnerTable owners;
   std::vector<OwnerTable::Id> ids;
-  for (std::uint64_t c = 1; c <= 300; ++c) ids.push_back(owners.add(c * 0x9E3779B97F4A7C15ULL));
+  for (std::uint64_t c = 1; c <= 300; ++c) ids.push_back(owners.find_or_add(c * 0x9E3779B97F4A7C15ULL).id);
   for (std::size_t i = 0; i < ids.size(); i += 3) owners.set_resident(ids[i], true);
   for (std::size_t i = 0; i < ids.size(); i += 5) owners.add_mappings(ids[i], 1);
   owners.set_resident(ids[3], false);
@@ -205,19 +230,31 @@ TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][table
   }
   // A reused id starts with one mapping and not resident, whatever its predecessor had.
   owners.erase(ids[0]);
-  const OwnerTable::Id again = owners.add(42);
+  const OwnerTable::Id again = owners.find_or_add(42).id;
   CHECK(again == ids[0]);
   CHECK_FALSE(owners.resident(again));
   CHECK(owners.mappings(again) == 1);
-  // An owner may start with several mappings: one event mapping two engine ids to one hash.
-  CHECK(owners.mappings(owners.add(43, 3)) == 3);
+  // A held hash is found, not added again; its count is the caller's to raise.
+  const auto found = owners.find_or_add(42);
+  CHECK_FALSE(found.added);
+  CHECK(found.id == again);
+  CHECK(owners.mappings(again) == 1);
 }
 
 TEST_CASE("a lineage table maps engine ids of any width to owners", "[pool][tables]") {
   LineageTable lineage;
   const std::vector<std::uint64_t> engine_ids{
       0, 1, 0xFFFF'FFFF, 0x1'0000'0000, ~std::uint64_t{0}, 0x8000'0000'0000'0001};
-  for (std::size_t i = 0; i < engine_ids.size(); ++i) lineage.insert(engine_ids[i], static_cast<OwnerTable::Id>(i + 7));
+  for (std::size_t i = 0; i < engine_ids.size(); ++i) {
+    const auto [position, added] = lineage.find_or_add(engine_ids[i]);
+    REQUIRE(added);
+    lineage.set_owner(position, static_cast<OwnerTable::Id>(i + 7));
+  }
+  for (std::size_t i = 0; i < engine_ids.size(); ++i) {
+    const auto [position, added] = lineage.find_or_add(engine_ids[i]);
+    CHECK_FALSE(added);
+    CHECK(lineage.owner_at(position) == i + 7);
+  }
   for (std::size_t i = 0; i < engine_ids.size(); ++i) {
     const auto at = lineage.find(engine_ids[i]);
     REQUIRE(at != LineageTable::kNotFound);
