@@ -73,8 +73,8 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   scratch_requeued_.clear();
   scratch_reoffers_.clear();
   for (std::size_t b = 0; b < blocks.size(); ++b) {
-    const auto error = map_block(*lineage, blocks[b].engine_id, canonicals[b]);
-    if (!error) continue;
+    EventError error{};
+    if (map_block(*lineage, blocks[b].engine_id, canonicals[b], error)) continue;
     undo_new_mappings(source, *lineage);
     if (error != EventError::kInvalidBlockSequence && breaks_sequence(source, blocks)) {
       return EventError::kInvalidBlockSequence;
@@ -84,41 +84,46 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   return place_and_reoffer();
 }
 
-std::optional<EventError> PoolIndex::map_block(LineageTable& lineage, std::uint64_t engine_id,
-                                               std::uint64_t canonical) {
+inline bool PoolIndex::map_block(LineageTable& lineage, std::uint64_t engine_id, std::uint64_t canonical,
+                                 EventError& error) {
   const auto [position, added] = lineage.find_or_add(engine_id);
   if (!added) {
     const OwnerId known = lineage.owner_at(position);
-    if (owners_.canonical(known) != canonical) return EventError::kInvalidBlockSequence;
+    if (owners_.canonical(known) != canonical) {
+      error = EventError::kInvalidBlockSequence;
+      return false;
+    }
     scratch_reoffers_.push_unique(known);
-    return std::nullopt;
+    return true;
   }
   OwnerId owner = 0;
-  if (const auto error = gain_mapping(canonical, owner)) {
+  if (!gain_mapping(canonical, owner, error)) {
     lineage.erase_at(position);
-    return error;
+    return false;
   }
   lineage.set_owner(position, owner);
   scratch_new_mappings_.push_back({engine_id, owner});
-  return std::nullopt;
+  return true;
 }
 
-std::optional<EventError> PoolIndex::gain_mapping(std::uint64_t canonical, OwnerId& owner) {
+inline bool PoolIndex::gain_mapping(std::uint64_t canonical, OwnerId& owner, EventError& error) {
   if (owners_.size() < max_live_blocks_) {
     const auto found = owners_.find_or_add(canonical);
     owner = found.id;
     if (found.added) {
       scratch_placements_.push_back(canonical);
       scratch_placement_owners_.push_back(owner);
-      return std::nullopt;
+      return true;
     }
   } else if (const auto held = owners_.find(canonical)) {
     owner = *held;
   } else {
-    return EventError::kPoolFull;
+    error = EventError::kPoolFull;
+    return false;
   }
   if (owners_.mappings(owner) == std::numeric_limits<std::uint32_t>::max()) {
-    return EventError::kOwnershipDegreeOverflow;
+    error = EventError::kOwnershipDegreeOverflow;
+    return false;
   }
   owners_.add_mappings(owner, 1);
   // A capacity omission gaining a mapping is placed again, once per event.
@@ -126,7 +131,7 @@ std::optional<EventError> PoolIndex::gain_mapping(std::uint64_t canonical, Owner
     scratch_placements_.push_back(canonical);
     scratch_placement_owners_.push_back(owner);
   }
-  return std::nullopt;
+  return true;
 }
 
 void PoolIndex::undo_new_mappings(SourceKey source, LineageTable& lineage) {
@@ -186,12 +191,12 @@ std::optional<EventError> PoolIndex::place_and_reoffer() {
   return first_error;
 }
 
-std::optional<EventError> PoolIndex::remove_one(SourceKey source, LineageTable& lineage, std::size_t position) {
+bool PoolIndex::remove_one(SourceKey source, LineageTable& lineage, std::size_t position) {
   const OwnerId id = lineage.owner_at(position);
   if (owners_.mappings(id) == 1) {
     if (owners_.resident(id)) {
       const auto write = filter_.remove(owners_.canonical(id));
-      if (!write) return EventError::kIndexerInvariantViolation;  // entry left unchanged
+      if (!write) return false;  // entry left unchanged
       window_.mark(*write);
       --resident_blocks_;
     }
@@ -201,7 +206,7 @@ std::optional<EventError> PoolIndex::remove_one(SourceKey source, LineageTable& 
   }
   lineage.erase_at(position);
   if (lineage.empty()) lineage_.erase(source);
-  return std::nullopt;
+  return true;
 }
 
 std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const std::uint64_t> engine_ids) {
@@ -236,9 +241,8 @@ std::optional<EventError> PoolIndex::remove(SourceKey source, std::span<const st
       continue;
     }
     const bool last_entry = entries.size() == 1;
-    const auto error = remove_one(source, entries, at);
-    if (error) {
-      if (!first_error) first_error = error;
+    if (!remove_one(source, entries, at)) {
+      first_error = EventError::kIndexerInvariantViolation;
     } else if (last_entry) {  // `entries` is gone with it
       unknown_removals_ += engine_ids.size() - i - 1;
       break;
@@ -255,8 +259,8 @@ std::optional<EventError> PoolIndex::clear(SourceKey source) {
   lineage->second.for_each([&](std::size_t position, OwnerId) { positions.push_back(position); });
   LineageTable& entries = lineage->second;  // remove_one drops it with its last entry, ending the loop
   for (std::size_t position : positions) {
-    if (const auto error = remove_one(source, entries, position)) {
-      return error;  // as upstream: the clear stops at the first invariant violation
+    if (!remove_one(source, entries, position)) {
+      return EventError::kIndexerInvariantViolation;  // as upstream: the clear stops at the first violation
     }
   }
   return std::nullopt;

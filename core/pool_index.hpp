@@ -109,13 +109,18 @@ class PoolIndex {
   // The owner `id` took its slot with these writes.
   void placed(OwnerId id, std::span<const ckf::BucketWrite> writes);
   // Drops the lineage entry at `position` of `lineage` (the source's) and its owner's mapping;
-  // an invariant violation leaves both in place.
-  std::optional<EventError> remove_one(SourceKey source, LineageTable& lineage, std::size_t position);
-  // One block of a stored event against the source's lineage: a re-offer, a new mapping (and
-  // its owner's count), or the error that rejects the event.
-  std::optional<EventError> map_block(LineageTable& lineage, std::uint64_t engine_id, std::uint64_t canonical);
-  // A new mapping to `canonical`: its owner, found or added, in `owner`; or a limit's error.
-  std::optional<EventError> gain_mapping(std::uint64_t canonical, OwnerId& owner);
+  // false on an index invariant violation, which leaves both in place. (A bool, as map_block's.)
+  bool remove_one(SourceKey source, LineageTable& lineage, std::size_t position);
+  // One block of a stored event against the source's lineage: a re-offer or a new mapping (and
+  // its owner's count), and true; or false, with the error that rejects the event in `error`.
+  // Per block, these two are inlined into the store loop and return a bool: an optional error
+  // came back through the stack, and reading it waited on every pending table write (a failed
+  // store forwarding, a sixth of a fill's time: docs/benchmarks.md#instructions-per-store).
+  [[gnu::always_inline]] bool map_block(LineageTable& lineage, std::uint64_t engine_id, std::uint64_t canonical,
+                                        EventError& error);
+  // A new mapping to `canonical`: true, with its owner (found or added) in `owner`; or false,
+  // with a limit's error in `error`.
+  [[gnu::always_inline]] bool gain_mapping(std::uint64_t canonical, OwnerId& owner, EventError& error);
   // Undoes the event's new mappings, newest first, so that freed owner ids are reused in the
   // order they would have been; drops the source's lineage if that leaves it empty.
   void undo_new_mappings(SourceKey source, LineageTable& lineage);
