@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/huge_pages.hpp"
+
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -248,6 +250,7 @@ class ProbeTable {
     fresh.control_ = std::make_unique_for_overwrite<std::int8_t[]>(control_bytes(capacity));
     std::fill_n(fresh.control_.get(), control_bytes(capacity), probe_detail::kEmpty);
     fresh.slots_ = std::make_unique_for_overwrite<Slot[]>(capacity);
+    advise_huge_pages(fresh.slots_.get(), capacity * sizeof(Slot));
     fresh.size_ = size_;
     for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place(hash, slot); });
     *this = std::move(fresh);
