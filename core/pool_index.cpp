@@ -176,12 +176,14 @@ std::optional<EventError> PoolIndex::place_and_reoffer() {
                       });
   // The only retry path for a capacity-omitted block: direct placement, silent on failure. A
   // block gaining a mapping in the same event was a placement, not a re-offer.
-  scratch_gained_.clear();
+  bool gained_listed = false;  // listed only when a re-offer needs it: most events have none
   for (const std::uint64_t id : scratch_reoffers_.values()) {
     const auto owner = static_cast<OwnerId>(id);
     if (owners_.resident(owner)) continue;
-    if (scratch_gained_.empty()) {
+    if (!gained_listed) {
+      scratch_gained_.clear();
       for (const NewMapping& mapping : scratch_new_mappings_) scratch_gained_.push_unique(mapping.owner);
+      gained_listed = true;
     }
     if (scratch_gained_.contains(owner)) continue;
     if (filter_.insert_with_kicks(owners_.canonical(owner), 0, scratch_writes_) == ckf::InsertOutcome::kInserted) {

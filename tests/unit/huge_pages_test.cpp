@@ -45,8 +45,7 @@ bool advised(const void* address) {
 
 }  // namespace
 
-TEST_CASE("a pool's filter words and index tables are advised for huge pages when large, small ones not",
-          "[pool]") {
+TEST_CASE("a pool's filter words and index tables are advised for huge pages when large, small ones not", "[pool]") {
   if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
     WARN("this kernel has no transparent huge pages: the advice is ignored, nothing to check");
     return;
@@ -59,10 +58,9 @@ TEST_CASE("a pool's filter words and index tables are advised for huge pages whe
 
   ProbeTable<std::uint64_t> table;  // grows past 4 MiB of slots
   for (std::uint64_t key = 1; key <= 600'000; ++key) {
-    table.find_or_insert(mix_key(key), [&](std::uint64_t held) { return held == key; }, [&] { return key; },
-                         [&](auto emit) {
-                           table.for_each([&](std::size_t, std::uint64_t held) { emit(mix_key(held), held); });
-                         });
+    table.find_or_insert(
+        mix_key(key), [&](std::uint64_t held) { return held == key; }, [&] { return key; },
+        [&](auto emit) { table.for_each([&](std::size_t, std::uint64_t held) { emit(mix_key(held), held); }); });
   }
   CHECK(advised(&table.at(table.capacity() / 2)));
 }
