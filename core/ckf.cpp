@@ -5,8 +5,6 @@
 #include <list>
 #include <mutex>
 
-#include "core/huge_pages.hpp"
-
 namespace kvrelay::ckf {
 
 std::string_view to_string(ConfigError error) {
@@ -75,11 +73,7 @@ std::size_t prefix_hits(std::span<const std::uint64_t> words, const Addressing& 
 }
 
 Filter::Filter(std::uint64_t bucket_count, std::uint64_t seed, std::uint32_t max_kicks)
-    : addressing_(seed, bucket_count), max_kicks_(max_kicks), rng_(lane_rng_seed(seed, 0)) {
-  words_.reserve(bucket_count);
-  advise_huge_pages(words_.data(), bucket_count * sizeof(std::uint64_t));  // before the zeros touch it
-  words_.resize(bucket_count, 0);
-}
+    : addressing_(seed, bucket_count), max_kicks_(max_kicks), rng_(lane_rng_seed(seed, 0)), words_(bucket_count, 0) {}
 
 InsertOutcome Filter::relocate(const Probe& p, std::uint32_t max_kicks, std::vector<BucketWrite>& writes) {
   std::uint16_t fingerprint = p.fingerprint;

@@ -6,13 +6,17 @@
 
 namespace kvrelay {
 
-void advise_huge_pages(void* data, std::size_t bytes) {
-  constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
-  if (bytes < 2 * kHugePage) return;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kHugePage - 1);
-  // Best effort: EINVAL (no THP support) leaves the default pages, which work all the same.
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+void* allocate_random_access(std::size_t bytes) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  if (bytes < 2 * kHugePage) {
+    if (void* data = std::malloc(bytes == 0 ? 1 : bytes)) return data;
+    throw std::bad_alloc();
+  }
+  void* data = nullptr;
+  if (posix_memalign(&data, kHugePage, bytes) != 0) throw std::bad_alloc();
+  // Best effort: EINVAL (a kernel without huge pages) leaves the default pages, which work the same.
+  madvise(data, bytes & ~(kHugePage - 1), MADV_HUGEPAGE);
+  return data;
 }
 
 }  // namespace kvrelay

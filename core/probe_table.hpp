@@ -249,15 +249,14 @@ class ProbeTable {
     fresh.capacity_ = capacity;
     fresh.control_ = std::make_unique_for_overwrite<std::int8_t[]>(control_bytes(capacity));
     std::fill_n(fresh.control_.get(), control_bytes(capacity), probe_detail::kEmpty);
-    fresh.slots_ = std::make_unique_for_overwrite<Slot[]>(capacity);
-    advise_huge_pages(fresh.slots_.get(), capacity * sizeof(Slot));
+    fresh.slots_ = make_random_access_array<Slot>(capacity);
     fresh.size_ = size_;
     for_each_live([&fresh](std::uint64_t hash, const Slot& slot) { fresh.place(hash, slot); });
     *this = std::move(fresh);
   }
 
   std::unique_ptr<std::int8_t[]> control_;  // control_bytes(capacity_): sentinel, slots, sentinel
-  std::unique_ptr<Slot[]> slots_;
+  RandomAccessArray<Slot> slots_;
   std::size_t capacity_ = 0;
   std::size_t size_ = 0;
   std::size_t deleted_ = 0;  // tombstones: probes pass them, inserts reuse them

@@ -1,5 +1,6 @@
-// Large random-access arrays are advised for transparent huge pages (core/huge_pages.hpp): the
-// kernel records the advice as the `hg` flag of the memory's mapping in /proc/self/smaps.
+// Large random-access arrays start on a huge page's boundary and are advised for transparent huge
+// pages (core/huge_pages.hpp): the kernel records the advice as the `hg` flag of the memory's
+// mapping in /proc/self/smaps.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -51,8 +52,10 @@ TEST_CASE("a pool's filter words and index tables are advised for huge pages whe
     return;
   }
   const ckf::Filter large(std::uint64_t{1} << 22, ckf::kDefaultSeed, ckf::kDefaultMaxKicks);  // 32 MiB
-  // The middle of the array lies in a whole 2 MiB page, which the advice covers.
-  CHECK(advised(large.words().data() + large.words().size() / 2));
+  // All of it, from its first word to its last: it starts on a huge page's boundary.
+  CHECK(reinterpret_cast<std::uintptr_t>(large.words().data()) % (std::uintptr_t{2} << 20) == 0);
+  CHECK(advised(large.words().data()));
+  CHECK(advised(&large.words().back()));
   const ckf::Filter small(std::uint64_t{1} << 17, ckf::kDefaultSeed, ckf::kDefaultMaxKicks);  // 1 MiB
   CHECK_FALSE(advised(small.words().data() + small.words().size() / 2));
 
