@@ -19,9 +19,8 @@ class IndexedList {
  public:
   static constexpr std::size_t kScanLimit = 32;
 
-  // The position of `value`, if held. This and push_new run for every block of an event:
-  // inlined, they cost a third of what they did as calls (callgrind).
-  [[gnu::always_inline]] std::optional<std::size_t> find(std::uint64_t value) const {
+  // The position of `value`, if held.
+  std::optional<std::size_t> find(std::uint64_t value) const {
     if (!maybe_held(value)) return std::nullopt;
     if (indexed_) return find_indexed(value);
     const auto it = std::find(values_.begin(), values_.end(), value);
@@ -36,19 +35,10 @@ class IndexedList {
     return true;
   }
   // Appends `value`, which the caller has just found not held.
-  [[gnu::always_inline]] void push_new(std::uint64_t value) {
+  void push_new(std::uint64_t value) {
     values_.push_back(value);
     mark_held(value);
     if (indexed_ || values_.size() > kScanLimit) index_last();
-  }
-
-  template <class Predicate>
-  void erase_if(Predicate predicate) {
-    std::erase_if(values_, predicate);
-    held_mask_ = {};
-    for (std::uint64_t value : values_) mark_held(value);
-    if (indexed_) drop_index();
-    if (values_.size() > kScanLimit) reindex();
   }
 
   void clear() {
@@ -73,13 +63,11 @@ class IndexedList {
     const unsigned bit = mask_bit(value);
     held_mask_[bit / 64] |= std::uint64_t{1} << (bit % 64);
   }
-  // The paths of long lists stay out of line, so that the short-list path is small enough to
-  // inline in every caller.
-  [[gnu::noinline]] std::optional<std::size_t> find_indexed(std::uint64_t value) const {
+  std::optional<std::size_t> find_indexed(std::uint64_t value) const {
     const auto it = positions_.find(value);
     return it == positions_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
   }
-  [[gnu::noinline]] void index_last() {
+  void index_last() {
     if (indexed_) {
       positions_.emplace(values_.back(), values_.size() - 1);
     } else {

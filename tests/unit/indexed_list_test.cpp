@@ -1,7 +1,5 @@
 #include <catch2/catch.hpp>
 
-#include <vector>
-
 #include "core/indexed_list.hpp"
 
 using namespace kvrelay;
@@ -19,20 +17,12 @@ TEST_CASE("IndexedList: first-seen order and positions, scanned or hashed alike"
   }
   CHECK_FALSE(list.contains(1));
 
-  list.erase_if([](std::uint64_t v) { return v % 2 == 0; });
-  std::vector<std::uint64_t> odd;
-  for (std::uint64_t i = 0; i < count; ++i) {
-    if ((1000 - 7 * i) % 2 == 1) odd.push_back(1000 - 7 * i);
-  }
-  REQUIRE(std::vector<std::uint64_t>(list.values().begin(), list.values().end()) == odd);
-  for (std::size_t i = 0; i < odd.size(); ++i) CHECK(list.find(odd[i]) == i);  // positions follow the erase
-  CHECK_FALSE(list.contains(1000));
-
+  const std::uint64_t last = 1000 - 7 * (count - 1);
   list.clear();
   CHECK(list.empty());
-  CHECK_FALSE(list.contains(odd.front()));
-  CHECK(list.push_unique(odd.front()));
-  CHECK(list.find(odd.front()) == 0);
+  CHECK_FALSE(list.contains(last));
+  CHECK(list.push_unique(last));
+  CHECK(list.find(last) == 0);
 }
 
 TEST_CASE("IndexedList: absent values are told apart from held ones that share their mask bit", "[pool]") {
