@@ -51,8 +51,8 @@ struct PoolIndexConfig {
   std::uint64_t bucket_count = 0;
   std::uint64_t seed = ckf::kDefaultSeed;
   std::uint32_t max_kicks = ckf::kDefaultMaxKicks;
-  // Distinct live blocks the pool holds at most: its owner ids are 32 bits (the tables would
-  // pass 150 GiB first). Lower only in tests.
+  // Distinct live blocks the pool holds at most: its owner ids are 28 bits, four times what
+  // the largest filter can place (docs/protocol/pools.md#lineage). Lower only in tests.
   std::uint64_t max_live_blocks = OwnerTable::kMaxOwners;
 };
 

@@ -9,26 +9,30 @@ void OwnerTable::add_page() {
 }
 
 OwnerTable::Found OwnerTable::find_or_add(std::uint64_t canonical) {
+  const std::uint64_t hash = mix_key(canonical);
   Id added = kNoId;
   const auto [position, inserted] = index_.find_or_insert(
-      mix_key(canonical), [&](Id id) { return slot(id).canonical == canonical; },
+      hash, [&](IndexEntry entry) { return holds(entry, hash, canonical); },
       [&] {
         added = allocate();
         slot(added).canonical = canonical;
         slot(added).mappings = 1;
         set_resident(added, false);
-        return added;
+        return entry_of(added, hash);
       },
       // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
       [this](auto emit) {
-        for_each([&](Id live, std::uint64_t live_canonical) { emit(mix_key(live_canonical), live); });
+        for_each([&](Id live, std::uint64_t live_canonical) {
+          const std::uint64_t live_hash = mix_key(live_canonical);
+          emit(live_hash, entry_of(live, live_hash));
+        });
       });
-  return {inserted ? added : index_.at(position), inserted};
+  return {inserted ? added : id_of(index_.at(position)), inserted};
 }
 
 void OwnerTable::erase(Id id) {
   // The index holds each id once: the id itself is the match, with no slab read.
-  index_.erase_at(index_.find(mix_key(slot(id).canonical), [id](Id held) { return held == id; }));
+  index_.erase_at(index_.find(mix_key(slot(id).canonical), [id](IndexEntry held) { return id_of(held) == id; }));
   slot(id).mappings = 0;
   slot(id).canonical = free_head_;
   free_head_ = id;

@@ -17,17 +17,20 @@ namespace kvrelay {
 class OwnerTable {
  public:
   using Id = std::uint32_t;
-  // Ids are 32 bits and one value marks the end of the free list.
-  static constexpr std::uint64_t kMaxOwners = 0xFFFF'FFFFULL;
+  // An index slot holds an id in 28 bits and 4 more bits of the hash: with the control byte's
+  // 7, a lookup reads the slab (a cache miss of its own) for 1 stranger in 2 048, not 1 in 128.
+  // 2^28 live blocks are 4 times what the largest filter (2^24 buckets of 4) can hold.
+  static constexpr unsigned kIdBits = 28;
+  static constexpr std::uint64_t kMaxOwners = std::uint64_t{1} << kIdBits;
 
   std::size_t size() const { return index_.size(); }
   std::size_t memory_bytes() const { return pages_.size() * sizeof(Page) + index_.memory_bytes(); }
 
   std::optional<Id> find(std::uint64_t canonical) const {
-    const std::size_t position =
-        index_.find(mix_key(canonical), [&](Id id) { return slot(id).canonical == canonical; });
+    const std::uint64_t hash = mix_key(canonical);
+    const std::size_t position = index_.find(hash, [&](IndexEntry entry) { return holds(entry, hash, canonical); });
     if (position == Index::kNotFound) return std::nullopt;
-    return index_.at(position);
+    return id_of(index_.at(position));
   }
   void prefetch(std::uint64_t canonical) const { index_.prefetch(mix_key(canonical)); }
   void prefetch_owner(Id id) const {
@@ -89,7 +92,17 @@ class OwnerTable {
     const std::uint64_t& canonical;
     const std::uint32_t& mappings;
   };
-  using Index = ProbeTable<Id>;
+  // An owner index slot: the id in the low kIdBits, hash bits 28..31 above it (the control
+  // byte holds bits 32..38, the home the top bits).
+  using IndexEntry = std::uint32_t;
+  using Index = ProbeTable<IndexEntry>;
+  static constexpr IndexEntry kIdMask = (IndexEntry{1} << kIdBits) - 1;
+  static IndexEntry check_bits(std::uint64_t hash) { return static_cast<IndexEntry>(hash) & ~kIdMask; }
+  static IndexEntry entry_of(Id id, std::uint64_t hash) { return id | check_bits(hash); }
+  static Id id_of(IndexEntry entry) { return entry & kIdMask; }
+  bool holds(IndexEntry entry, std::uint64_t hash, std::uint64_t canonical) const {
+    return (entry & ~kIdMask) == check_bits(hash) && slot(id_of(entry)).canonical == canonical;
+  }
 
   Page& page(Id id) { return *pages_[id >> kPageBits]; }
   const Page& page(Id id) const { return *pages_[id >> kPageBits]; }
