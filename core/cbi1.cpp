@@ -167,7 +167,7 @@ Result<std::string> encode_delta(const FilterFormat& format, std::uint64_t dc_id
       return fail(ErrorKind::kBucketIndex, fmt::format("bucket {} >= {}", image.bucket, format.bucket_count));
     }
   }
-  const std::size_t size = kHeaderBytes + kDeltaHeaderBytes + kImageBytes * images.size();
+  const std::size_t size = delta_frame_bytes(images.size());
   std::string frame = begin_frame(size, Flags::kDelta, format, dc_id, sequence);
   std::uint8_t* out = bytes_of(frame) + kHeaderBytes;
   store_le64(out, base_sequence);

@@ -66,6 +66,11 @@ struct FilterFormat {
   friend bool operator==(const FilterFormat&, const FilterFormat&) = default;
 };
 
+// The size of a delta frame of `images` bucket images: every delta is laid out the same way.
+inline std::size_t delta_frame_bytes(std::size_t images) {
+  return kHeaderBytes + kDeltaHeaderBytes + kImageBytes * images;
+}
+
 inline std::uint64_t chunk_count_for(std::uint64_t bucket_count) {
   return (bucket_count + kChunkBuckets - 1) / kChunkBuckets;
 }

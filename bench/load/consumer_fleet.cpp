@@ -66,7 +66,7 @@ struct ConsumerFleet::Member {
   }
 
   // Times every pending probe of `pool` whose fingerprint one of the images shows.
-  void arrived(std::size_t pool, const std::vector<BucketImage>& images, Clock::time_point now) {
+  void arrived(std::size_t pool, std::span<const BucketImage> images, Clock::time_point now) {
     std::lock_guard lock(mutex);
     auto& probes = pools.at(pool);
     for (const auto& image : images) {
@@ -115,17 +115,16 @@ ConsumerFleet::ConsumerFleet(const std::string& wan_address, std::size_t consume
     client::ConsumerOptions options;
     options.targets = {wan_address};
     options.subscriber_id = "kvrelay-bench-" + std::to_string(i);
-    options.frame_tap = [this, m = member.get()](const v1::FilterUpdate& frame) {
-      if (frame.kind() != v1::FILTER_UPDATE_KIND_DELTA || !measuring_.load(std::memory_order_acquire)) return;
+    // Timed once the replica holds the delta, from the images it decoded.
+    options.delta_tap = [this, m = member.get()](const client::AppliedDelta& delta) {
+      const Clock::time_point now = Clock::now();
+      if (!measuring_.load(std::memory_order_acquire)) return;
       deltas_.fetch_add(1, std::memory_order_relaxed);
-      delta_bytes_.fetch_add(frame.payload().size(), std::memory_order_relaxed);
-      const std::string key = frame.producer().pool_id().SerializeAsString();
+      delta_bytes_.fetch_add(cbi1::delta_frame_bytes(delta.images.size()), std::memory_order_relaxed);
+      const std::string key = delta.producer.pool_id().SerializeAsString();
       const auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const auto& p) { return p.pool_key == key; });
-      if (pool == pools_.end() || pool->bucket_count != frame.producer().ckf_format().bucket_count()) return;
-      const auto decoded = cbi1::decode(frame.payload(), {frame.producer().ckf_format().seed(), pool->bucket_count});
-      if (!decoded) return;  // the library's own validation reports it
-      m->arrived(static_cast<std::size_t>(pool - pools_.begin()), std::get<cbi1::DecodedDelta>(*decoded).images,
-                 Clock::now());
+      if (pool == pools_.end() || pool->bucket_count != delta.producer.ckf_format().bucket_count()) return;
+      m->arrived(static_cast<std::size_t>(pool - pools_.begin()), delta.images, now);
     };
     member->consumer = std::make_unique<client::Consumer>(std::move(options));
     members_.push_back(std::move(member));

@@ -27,7 +27,7 @@ PoolReplica::PoolReplica(const v1::ProducerIdentity& producer, const v1::RelayId
       addressing_(format_.seed, format_.bucket_count),
       assembly_(format_.bucket_count) {}
 
-Applied PoolReplica::apply(const v1::FilterUpdate& update) {
+Applied PoolReplica::apply(const v1::FilterUpdate& update, std::vector<BucketImage>* applied_images) {
   if (phase_ == ReplicaPhase::kFaulted) return Fault{"Retired", "the replica already faulted"};
   if (auto fault = check_frame(update)) return fail(std::move(*fault));
   if (update.kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT) {
@@ -55,9 +55,11 @@ Applied PoolReplica::apply(const v1::FilterUpdate& update) {
       return fail({"PayloadKind", "a snapshot frame carries a delta"});
     return absorb_chunk(*decoded);
   }
-  const auto* delta = std::get_if<cbi1::DecodedDelta>(&*decoded);
+  auto* delta = std::get_if<cbi1::DecodedDelta>(&*decoded);
   if (delta == nullptr) return fail({"PayloadKind", "a delta frame carries a snapshot chunk"});
-  return apply_delta(update, *delta);
+  auto fault = apply_delta(update, *delta);
+  if (!fault && applied_images != nullptr) *applied_images = std::move(delta->images);
+  return fault;
 }
 
 // Envelope and identity: the frame must come from the relay and producer this replica follows.

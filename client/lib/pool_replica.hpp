@@ -19,7 +19,9 @@ class PoolReplica {
  public:
   PoolReplica(const v1::ProducerIdentity& producer, const v1::RelayIdentity& relay);
 
-  Applied apply(const v1::FilterUpdate& update);
+  // With `applied_images`, an applied delta's bucket images are moved there (a snapshot chunk,
+  // a heartbeat or a fault leave it empty).
+  Applied apply(const v1::FilterUpdate& update, std::vector<BucketImage>* applied_images = nullptr);
 
   ReplicaPhase phase() const { return phase_; }
   bool installed() const { return phase_ == ReplicaPhase::kInstalled; }

@@ -300,12 +300,18 @@ bool RelayLink::prepare_pool_stream(const std::shared_ptr<Subscription>& subscri
 
 Applied RelayLink::apply_pool_frame(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
                                     const v1::FilterUpdate& update) {
-  std::unique_lock lock(mutex_);
-  auto* slot = slot_of(key, subscription);
-  if (slot == nullptr || !slot->replica) return Fault{"Retired", "the subscription was retired"};
-  auto fault = slot->replica->apply(update);
-  if (!fault && slot->replica->installed()) slot->status = ReplicaStatus::kInstalled;
-  return fault;
+  std::vector<BucketImage> applied;  // filled only for the delta tap
+  {
+    std::unique_lock lock(mutex_);
+    auto* slot = slot_of(key, subscription);
+    if (slot == nullptr || !slot->replica) return Fault{"Retired", "the subscription was retired"};
+    auto fault = slot->replica->apply(update, options_.delta_tap ? &applied : nullptr);
+    if (fault) return fault;
+    if (slot->replica->installed()) slot->status = ReplicaStatus::kInstalled;
+  }
+  // Outside the lock, as the frame tap: the tap may query the consumer.
+  if (!applied.empty()) options_.delta_tap({update.producer(), update.sequence(), applied});
+  return std::nullopt;
 }
 
 // Drops the replica and records what the reaction decided; false when the thread should end.

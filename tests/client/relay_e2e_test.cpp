@@ -5,9 +5,13 @@
 
 #include <signal.h>
 
+#include <condition_variable>
 #include <fstream>
 #include <latch>
+#include <map>
+#include <mutex>
 
+#include "core/cbi1.hpp"
 #include "kvrelay/client/consumer.hpp"
 #include "tests/app/process.hpp"
 #include "tests/integration/harness.hpp"
@@ -90,6 +94,50 @@ TEST_CASE("consumer e2e: thousands of random events on several pools and sources
     CHECK(pool.subscriptions == 1);
     CHECK(pool.deltas_applied > 0);
   }
+}
+
+TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the images its frame carried",
+          "[client][e2e]") {
+  TestRelay relay;
+  const auto backend = endpoint_ref("prod", "backend");
+  relay.put_worker(put_worker_request(backend, 1));
+  std::mutex mutex;
+  std::map<std::uint64_t, std::vector<BucketImage>> framed;  // sequence -> the delta frame's images
+  std::map<std::uint64_t, std::vector<BucketImage>> tapped;  // sequence -> the tap's images
+  std::string tapped_pool;
+  auto options = consumer_options(relay);
+  options.frame_tap = [&](const dynamo::kvrelay::v1::FilterUpdate& frame) {
+    if (frame.kind() != dynamo::kvrelay::v1::FILTER_UPDATE_KIND_DELTA) return;
+    const auto& format = frame.producer().ckf_format();
+    const auto decoded = cbi1::decode(frame.payload(), {format.seed(), format.bucket_count()});
+    REQUIRE(decoded);
+    std::lock_guard lock(mutex);
+    framed[frame.sequence()] = std::get<cbi1::DecodedDelta>(*decoded).images;
+  };
+  std::condition_variable tapped_more;
+  options.delta_tap = [&](const client::AppliedDelta& delta) {
+    std::lock_guard lock(mutex);
+    CHECK(tapped.emplace(delta.sequence, std::vector(delta.images.begin(), delta.images.end())).second);
+    tapped_pool = delta.producer.pool_id().SerializeAsString();
+    tapped_more.notify_all();
+  };
+  client::Consumer consumer(options);
+  consumer.start();
+  EventScript script(13, backend, 1, 1);
+  for (int round = 0; round < 5; ++round) REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
+  await_converged(consumer, relay);
+
+  const auto& pool = only_pool(consumer);
+  const auto replica = consumer.replica_digest(consumer.view().relays.at(0).target, pool.endpoint);
+  REQUIRE(replica);
+  // The tap runs just after the replica applied its delta, outside the consumer's lock.
+  std::unique_lock lock(mutex);
+  REQUIRE(tapped_more.wait_for(lock, kAwait, [&] { return tapped.contains(replica->sequence); }));
+  REQUIRE(pool.deltas_applied > 0);
+  CHECK(tapped.size() == pool.deltas_applied);
+  CHECK(tapped == framed);  // a delta applied is a delta received, bucket for bucket
+  CHECK(tapped.rbegin()->first == replica->sequence);
+  CHECK(tapped_pool == pool.descriptor.producer().pool_id().SerializeAsString());
 }
 
 TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch and converges", "[client][e2e][lag]") {

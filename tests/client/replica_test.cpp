@@ -67,6 +67,18 @@ TEST_CASE("replica: snapshot, deltas and heartbeats keep it equal to the produce
   CHECK(replica.occupied_slots() == occupied);
 }
 
+TEST_CASE("replica: an applied delta hands over its images, nothing else does", "[client][replica]") {
+  auto replica = installed_replica(random_words(2));
+  std::vector<BucketImage> applied;
+  REQUIRE_FALSE(replica.apply(delta_frame(producer(1), 5, {{3, 0xABCD}, {1000, 0}}), &applied));
+  CHECK(applied == std::vector<BucketImage>{{3, 0xABCD}, {1000, 0}});
+  applied.clear();
+  REQUIRE_FALSE(replica.apply(frame(producer(1), v1::FILTER_UPDATE_KIND_HEARTBEAT, 6, 6), &applied));
+  CHECK(applied.empty());
+  CHECK(replica.apply(delta_frame(producer(1), 6, {{7, 1}, {7, 2}}), &applied)->kind == "DuplicateBucket");
+  CHECK(applied.empty());
+}
+
 TEST_CASE("replica: every fault retires it", "[client][replica]") {
   auto replica = installed_replica(random_words(2));
   SECTION("a sequence gap") { CHECK(fault_kind(replica, delta_frame(producer(1), 6, {{3, 1}})) == "SequenceGap"); }

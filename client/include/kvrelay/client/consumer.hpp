@@ -18,9 +18,17 @@
 #include <string_view>
 #include <vector>
 
+#include "core/publication_window.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay::client {
+
+// A pool delta its replica has just applied.
+struct AppliedDelta {
+  const dynamo::kvrelay::v1::ProducerIdentity& producer;  // the pool and its generation
+  std::uint64_t sequence;                                 // the replica's, after the delta
+  std::span<const BucketImage> images;                    // "bucket now holds word", wire order
+};
 
 struct ConsumerOptions {
   std::vector<std::string> targets;  // host:port of each relay's WAN API
@@ -32,6 +40,10 @@ struct ConsumerOptions {
   // Sees every pool frame before it is applied, on that pool stream's own thread (frame
   // captures, diagnostics). It holds no lock, but a slow tap slows that stream.
   std::function<void(const dynamo::kvrelay::v1::FilterUpdate&)> frame_tap;
+  // Sees every delta once its replica has applied it, on that pool stream's own thread, with the
+  // buckets it changed as the replica decoded them (change notifications, latency probes,
+  // without decoding the frame a second time). Same rules as frame_tap.
+  std::function<void(const AppliedDelta&)> delta_tap;
 };
 
 enum class ReplicaStatus {
