@@ -123,6 +123,12 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
   };
   client::Consumer consumer(options);
   consumer.start();
+  // Installed first, so that the events reach this replica as deltas rather than in its snapshot.
+  REQUIRE(consumer.await(
+      [](const client::ConsumerView& view) {
+        return !view.relays.at(0).pools.empty() && view.relays[0].pools[0].status == ReplicaStatus::kInstalled;
+      },
+      kAwait));
   EventScript script(13, backend, 1, 1);
   for (int round = 0; round < 5; ++round) REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
   await_converged(consumer, relay);
