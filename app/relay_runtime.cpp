@@ -214,6 +214,13 @@ std::optional<std::uint64_t> memory_budget(const RelayOptions& options) {
 
 }  // namespace
 
+void configure_actor_scheduler(caf::actor_system_config& config, std::size_t threads) {
+  config.set("scheduler.max-threads", threads);
+  // Work sharing wakes an idle worker at once; work stealing's relaxed polling can leave a
+  // message waiting for up to its 10 ms sleep, which showed in event-to-wire tail latency.
+  config.set("scheduler.policy", caf::atom("sharing"));
+}
+
 std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(const RelayOptions& options) {
   auto impl = std::make_unique<Impl>();
   const auto dc_id = identity::stable_dc_id(options.dc_id);
@@ -250,10 +257,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   }
   metrics::RelayMetrics* recorder = impl->metrics.get();
   impl->drain = std::chrono::milliseconds(options.drain_timeout_ms);
-  impl->actor_config.set("scheduler.max-threads", options.actor_threads);
-  // Work sharing wakes an idle worker at once; work stealing's relaxed polling can leave a
-  // message waiting for up to its 10 ms sleep, which showed in event-to-wire tail latency.
-  impl->actor_config.set("scheduler.policy", caf::atom("sharing"));
+  configure_actor_scheduler(impl->actor_config, options.actor_threads);
   impl->system = std::make_unique<caf::actor_system>(impl->actor_config);
   auto& system = *impl->system;
   impl->catalog = system.spawn(catalog, impl->catalog_view, impl->relay,

@@ -11,6 +11,10 @@
 
 #include "kvrelay/ingest/v1/ingest.pb.h"
 
+namespace caf {
+class actor_system_config;
+}
+
 namespace kvrelay {
 
 struct RelayOptions {
@@ -64,6 +68,10 @@ struct RelayOptions {
   std::size_t actor_threads = 2;
   std::optional<::kvrelay::ingest::v1::TopologyFile> topology;
 };
+
+// The actor scheduler a relay runs on: `threads` workers sharing one queue. Benchmarks of its
+// actors alone use it too, so that they measure what the relay runs.
+void configure_actor_scheduler(caf::actor_system_config& config, std::size_t threads);
 
 class RelayRuntime {
  public:
