@@ -9,13 +9,13 @@
 #include <optional>
 #include <string>
 
+#include <caf/fwd.hpp>
+
 #include "kvrelay/ingest/v1/ingest.pb.h"
 
-namespace caf {
-class actor_system_config;
-}
-
 namespace kvrelay {
+
+inline constexpr std::size_t kDefaultActorThreads = 2;
 
 struct RelayOptions {
   std::string listen = "0.0.0.0:50051";
@@ -65,7 +65,7 @@ struct RelayOptions {
   std::size_t max_workers_per_endpoint = 4'096;
   std::size_t max_kv_sources = 65'536;
   std::size_t max_ingest_streams = 4'096;
-  std::size_t actor_threads = 2;
+  std::size_t actor_threads = kDefaultActorThreads;
   std::optional<::kvrelay::ingest::v1::TopologyFile> topology;
 };
 

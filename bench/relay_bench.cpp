@@ -72,7 +72,7 @@ class CountingSink {
 // ---- one publisher, no transport ----
 double publisher_apply_rate(std::size_t batches, int events, int blocks) {
   caf::actor_system_config config;
-  configure_actor_scheduler(config, RelayOptions{}.actor_threads);  // as the relay runs its publishers
+  configure_actor_scheduler(config, kDefaultActorThreads);  // as the relay runs its publishers
   caf::actor_system system(config);
   PublisherConfig publisher;
   publisher.spec.bucket_count = *ckf::bucket_count_for(batches * events * blocks);

@@ -11,7 +11,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/publication_window.hpp"
+#include "core/bucket_image.hpp"
 
 namespace kvrelay::cbi1 {
 

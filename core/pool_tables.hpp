@@ -1,7 +1,8 @@
 #pragma once
 // The two tables of a pool index (docs/protocol/pools.md#index-layout). Owners live in a slab
-// at stable 32-bit ids {canonical hash, mapping count, resident bit}, found by canonical hash
-// through an index of ids; each source's lineage maps an engine block id to its owner's id.
+// at stable 28-bit ids {canonical hash, mapping count, resident bit}, found by canonical hash
+// through an index of ids, each beside 4 more bits of its hash; each source's lineage maps an
+// engine block id to its owner's id.
 // 33-38 bytes per live block in all, where two Swiss maps of 64-bit pairs took 39-78.
 #include <algorithm>
 #include <cstdint>
@@ -77,7 +78,7 @@ class OwnerTable {
   static constexpr unsigned kPageBits = 6;
   static constexpr Id kPageSize = Id{1} << kPageBits;
   static constexpr Id kPageMask = kPageSize - 1;
-  static constexpr Id kNoId = 0xFFFF'FFFF;
+  static constexpr Id kNoId = 0xFFFF'FFFF;  // ends the free list: no id reaches it (ids are below kMaxOwners)
   // A free id has no mappings and holds the next free id in place of its canonical hash.
   struct Page {
     std::uint64_t canonical[kPageSize];
@@ -93,15 +94,18 @@ class OwnerTable {
     const std::uint32_t& mappings;
   };
   // An owner index slot: the id in the low kIdBits, hash bits 28..31 above it (the control
-  // byte holds bits 32..38, the home the top bits).
-  using IndexEntry = std::uint32_t;
+  // byte holds bits 32..38, the home the top bits). A type of its own, so that an entry is
+  // never taken for an id.
+  struct IndexEntry {
+    std::uint32_t bits;
+  };
   using Index = ProbeTable<IndexEntry>;
-  static constexpr IndexEntry kIdMask = (IndexEntry{1} << kIdBits) - 1;
-  static IndexEntry check_bits(std::uint64_t hash) { return static_cast<IndexEntry>(hash) & ~kIdMask; }
-  static IndexEntry entry_of(Id id, std::uint64_t hash) { return id | check_bits(hash); }
-  static Id id_of(IndexEntry entry) { return entry & kIdMask; }
+  static constexpr std::uint32_t kIdMask = (std::uint32_t{1} << kIdBits) - 1;
+  static std::uint32_t check_bits(std::uint64_t hash) { return static_cast<std::uint32_t>(hash) & ~kIdMask; }
+  static IndexEntry entry_of(Id id, std::uint64_t hash) { return {id | check_bits(hash)}; }
+  static Id id_of(IndexEntry entry) { return entry.bits & kIdMask; }
   bool holds(IndexEntry entry, std::uint64_t hash, std::uint64_t canonical) const {
-    return (entry & ~kIdMask) == check_bits(hash) && slot(id_of(entry)).canonical == canonical;
+    return (entry.bits & ~kIdMask) == check_bits(hash) && slot(id_of(entry)).canonical == canonical;
   }
 
   Page& page(Id id) { return *pages_[id >> kPageBits]; }

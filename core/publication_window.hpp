@@ -5,16 +5,10 @@
 #include <span>
 #include <vector>
 
+#include "core/bucket_image.hpp"
 #include "core/ckf.hpp"
 
 namespace kvrelay {
-
-// An absolute bucket image: "bucket now holds word". A final removal is an image of 0.
-struct BucketImage {
-  std::uint64_t bucket;
-  std::uint64_t word;
-  friend bool operator==(const BucketImage&, const BucketImage&) = default;
-};
 
 class PublicationWindow {
  public:

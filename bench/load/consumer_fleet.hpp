@@ -1,9 +1,9 @@
 #pragma once
 // kvrelay-bench's consumers: M instances of the consumer library, each its own router with its
 // own gRPC channel and streams, all replicating every pool of one relay. Each times the
-// producers' probe blocks: from just before the batch was written to the moment the first
-// delta whose bucket image holds the block's fingerprint reaches that consumer (the library's
-// frame tap, which sees each frame just before the replica applies it).
+// producers' probe blocks: from just before the batch was written to the moment that
+// consumer's replica has applied the first delta whose bucket image holds the block's
+// fingerprint (the library's delta tap).
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -21,8 +21,8 @@ namespace kvrelay::bench {
 struct FleetTotals {
   std::vector<double> latencies_ms;  // every timed probe of every consumer, sorted
   std::uint64_t probes_unseen = 0;   // probes sent while measuring that some consumer never saw
-  std::uint64_t deltas = 0;          // delta frames received while measuring, all consumers
-  std::uint64_t delta_bytes = 0;     // their payloads' bytes
+  std::uint64_t deltas = 0;          // deltas applied while measuring, all consumers
+  std::uint64_t delta_bytes = 0;     // their CBI1 payloads' bytes
   std::uint64_t lagged_streams = 0;  // pool streams that had to start over (re-subscribed)
 };
 

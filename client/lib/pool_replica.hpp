@@ -19,8 +19,8 @@ class PoolReplica {
  public:
   PoolReplica(const v1::ProducerIdentity& producer, const v1::RelayIdentity& relay);
 
-  // With `applied_images`, an applied delta's bucket images are moved there (a snapshot chunk,
-  // a heartbeat or a fault leave it empty).
+  // With `applied_images`, an applied delta's bucket images are moved there; a snapshot chunk,
+  // a heartbeat or a fault leave it untouched.
   Applied apply(const v1::FilterUpdate& update, std::vector<BucketImage>* applied_images = nullptr);
 
   ReplicaPhase phase() const { return phase_; }

@@ -309,7 +309,8 @@ Applied RelayLink::apply_pool_frame(const std::shared_ptr<Subscription>& subscri
     if (fault) return fault;
     if (slot->replica->installed()) slot->status = ReplicaStatus::kInstalled;
   }
-  // Outside the lock, as the frame tap: the tap may query the consumer.
+  // Outside the lock, as the frame tap: the tap may query the consumer. Images were handed over
+  // only if a delta was applied (a delta without images is a fault).
   if (!applied.empty()) options_.delta_tap({update.producer(), update.sequence(), applied});
   return std::nullopt;
 }

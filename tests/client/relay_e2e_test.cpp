@@ -5,11 +5,13 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <fstream>
 #include <latch>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "core/cbi1.hpp"
 #include "kvrelay/client/consumer.hpp"
@@ -106,6 +108,8 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
   std::map<std::uint64_t, std::vector<BucketImage>> tapped;  // sequence -> the tap's images
   std::string tapped_pool;
   int tapped_twice = 0;
+  int tapped_before_applied = 0;  // taps that saw the replica at another sequence than the delta's
+  std::atomic<client::Consumer*> querying{nullptr};
   auto options = consumer_options(relay);
   options.frame_tap = [&](const dynamo::kvrelay::v1::FilterUpdate& frame) {
     if (frame.kind() != dynamo::kvrelay::v1::FILTER_UPDATE_KIND_DELTA) return;
@@ -116,12 +120,21 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
   };
   std::condition_variable tapped_more;
   options.delta_tap = [&](const client::AppliedDelta& delta) {
+    // The tap may query the consumer (it runs outside the consumer's lock: under it, this
+    // would not return), and finds the replica already at the delta's sequence.
+    std::optional<std::uint64_t> replica_sequence;
+    if (client::Consumer* consumer = querying.load()) {
+      const auto digest = consumer->replica_digest(relay.runtime().wan_address(), endpoint_label(backend));
+      if (digest) replica_sequence = digest->sequence;
+    }
     std::lock_guard lock(mutex);
+    if (replica_sequence != delta.sequence) ++tapped_before_applied;
     if (!tapped.emplace(delta.sequence, std::vector(delta.images.begin(), delta.images.end())).second) ++tapped_twice;
     tapped_pool = delta.producer.pool_id().SerializeAsString();
     tapped_more.notify_all();
   };
   client::Consumer consumer(options);
+  querying = &consumer;
   consumer.start();
   // Installed first, so that the events reach this replica as deltas rather than in its snapshot.
   REQUIRE(consumer.await(
@@ -137,10 +150,11 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
   const auto replica = consumer.replica_digest(consumer.view().relays.at(0).target, pool.endpoint);
   REQUIRE(replica);
   // The tap runs just after the replica applied its delta, outside the consumer's lock.
+  REQUIRE(pool.deltas_applied > 0);
   std::unique_lock lock(mutex);
   REQUIRE(tapped_more.wait_for(lock, kAwait, [&] { return tapped.contains(replica->sequence); }));
-  REQUIRE(pool.deltas_applied > 0);
   CHECK(tapped_twice == 0);
+  CHECK(tapped_before_applied == 0);
   CHECK(tapped.size() == pool.deltas_applied);
   CHECK(tapped == framed);  // a delta applied is a delta received, bucket for bucket
   CHECK(tapped.rbegin()->first == replica->sequence);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/cbi1.hpp"
+#include "core/ckf.hpp"
 #include "core/engine_events.hpp"
 #include "core/engine_frames.hpp"
 #include "core/prometheus_text.hpp"

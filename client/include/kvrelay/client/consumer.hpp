@@ -18,12 +18,13 @@
 #include <string_view>
 #include <vector>
 
-#include "core/publication_window.hpp"
+#include "core/bucket_image.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay::client {
 
-// A pool delta its replica has just applied.
+// A pool delta its replica has just applied. Its producer and images are valid only during the
+// delta_tap call: copy what must outlive it.
 struct AppliedDelta {
   const dynamo::kvrelay::v1::ProducerIdentity& producer;  // the pool and its generation
   std::uint64_t sequence;                                 // the replica's, after the delta
@@ -42,7 +43,8 @@ struct ConsumerOptions {
   std::function<void(const dynamo::kvrelay::v1::FilterUpdate&)> frame_tap;
   // Sees every delta once its replica has applied it, on that pool stream's own thread, with the
   // buckets it changed as the replica decoded them (change notifications, latency probes,
-  // without decoding the frame a second time). Same rules as frame_tap.
+  // without decoding the frame a second time). Same rules as frame_tap. Only deltas: a replica
+  // that subscribes again installs a new snapshot, whose changes no tap call reports.
   std::function<void(const AppliedDelta&)> delta_tap;
 };
 
