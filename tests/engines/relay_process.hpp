@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,10 +95,18 @@ class RelayProcess {
     request.set_subscriber_id("test");
     request.set_contract_marker(kMarker);
     StreamReader<Update> windows(request, open);
-    const auto window = windows.until(accept);
-    REQUIRE(window.has_value());
-    windows.cancel();
-    return *window;
+    std::optional<Update> last;  // what the stream last showed, for a failure to say
+    while (auto window = windows.next()) {
+      if (accept(*window)) {
+        windows.cancel();
+        return *window;
+      }
+      last = std::move(window);
+    }
+    const grpc::Status status = windows.finish();
+    INFO("stream ended: " << status.error_message() << "; last update: " << (last ? last->ShortDebugString() : "none"));
+    FAIL("the stream ended before an update was accepted");
+    return {};
   }
 
   Child child_;
