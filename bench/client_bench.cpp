@@ -40,24 +40,25 @@ std::vector<std::uint64_t> half_full(std::uint64_t bucket_count, std::uint64_t s
   return words;
 }
 
-// Deltas of `images` distinct buckets each, applied back to back onto a 2^19-bucket replica.
+// Deltas of `images` distinct buckets each, applied back to back onto a replica of 2^range(1)
+// buckets: 4 MiB fits this host's L3, 32 MiB does not.
 void BM_ReplicaDeltaApply(benchmark::State& state) {
   const auto images = static_cast<std::uint64_t>(state.range(0));
-  constexpr std::uint64_t kBuckets = std::uint64_t{1} << 19;
-  const auto producer = identity(kBuckets);
+  const std::uint64_t buckets = std::uint64_t{1} << state.range(1);
+  const auto producer = identity(buckets);
   std::mt19937_64 rng(3);
   constexpr int kDeltas = 64;
   std::vector<v1::FilterUpdate> deltas;
   std::size_t payload_bytes = 0;
   for (int d = 0; d < kDeltas; ++d) {
     std::vector<BucketImage> delta;
-    const std::uint64_t start = rng() % kBuckets;
-    for (std::uint64_t i = 0; i < images; ++i) delta.push_back({(start + i * 7919) % kBuckets, rng()});
-    auto payload = cbi1::encode_delta({test::kSeed, kBuckets}, kDcId, d, d + 1, delta);
+    const std::uint64_t start = rng() % buckets;
+    for (std::uint64_t i = 0; i < images; ++i) delta.push_back({(start + i * 7919) % buckets, rng()});
+    auto payload = cbi1::encode_delta({test::kSeed, buckets}, kDcId, d, d + 1, delta);
     payload_bytes += payload->size();
     deltas.push_back(test::frame(producer, v1::FILTER_UPDATE_KIND_DELTA, d, d + 1, std::move(*payload)));
   }
-  const auto chunks = snapshot(producer, half_full(kBuckets, 1));
+  const auto chunks = snapshot(producer, half_full(buckets, 1));
   std::size_t applied = 0;
   for (auto _ : state) {
     client::PoolReplica replica(producer, test::relay_identity());  // installing it is not timed
@@ -73,7 +74,13 @@ void BM_ReplicaDeltaApply(benchmark::State& state) {
   state.counters["images/s"] = benchmark::Counter(static_cast<double>(applied * images), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * payload_bytes));
 }
-BENCHMARK(BM_ReplicaDeltaApply)->Arg(64)->Arg(4096)->Arg(349525)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReplicaDeltaApply)
+    ->Args({64, 19})
+    ->Args({4096, 19})
+    ->Args({349525, 19})
+    ->Args({4096, 22})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Decoding, assembling and installing a complete snapshot of 2^k buckets.
 void BM_ReplicaSnapshotInstall(benchmark::State& state) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/bucket_image.hpp"
+#include "core/huge_pages.hpp"
 
 namespace kvrelay::cbi1 {
 
@@ -133,7 +134,7 @@ Result<Decoded> decode_standalone(std::span<const std::uint8_t> frame);
 // onto a zeroed lane; the dense words are the same state without that round trip.
 struct AssembledSnapshot {
   std::uint64_t epoch = 0;
-  std::vector<std::uint64_t> words;  // bucket_count words
+  RandomAccessWords words;  // bucket_count words
 };
 
 // Collects the chunks of one snapshot in order; a stray chunk 0 restarts assembly.
@@ -152,7 +153,7 @@ class SnapshotAssembly {
   std::uint32_t chunk_count_ = 0;
   std::uint32_t next_chunk_ = 0;
   std::uint64_t next_bucket_ = 0;
-  std::vector<std::uint64_t> words_;
+  RandomAccessWords words_;
 };
 
 }  // namespace kvrelay::cbi1

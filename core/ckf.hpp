@@ -250,7 +250,7 @@ class Filter {
   Addressing addressing_;
   std::uint32_t max_kicks_;
   SplitMix64 rng_;
-  std::vector<std::uint64_t, RandomAccessAllocator<std::uint64_t>> words_;
+  RandomAccessWords words_;
   std::uint64_t occupied_ = 0;  // non-empty slots of words_
 };
 

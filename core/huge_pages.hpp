@@ -3,10 +3,12 @@
 // transparent huge pages where the kernel allows (docs/protocol/pools.md#index-layout): with
 // 4 KiB pages nearly every one of their accesses (and prefetches) also misses the TLB.
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <vector>
 
 namespace kvrelay {
 
@@ -40,5 +42,8 @@ struct RandomAccessAllocator {
   void deallocate(T* data, std::size_t) { std::free(data); }
   friend bool operator==(const RandomAccessAllocator&, const RandomAccessAllocator&) = default;
 };
+
+// A filter's bucket words, as the relay's filter and a consumer's replica hold them.
+using RandomAccessWords = std::vector<std::uint64_t, RandomAccessAllocator<std::uint64_t>>;
 
 }  // namespace kvrelay

@@ -48,7 +48,7 @@ class PoolReplica {
   ckf::Addressing addressing_;
   cbi1::SnapshotAssembly assembly_;
   ReplicaPhase phase_ = ReplicaPhase::kAssembling;
-  std::vector<std::uint64_t> words_;
+  RandomAccessWords words_;
   std::vector<std::uint64_t> touched_;  // one bit per bucket, set only while a delta is checked
   std::uint64_t sequence_ = 0;
   std::uint64_t deltas_applied_ = 0;

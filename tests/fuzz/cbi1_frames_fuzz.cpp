@@ -88,7 +88,7 @@ class Consumer {
 
   cbi1::FilterFormat format_;
   cbi1::SnapshotAssembly assembly_;
-  std::vector<std::uint64_t> lane_;
+  RandomAccessWords lane_;
   std::uint64_t epoch_ = 0;
 };
 

@@ -50,13 +50,13 @@ class Replica {
   bool installed() const { return installed_; }
   std::uint64_t sequence() const { return sequence_; }
   std::uint64_t digest() const { return xxh3(words_.data(), words_.size() * 8, 0); }
-  const std::vector<std::uint64_t>& words() const { return words_; }
+  const RandomAccessWords& words() const { return words_; }
 
  private:
   cbi1::FilterFormat format_;
   std::uint64_t dc_id_;
   cbi1::SnapshotAssembly assembly_;
-  std::vector<std::uint64_t> words_;
+  RandomAccessWords words_;
   std::uint64_t sequence_ = 0;
   bool installed_ = false;
 };

@@ -175,7 +175,7 @@ void consume(int id, const std::string& wan_address, Shared& shared, Totals& tot
     ++totals.subscriptions;
     const cbi1::FilterFormat format{producer.ckf_format().seed(), producer.ckf_format().bucket_count()};
     cbi1::SnapshotAssembly assembly(format.bucket_count);
-    std::vector<std::uint64_t> words;
+    RandomAccessWords words;
     std::uint64_t sequence = 0;
     std::uint64_t checked_epoch = shared.quiet_epoch;
     const auto leave_at = Clock::now() + std::chrono::milliseconds(500 + rng() % 5000);

@@ -9,7 +9,9 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
+#include "core/cbi1.hpp"
 #include "core/ckf.hpp"
 #include "core/huge_pages.hpp"
 #include "core/probe_table.hpp"
@@ -46,7 +48,10 @@ bool advised(const void* address) {
 
 }  // namespace
 
-TEST_CASE("a pool's filter words and index tables are advised for huge pages when large, small ones not", "[pool]") {
+TEST_CASE(
+    "a pool's filter words, index tables and a consumer's snapshot lane are advised for huge pages when large, small "
+    "ones not",
+    "[pool]") {
   if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
     WARN("this kernel has no transparent huge pages: the advice is ignored, nothing to check");
     return;
@@ -56,6 +61,8 @@ TEST_CASE("a pool's filter words and index tables are advised for huge pages whe
   CHECK(reinterpret_cast<std::uintptr_t>(large.words().data()) % (std::uintptr_t{2} << 20) == 0);
   CHECK(advised(large.words().data()));
   CHECK(advised(&large.words().back()));
+  // A consumer's snapshot is assembled into the same kind of array, which its replica keeps.
+  static_assert(std::is_same_v<decltype(cbi1::AssembledSnapshot::words), RandomAccessWords>);
   const ckf::Filter small(std::uint64_t{1} << 17, ckf::kDefaultSeed, ckf::kDefaultMaxKicks);  // 1 MiB
   CHECK_FALSE(advised(small.words().data() + small.words().size() / 2));
 

@@ -109,7 +109,7 @@ void check_against_model(const PoolIndex& index, const ReferenceModel& model) {
 // A consumer's view of the pool, built only from CBI1 frames.
 struct Replica {
   cbi1::FilterFormat format;
-  std::vector<std::uint64_t> words;
+  RandomAccessWords words;
   std::uint64_t sequence = 0;
 
   void install(const std::vector<std::string>& chunks) {
