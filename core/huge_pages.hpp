@@ -1,7 +1,8 @@
 #pragma once
-// Memory for large arrays read at random -- a pool's filter words and index tables -- backed by
-// transparent huge pages where the kernel allows (docs/protocol/pools.md#index-layout): with
-// 4 KiB pages nearly every one of their accesses (and prefetches) also misses the TLB.
+// Memory for large arrays read at random -- a pool's filter words and index tables, a consumer
+// replica's lane -- backed by transparent huge pages where the kernel allows
+// (docs/protocol/pools.md#index-layout, docs/consumer.md#shape): with 4 KiB pages nearly every
+// one of their accesses (and prefetches) also misses the TLB.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
