@@ -3,6 +3,7 @@
 // the query side.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "client/lib/backoff.hpp"
@@ -12,6 +13,7 @@
 #include "core/ckf.hpp"
 #include "core/xxh3.hpp"
 #include "tests/client/wire_builders.hpp"
+#include "tests/unit/huge_page_advice.hpp"
 
 using namespace kvrelay;
 using namespace kvrelay::test;
@@ -77,6 +79,19 @@ TEST_CASE("replica: an applied delta hands over its images, nothing else does", 
   CHECK(applied.empty());
   CHECK(replica.apply(delta_frame(producer(1), 6, {{7, 1}, {7, 2}}), &applied)->kind == "DuplicateBucket");
   CHECK(applied.empty());
+}
+
+TEST_CASE("replica: a lane of 4 MiB or more is advised for huge pages, as the relay's filter is", "[client][replica]") {
+  if (!kernel_has_huge_pages()) return;
+  constexpr std::uint64_t kLargeBuckets = std::uint64_t{1} << 19;  // 4 MiB
+  const auto identity = producer(1, 1, 0xDC, kLargeBuckets);
+  PoolReplica replica(identity, relay_identity());
+  const std::vector<std::uint64_t> words(kLargeBuckets, 0x0001000200030004);
+  for (const auto& chunk : snapshot_frames(identity, 5, words)) REQUIRE_FALSE(replica.apply(chunk));
+  REQUIRE(replica.installed());
+  CHECK(std::ranges::equal(replica.words(), words));
+  CHECK(advised(replica.words().data()));
+  CHECK(advised(&replica.words().back()));
 }
 
 TEST_CASE("replica: every fault retires it", "[client][replica]") {
