@@ -1,6 +1,7 @@
 // System-level figures of the relay (issue #3): one publisher's apply rate with and without
-// the gRPC ingest path, event-to-wire latency, fan-out to 64 subscribers, cold snapshot
-// delivery, and heap memory per live block. Prints one table; run through `make bench`.
+// the gRPC ingest path (and what that path carries with nothing applied), event-to-wire
+// latency, fan-out to 64 subscribers, cold snapshot delivery, and heap memory per live block.
+// Prints one table; run through `make bench`.
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <random>
+#include <stdexcept>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -141,17 +143,72 @@ Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) 
 }
 
 // ---- the same through gRPC ingest ----
-double ingest_apply_rate(std::size_t batches, int events, int blocks) {
-  Relay relay = start_relay(batches * events * blocks);
-  const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
+// Streams `input` on one PublishKvEvents call and returns the block stores per second, timed
+// until the server answers (after its last read, and at a relay after the last apply).
+double stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<ingest_v1::KvEventBatch>& input,
+                   std::size_t block_stores) {
   const auto start = Clock::now();
   grpc::ClientContext context;
   ingest_v1::PublishKvEventsResponse response;
-  auto writer = relay.ingest->PublishKvEvents(&context, &response);
+  auto writer = ingest.PublishKvEvents(&context, &response);
   for (const auto& batch : input) writer->Write(batch);
   writer->WritesDone();
-  writer->Finish();
-  return static_cast<double>(batches * events * blocks) / seconds_since(start);
+  if (const auto status = writer->Finish(); !status.ok()) {
+    throw std::runtime_error("PublishKvEvents: " + status.error_message());
+  }
+  return static_cast<double>(block_stores) / seconds_since(start);
+}
+
+double ingest_apply_rate(std::size_t batches, int events, int blocks) {
+  Relay relay = start_relay(batches * events * blocks);
+  const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
+  return stream_rate(*relay.ingest, input, batches * events * blocks);
+}
+
+// ---- the transport alone ----
+// A PublishKvEvents server that parses each batch into an arena of its own, as the ingest
+// gateway does, and drops it: what gRPC carries on these cores with nothing applied.
+class ReadOnlyIngest final : public ingest_v1::RelayIngest::CallbackService {
+  class Reader final : public grpc::ServerReadReactor<ingest_v1::KvEventBatch> {
+   public:
+    explicit Reader(std::atomic<std::size_t>& batches_read) : batches_read_(batches_read) {
+      StartRead(request_.target());
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return Finish(grpc::Status::OK);
+      request_.take();
+      ++batches_read_;
+      StartRead(request_.target());
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    std::atomic<std::size_t>& batches_read_;
+    gateway::ArenaRequests<ingest_v1::KvEventBatch> request_;
+  };
+
+ public:
+  grpc::ServerReadReactor<ingest_v1::KvEventBatch>* PublishKvEvents(grpc::CallbackServerContext*,
+                                                                    ingest_v1::PublishKvEventsResponse*) override {
+    return new Reader(batches_read);
+  }
+  std::atomic<std::size_t> batches_read{0};
+};
+
+double transport_rate(std::size_t batches, int events, int blocks) {
+  ReadOnlyIngest service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  const auto server = builder.BuildAndStart();
+  auto ingest = ingest_v1::RelayIngest::NewStub(
+      grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
+  const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
+  const double rate = stream_rate(*ingest, input, batches * events * blocks);
+  if (service.batches_read != batches) throw std::runtime_error("the read-only server missed batches");
+  server->Shutdown();
+  return rate;
 }
 
 // A subscriber reading frames on its own thread until cancelled.
@@ -376,8 +433,8 @@ MemoryFigures memory_figures() {
 
 }  // namespace
 
-// With arguments, only the named groups run (publisher, ingest, latency, fanout, snapshot,
-// memory): a profile of one part does not sample the others.
+// With arguments, only the named groups run (publisher, ingest, transport, latency, fanout,
+// snapshot, memory): a profile of one part does not sample the others.
 int main(int argc, char** argv) {
   spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
   const std::vector<std::string_view> groups(argv + 1, argv + argc);
@@ -390,6 +447,10 @@ int main(int argc, char** argv) {
   if (runs("ingest")) {
     fmt::print("| Apply rate through gRPC PublishKvEvents (256-block batches) | {:.2f} M block stores/s |\n",
                ingest_apply_rate(4096, 16, 16) / 1e6);
+  }
+  if (runs("transport")) {
+    fmt::print("| The same client into a server that only parses (256-block batches) | {:.2f} M block stores/s |\n",
+               transport_rate(4096, 16, 16) / 1e6);
   }
   if (runs("latency")) {
     for (std::uint32_t rate : {10'000u, 100'000u}) {
