@@ -7,7 +7,11 @@
 #include <spdlog/spdlog.h>
 #include <caf/all.hpp>
 
+#ifdef KVRELAY_TCMALLOC
+#include <gperftools/malloc_extension.h>
+#else
 #include <malloc.h>
+#endif
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -24,6 +28,7 @@
 #include "core/ckf.hpp"
 #include "core/token_hashing.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "grpc_gateway/ingest_service.hpp"
 #include "grpc_gateway/windowed_reader.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
@@ -36,11 +41,20 @@ constexpr std::uint32_t kMarker = 0x4B565231;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Heap bytes in use, by malloc's own count (mmapped chunks included). Unlike resident pages it
-// does not keep what an earlier phase freed, so a figure does not depend on what ran before.
+// Heap bytes in use, by the allocator's own count (cmake/Allocator.cmake). Unlike resident
+// pages it does not keep what an earlier phase freed, so a figure does not depend on what ran
+// before.
 std::size_t heap_in_use() {
-  const struct mallinfo2 info = mallinfo2();
+#ifdef KVRELAY_TCMALLOC
+  std::size_t bytes = 0;
+  if (!MallocExtension::instance()->GetNumericProperty("generic.current_allocated_bytes", &bytes)) {
+    throw std::runtime_error("tcmalloc does not report the bytes allocated");
+  }
+  return bytes;
+#else
+  const struct mallinfo2 info = mallinfo2();  // mmapped chunks included
   return info.uordblks + info.hblkhd;
+#endif
 }
 
 ingest_v1::EndpointRef endpoint() {
@@ -51,17 +65,19 @@ ingest_v1::EndpointRef endpoint() {
   return ref;
 }
 
-// Counts batch outcomes until all expected have come.
+// Counts batch outcomes as they come: wait() for all of them, wait_for() for the first `done`.
 class CountingSink {
  public:
   explicit CountingSink(std::size_t expected) : expected_(expected) {}
   void batch_done() {
     std::lock_guard lock(mutex_);
-    if (++done_ == expected_) finished_.notify_all();
+    ++done_;
+    finished_.notify_all();
   }
-  void wait() {
+  void wait() { wait_for(expected_); }
+  void wait_for(std::size_t done) {
     std::unique_lock lock(mutex_);
-    finished_.wait(lock, [&] { return done_ == expected_; });
+    finished_.wait(lock, [&] { return done_ >= done; });
   }
 
  private:
@@ -84,7 +100,13 @@ double publisher_apply_rate(std::size_t batches, int events, int blocks) {
   const auto input = bench::store_batches(batches, events, blocks, 1, endpoint());
   auto sink = std::make_shared<CountingSink>(batches);
   const auto start = Clock::now();
+  // As a PublishKvEvents stream feeds its publisher: at most a read window of batches not yet
+  // answered (grpc_gateway/windowed_reader.hpp), never the whole input queued at once.
+  const std::size_t window = gateway::IngestServiceConfig{}.read_window;
+  std::size_t sent = 0;
   for (const auto& batch : input) {
+    if (sent >= window) sink->wait_for(sent - window + 1);
+    ++sent;
     auto reply = std::make_shared<Reply<BatchOutcome>>([sink](const BatchOutcome&) { sink->batch_done(); },
                                                        BatchOutcome{.lost = true});
     // Handed on as the ingest gateway hands a batch it read: parsed into an arena of its own.

@@ -14,6 +14,7 @@ PACKAGES=(
   libyaml-cpp-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libcpp-httplib-dev
   libbenchmark-dev nlohmann-json3-dev libabsl-dev
+  libgoogle-perftools-dev
   clang-14 clang-format-14
   python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack
   curl unzip
