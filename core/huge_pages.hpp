@@ -17,7 +17,9 @@ namespace kvrelay {
 // boundary and its whole 2 MiB pages are advised for huge pages before anything touches them
 // (the partial page at its end is not, so that the advice commits no memory past the array);
 // smaller arrays are plain heap memory. A kernel with transparent huge pages off ignores the
-// advice. Throws std::bad_alloc when out of memory.
+// advice. From 64 KiB on, its whole pages are mapped in before it is returned, in one call
+// rather than one page fault per page: a caller is about to write all of them. Throws
+// std::bad_alloc when out of memory.
 void* allocate_random_access(std::size_t bytes);
 
 struct RandomAccessDeleter {

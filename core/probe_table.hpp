@@ -247,7 +247,7 @@ class ProbeTable {
   [[gnu::noinline]] void rebuild(std::size_t capacity, ForEachLive& for_each_live) {
     ProbeTable fresh;
     fresh.capacity_ = capacity;
-    fresh.control_ = std::make_unique_for_overwrite<std::int8_t[]>(control_bytes(capacity));
+    fresh.control_ = make_random_access_array<std::int8_t>(control_bytes(capacity));
     std::fill_n(fresh.control_.get(), control_bytes(capacity), probe_detail::kEmpty);
     fresh.slots_ = make_random_access_array<Slot>(capacity);
     fresh.size_ = size_;
@@ -255,7 +255,7 @@ class ProbeTable {
     *this = std::move(fresh);
   }
 
-  std::unique_ptr<std::int8_t[]> control_;  // control_bytes(capacity_): sentinel, slots, sentinel
+  RandomAccessArray<std::int8_t> control_;  // control_bytes(capacity_): sentinel, slots, sentinel
   RandomAccessArray<Slot> slots_;
   std::size_t capacity_ = 0;
   std::size_t size_ = 0;

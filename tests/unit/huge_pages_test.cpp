@@ -1,8 +1,12 @@
 // Large random-access arrays start on a huge page's boundary and are advised for transparent huge
-// pages (core/huge_pages.hpp).
+// pages, and arrays of 64 KiB or more are mapped in before they are returned (core/huge_pages.hpp).
+#include <sys/mman.h>
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/ckf.hpp"
 #include "core/huge_pages.hpp"
@@ -29,4 +33,37 @@ TEST_CASE("a pool's filter words and index tables are advised for huge pages whe
         [&](auto emit) { table.for_each([&](std::size_t, std::uint64_t held) { emit(mix_key(held), held); }); });
   }
   CHECK(advised(&table.at(table.capacity() / 2)));
+}
+
+namespace {
+
+// Whether every whole page inside [data, data + bytes) is mapped in (mincore).
+bool resident(const void* data, std::size_t bytes) {
+  constexpr std::uintptr_t kPage = 4096;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + kPage - 1) & ~(kPage - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(kPage - 1);
+  std::vector<unsigned char> pages((end - begin) / kPage);
+  REQUIRE(mincore(reinterpret_cast<void*>(begin), end - begin, pages.data()) == 0);
+  return std::all_of(pages.begin(), pages.end(), [](unsigned char page) { return (page & 1) != 0; });
+}
+
+// False, with a warning, on a kernel before 5.14: it has no MADV_POPULATE_WRITE.
+bool kernel_populates() {
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(page != MAP_FAILED);
+  const bool supported = madvise(page, 4096, MADV_POPULATE_WRITE) == 0;
+  munmap(page, 4096);
+  if (!supported) WARN("this kernel cannot populate memory in advance: nothing to check");
+  return supported;
+}
+
+}  // namespace
+
+TEST_CASE("random-access arrays of 64 KiB or more are mapped in before they are returned", "[pool]") {
+  if (!kernel_populates()) return;
+  for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{24} << 20}) {
+    const auto array = make_random_access_array<std::uint8_t>(bytes);
+    INFO(bytes << " bytes");
+    CHECK(resident(array.get(), bytes));
+  }
 }
