@@ -2,6 +2,8 @@
 // the gRPC ingest path (and what that path carries with nothing applied), event-to-wire
 // latency, fan-out to 64 subscribers, cold snapshot delivery, and heap memory per live block.
 // Prints one table; run through `make bench`.
+#include <sys/resource.h>
+
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -40,6 +42,34 @@ namespace {
 constexpr std::uint32_t kMarker = 0x4B565231;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& time) { return static_cast<double>(time.tv_sec) + time.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// A timed run's block stores per second, and how many cores the whole process kept busy
+// meanwhile (relay, clients and benchmark together): near the cores it may use, the run is
+// bound by CPU; well below, by hand-offs between threads.
+struct Throughput {
+  double per_second = 0;
+  double busy_cores = 0;
+};
+
+// Times the span from construction to finish(`count`).
+class ThroughputClock {
+ public:
+  Throughput finish(std::size_t count) const {
+    const double elapsed = seconds_since(start_);
+    return {static_cast<double>(count) / elapsed, (process_cpu_seconds() - cpu_start_) / elapsed};
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  double cpu_start_ = process_cpu_seconds();
+};
 
 // Heap bytes in use, by the allocator's own count (cmake/Allocator.cmake). Unlike resident
 // pages it does not keep what an earlier phase freed, so a figure does not depend on what ran
@@ -88,7 +118,7 @@ class CountingSink {
 };
 
 // ---- one publisher, no transport ----
-double publisher_apply_rate(std::size_t batches, int events, int blocks) {
+Throughput publisher_apply_rate(std::size_t batches, int events, int blocks) {
   caf::actor_system_config config;
   configure_actor_scheduler(config, kDefaultActorThreads);  // as the relay runs its publishers
   caf::actor_system system(config);
@@ -99,7 +129,7 @@ double publisher_apply_rate(std::size_t batches, int events, int blocks) {
   auto actor = system.spawn(pool_publisher, publisher);
   const auto input = bench::store_batches(batches, events, blocks, 1, endpoint());
   auto sink = std::make_shared<CountingSink>(batches);
-  const auto start = Clock::now();
+  const ThroughputClock clock;
   // As a PublishKvEvents stream feeds its publisher: at most a read window of batches not yet
   // answered (grpc_gateway/windowed_reader.hpp), never the whole input queued at once.
   const std::size_t window = gateway::IngestServiceConfig{}.read_window;
@@ -116,9 +146,9 @@ double publisher_apply_rate(std::size_t batches, int events, int blocks) {
                    steady_now_ns());
   }
   sink->wait();
-  const double elapsed = seconds_since(start);
+  const Throughput throughput = clock.finish(batches * events * blocks);
   caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  return static_cast<double>(batches * events * blocks) / elapsed;
+  return throughput;
 }
 
 struct Relay {
@@ -167,9 +197,9 @@ Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) 
 // ---- the same through gRPC ingest ----
 // Streams `input` on one PublishKvEvents call and returns the block stores per second, timed
 // until the server answers (after its last read, and at a relay after the last apply).
-double stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<ingest_v1::KvEventBatch>& input,
-                   std::size_t block_stores) {
-  const auto start = Clock::now();
+Throughput stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<ingest_v1::KvEventBatch>& input,
+                       std::size_t block_stores) {
+  const ThroughputClock clock;
   grpc::ClientContext context;
   ingest_v1::PublishKvEventsResponse response;
   auto writer = ingest.PublishKvEvents(&context, &response);
@@ -178,10 +208,10 @@ double stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<inges
   if (const auto status = writer->Finish(); !status.ok()) {
     throw std::runtime_error("PublishKvEvents: " + status.error_message());
   }
-  return static_cast<double>(block_stores) / seconds_since(start);
+  return clock.finish(block_stores);
 }
 
-double ingest_apply_rate(std::size_t batches, int events, int blocks) {
+Throughput ingest_apply_rate(std::size_t batches, int events, int blocks) {
   Relay relay = start_relay(batches * events * blocks);
   const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
   return stream_rate(*relay.ingest, input, batches * events * blocks);
@@ -217,7 +247,7 @@ class ReadOnlyIngest final : public ingest_v1::RelayIngest::CallbackService {
   std::atomic<std::size_t> batches_read{0};
 };
 
-double transport_rate(std::size_t batches, int events, int blocks) {
+Throughput transport_rate(std::size_t batches, int events, int blocks) {
   ReadOnlyIngest service;
   grpc::ServerBuilder builder;
   int port = 0;
@@ -227,10 +257,10 @@ double transport_rate(std::size_t batches, int events, int blocks) {
   auto ingest = ingest_v1::RelayIngest::NewStub(
       grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
   const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
-  const double rate = stream_rate(*ingest, input, batches * events * blocks);
+  const Throughput throughput = stream_rate(*ingest, input, batches * events * blocks);
   if (service.batches_read != batches) throw std::runtime_error("the read-only server missed batches");
   server->Shutdown();
-  return rate;
+  return throughput;
 }
 
 // A subscriber reading frames on its own thread until cancelled.
@@ -462,17 +492,19 @@ int main(int argc, char** argv) {
   const std::vector<std::string_view> groups(argv + 1, argv + argc);
   auto runs = [&](std::string_view group) { return groups.empty() || std::ranges::count(groups, group) > 0; };
   fmt::print("| Measurement | Result |\n| --- | --- |\n");
+  auto print_throughput = [](std::string_view measurement, const Throughput& throughput) {
+    fmt::print("| {} | {:.2f} M block stores/s (process busy {:.2f} cores) |\n", measurement,
+               throughput.per_second / 1e6, throughput.busy_cores);
+  };
   if (runs("publisher")) {
-    fmt::print("| Publisher apply rate, no transport (256-block batches) | {:.2f} M block stores/s |\n",
-               publisher_apply_rate(4096, 16, 16) / 1e6);
+    print_throughput("Publisher apply rate, no transport (256-block batches)", publisher_apply_rate(4096, 16, 16));
   }
   if (runs("ingest")) {
-    fmt::print("| Apply rate through gRPC PublishKvEvents (256-block batches) | {:.2f} M block stores/s |\n",
-               ingest_apply_rate(4096, 16, 16) / 1e6);
+    print_throughput("Apply rate through gRPC PublishKvEvents (256-block batches)", ingest_apply_rate(4096, 16, 16));
   }
   if (runs("transport")) {
-    fmt::print("| The same client into a server that only parses (256-block batches) | {:.2f} M block stores/s |\n",
-               transport_rate(4096, 16, 16) / 1e6);
+    print_throughput("The same client into a server that only parses (256-block batches)",
+                     transport_rate(4096, 16, 16));
   }
   if (runs("latency")) {
     for (std::uint32_t rate : {10'000u, 100'000u}) {
