@@ -2,10 +2,12 @@
 // prefix query, CBI1 snapshot and delta encoding, and a pool's re-layout into twice the
 // buckets. Run through `make bench`.
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "core/cbi1.hpp"
@@ -337,5 +339,39 @@ void BM_PoolChurn(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(kEventBlocks), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PoolChurn)->Arg(16)->Arg(20)->Unit(benchmark::kMicrosecond);
+
+// Writing 64 MiB of memory new to the process, in 4 KiB pages or advised for huge pages
+// (range 1), faulted in page by page by the writes or mapped in first in one call (range 0 or
+// 1): what a table growing into fresh memory pays per byte beyond the write itself
+// (core/huge_pages.hpp maps its arrays in first).
+void BM_FirstTouch(benchmark::State& state) {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  const bool huge = state.range(0) != 0;
+  const bool populate = state.range(1) != 0;
+  for (auto _ : state) {
+    void* memory = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return state.SkipWithError("mmap failed");
+    if (huge) madvise(memory, kBytes, MADV_HUGEPAGE);
+    const auto started = std::chrono::steady_clock::now();
+    if (populate && madvise(memory, kBytes, MADV_POPULATE_WRITE) != 0) {
+      munmap(memory, kBytes);
+      return state.SkipWithError("this kernel cannot populate memory in advance");
+    }
+    std::memset(memory, 1, kBytes);
+    benchmark::DoNotOptimize(memory);
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    munmap(memory, kBytes);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBytes));
+}
+BENCHMARK(BM_FirstTouch)
+    ->ArgNames({"huge", "populate"})
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->UseManualTime()
+    ->Iterations(5)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
