@@ -2,7 +2,7 @@
 // the gRPC ingest path (and what that path carries with nothing applied), event-to-wire
 // latency, fan-out to 64 subscribers, cold snapshot delivery, and heap memory per live block.
 // Prints one table; run through `make bench`.
-#include <sys/resource.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -25,6 +25,7 @@
 
 #include "actors/pool_publisher.hpp"
 #include "app/relay_runtime.hpp"
+#include "bench/load/process_usage.hpp"
 #include "bench/store_batches.hpp"
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
@@ -43,12 +44,7 @@ constexpr std::uint32_t kMarker = 0x4B565231;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-double process_cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& time) { return static_cast<double>(time.tv_sec) + time.tv_usec / 1e6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
+double process_cpu_seconds() { return bench::process_usage(getpid()).value().cpu_seconds; }
 
 // A timed run's block stores per second, and how many cores the whole process kept busy
 // meanwhile (relay, clients and benchmark together): near the cores it may use, the run is

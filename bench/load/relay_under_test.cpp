@@ -125,25 +125,4 @@ std::optional<ProcessUsage> RelayUnderTest::usage() const {
   return process_usage(pid_);
 }
 
-std::optional<ProcessUsage> process_usage(pid_t pid) {
-  const std::string proc = "/proc/" + std::to_string(pid);
-  const std::string stat = read_file(proc + "/stat");
-  // Fields after the command name, which is in parentheses and may hold spaces: utime and
-  // stime are fields 14 and 15 of the whole line, 12 and 13 after the closing parenthesis.
-  const auto name_end = stat.rfind(')');
-  if (name_end == std::string::npos) return std::nullopt;
-  std::istringstream fields(stat.substr(name_end + 2));
-  std::string skip;
-  for (int i = 0; i < 11; ++i) fields >> skip;
-  double user_ticks = 0, system_ticks = 0;
-  fields >> user_ticks >> system_ticks;
-  ProcessUsage usage;
-  usage.cpu_seconds = (user_ticks + system_ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  std::istringstream status(read_file(proc + "/status"));
-  for (std::string line; std::getline(status, line);) {
-    if (line.starts_with("VmRSS:")) usage.resident_bytes = std::stoull(line.substr(6)) * 1024;
-  }
-  return usage;
-}
-
 }  // namespace kvrelay::bench

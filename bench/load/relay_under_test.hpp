@@ -11,15 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "bench/load/process_usage.hpp"
+
 namespace kvrelay::bench {
-
-struct ProcessUsage {
-  double cpu_seconds = 0;  // user + system, all threads
-  std::uint64_t resident_bytes = 0;
-};
-
-// A process's usage read from /proc/PID; nullopt once it is gone.
-std::optional<ProcessUsage> process_usage(pid_t pid);
 
 class RelayUnderTest {
  public:
