@@ -1,7 +1,7 @@
 #pragma once
 // The relay kvrelay-bench drives: a kv-relay process it starts on loopback, or one already
 // running that it attaches to. Either way the bench reads the relay's CPU time and resident
-// memory from /proc of its pid, so relay and clients are measured apart.
+// memory by its pid (bench/load/process_usage.hpp), so relay and clients are measured apart.
 #include <sys/types.h>
 
 #include <chrono>
