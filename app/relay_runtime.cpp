@@ -126,6 +126,9 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  // gRPC binds with SO_REUSEPORT by default: a second relay given a taken port would start and
+  // take a share of the first one's new connections instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   // docs/protocol/decisions.md#d7 and docs/protocol/decisions.md#d24: server keepalive 20 s / 10 s;
@@ -210,6 +213,33 @@ std::optional<std::uint64_t> memory_budget(const RelayOptions& options) {
   if (budget == std::uint64_t{0}) return std::nullopt;
   if (budget) spdlog::info("memory budget: {} bytes for every pool's filter and lineage", *budget);
   return budget;
+}
+
+// Ends the core actors and waits until every actor is done (publishers and streams go with
+// them), then stops the engine feeds' I/O and the actor system. The supervisor must have been
+// told of the shutdown first, or it reports the exits as failures.
+void stop_actors(RelayRuntime::Impl& impl) {
+  for (const caf::actor& actor :
+       {caf::actor_cast<caf::actor>(impl.catalog), caf::actor_cast<caf::actor>(impl.topology),
+        caf::actor_cast<caf::actor>(impl.load), caf::actor_cast<caf::actor>(impl.serving_load),
+        caf::actor_cast<caf::actor>(impl.membership), caf::actor_cast<caf::actor>(impl.encoders)}) {
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+  impl.system->await_all_actors_done();
+  impl.zmq_io.reset();
+  impl.http.reset();
+  impl.system.reset();
+}
+
+// A start that fails once the actors run: a listener already open closes and the actors are
+// stopped. Left to the actor system's destructor, they would be waited for, and the load
+// windows' and samplers' timers keep them alive for ever: the start would never return.
+std::unexpected<std::string> abandon_start(RelayRuntime::Impl& impl, std::string error) {
+  if (impl.ingest_server) impl.ingest_server->Shutdown(std::chrono::system_clock::now());
+  caf::anon_send(impl.supervisor, atoms::shutdown_atom_v,
+                 RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "relay start failed"));
+  stop_actors(impl);
+  return std::unexpected(std::move(error));
 }
 
 }  // namespace
@@ -304,7 +334,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
       [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
   if (options.topology) {
     if (auto loaded = load_topology(system, *options.topology, impl->membership, impl->serving_load); !loaded) {
-      return std::unexpected(loaded.error());
+      return abandon_start(*impl, loaded.error());
     }
   }
 
@@ -335,11 +365,11 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), "kvrelay.ingest.v1.RelayIngest",
                              options, &impl->ingest_address);
-  if (!ingest) return std::unexpected(ingest.error());
+  if (!ingest) return abandon_start(*impl, ingest.error());
   impl->ingest_server = std::move(*ingest);
   auto wan = start_server(options.listen, impl->relay_service.get(), "dynamo.kvrelay.v1.KvEventRelay", options,
                           &impl->wan_address);
-  if (!wan) return std::unexpected(wan.error());
+  if (!wan) return abandon_start(*impl, wan.error());
   impl->wan_server = std::move(*wan);
   spdlog::info("relay started: wan={} ingest={} metrics={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,
                impl->ingest_address, impl->metrics_address.empty() ? "off" : impl->metrics_address, impl->dc_id,
@@ -440,16 +470,7 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   impl_->ingest_server->Shutdown(deadline);
   impl_->wan_server->Wait();
   impl_->ingest_server->Wait();
-  for (const caf::actor& actor :
-       {caf::actor_cast<caf::actor>(impl_->catalog), caf::actor_cast<caf::actor>(impl_->topology),
-        caf::actor_cast<caf::actor>(impl_->load), caf::actor_cast<caf::actor>(impl_->serving_load),
-        caf::actor_cast<caf::actor>(impl_->membership), caf::actor_cast<caf::actor>(impl_->encoders)}) {
-    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  }
-  impl_->system->await_all_actors_done();
-  impl_->zmq_io.reset();
-  impl_->http.reset();
-  impl_->system.reset();
+  stop_actors(*impl_);
   spdlog::info("relay stopped");
 }
 

@@ -1,0 +1,54 @@
+// A start that fails after the actor system is up returns its error and leaves nothing running:
+// the actors it spawned are stopped, not waited for (docs/operations.md#startup).
+#include <catch2/catch.hpp>
+
+#include "tests/integration/harness.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+
+namespace {
+
+ingest_v1::TopologyFile two_workers_on_one_endpoint() {
+  ingest_v1::TopologyFile file;
+  file.set_version(1);
+  auto* endpoint = file.add_endpoints();
+  *endpoint->mutable_endpoint() = endpoint_ref("prod", "backend");
+  for (std::uint64_t id : {1, 2}) {
+    const auto request = put_worker_request(endpoint->endpoint(), id);
+    auto* worker = endpoint->add_workers();
+    worker->set_worker_id(id);
+    *worker->mutable_card() = request.card();
+    *worker->mutable_kv_sources() = request.kv_sources();
+  }
+  return file;
+}
+
+}  // namespace
+
+TEST_CASE("startup: a start that fails once the actors run returns its error", "[startup]") {
+  TestRelay running;
+  auto options = loopback_options();
+
+  SECTION("the WAN address is taken") {
+    options.listen = running.runtime().wan_address();
+    const auto started = RelayRuntime::start(options);
+    REQUIRE_FALSE(started.has_value());
+    CHECK(started.error() == "cannot listen on " + running.runtime().wan_address());
+  }
+  SECTION("the ingest address is taken") {
+    options.ingest_listen = running.runtime().ingest_address();
+    const auto started = RelayRuntime::start(options);
+    REQUIRE_FALSE(started.has_value());
+    CHECK(started.error() == "cannot listen on " + running.runtime().ingest_address());
+  }
+  SECTION("membership refuses the topology file") {
+    options.max_workers_per_endpoint = 1;
+    options.topology = two_workers_on_one_endpoint();
+    const auto started = RelayRuntime::start(options);
+    REQUIRE_FALSE(started.has_value());
+    CHECK_THAT(started.error(), Catch::StartsWith("topology: "));
+  }
+  // The relay that was running is untouched.
+  CHECK(running.get_state().endpoints_size() == 0);
+}
