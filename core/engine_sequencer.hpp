@@ -125,7 +125,9 @@ class Sequencer {
     expected_ = from;
     replay_ = Replay{};
     step.request_replay = from;
-    buffered_.push_back({seq, std::move(batch)});
+    // First in line: a drain found this gap in the batch it took from the front, and the live
+    // batches still held came after it.
+    buffered_.push_front({seq, std::move(batch)});
   }
 
   // The replay cannot close the gap: the source starts over from the live batches that

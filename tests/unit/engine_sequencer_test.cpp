@@ -142,6 +142,33 @@ TEST_CASE("a gap found among the batches buffered during a replay starts another
   CHECK(step.apply.empty());
 }
 
+TEST_CASE("the second replay of a drain keeps the later live batches behind the one that found the gap",
+          "[engine_sequencer]") {
+  Seq sequencer(true, 100);
+  sequencer.on_live(0, 0);
+  sequencer.on_live(1, 1);
+  REQUIRE(sequencer.on_live(4, 4).request_replay == 2u);
+  for (std::uint64_t seq : {5, 7, 8}) CHECK(sequencer.on_live(seq, seq).apply.empty());  // 6 lost as well
+  sequencer.on_replay(2, 2);
+  sequencer.on_replay(3, 3);
+  sequencer.on_replay(4, 4);
+  auto step = sequencer.on_replay_end();
+  CHECK(applied(step) == std::vector<std::uint64_t>{5});
+  REQUIRE(step.request_replay == 6u);
+  std::vector<std::uint64_t> order;
+  for (std::uint64_t seq : {6, 7, 8}) {
+    step = sequencer.on_replay(seq, seq);
+    CHECK_FALSE(step.reset);
+    order.insert(order.end(), step.apply.begin(), step.apply.end());
+  }
+  step = sequencer.on_replay_end();
+  CHECK_FALSE(step.reset);  // nothing was lost and the engine never restarted
+  order.insert(order.end(), step.apply.begin(), step.apply.end());
+  CHECK(order == std::vector<std::uint64_t>{6, 7, 8});  // the live 7 and 8 came by replay
+  CHECK_FALSE(sequencer.replaying());
+  CHECK(applied(sequencer.on_live(9, 9)) == std::vector<std::uint64_t>{9});
+}
+
 TEST_CASE("engine frames: live, replay and the end-of-replay marker", "[engine_sequencer]") {
   const std::string topic = "kv", seq = replay_request(258), payload = "\x93\x01\x90\xc0";
   const auto frame = [](const std::string& s) { return Frame(reinterpret_cast<const std::byte*>(s.data()), s.size()); };
