@@ -100,6 +100,7 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
       [=](atoms::forget_load_atom, const EndpointKey& endpoint, std::uint64_t worker_id) {
         if (const auto pool = self->state.pools.find(endpoint); pool != self->state.pools.end()) {
           pool->second.load.forget_worker(worker_id);
+          publish_coverage(pool->second);
         }
       },
       [=](atoms::subscribe_atom, const UpdateStreamActor<LoadBroadcast>& stream) {

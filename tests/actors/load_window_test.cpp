@@ -89,3 +89,32 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   CHECK(windows[1]->message().pools(0).kv_observed_ranks() == 1);
   CHECK(windows[1]->message().pools(0).kv_expected_ranks() == 1);
 }
+
+TEST_CASE("load window actor: forgetting a worker's load lowers the published coverage", "[actors][load]") {
+  ActorFixture fixture;
+  auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
+  LoadPool pool = one_pool();
+  pool.stats = std::make_shared<metrics::PoolStats>();
+  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{pool});
+  fixture.run();
+  CHECK(pool.stats->expected_ranks.load() == 1);
+  CHECK(pool.stats->observed_ranks.load() == 0);
+
+  ingest_v1::LoadReport report;
+  report.mutable_endpoint()->set_namespace_("prod");
+  report.mutable_endpoint()->set_component("backend");
+  report.mutable_endpoint()->set_endpoint("generate");
+  report.set_worker_id(1);
+  report.set_kv_used_blocks(40);
+  caf::anon_send(
+      window, atoms::report_atom_v,
+      LoadReportBatch{{report}, std::make_shared<Reply<LoadOutcome>>([](const LoadOutcome&) {}, LoadOutcome{0, 1})});
+  fixture.run();
+  CHECK(pool.stats->observed_ranks.load() == 1);
+
+  // As the engine scraper sends it after a worker's scrapes keep failing.
+  caf::anon_send(window, atoms::forget_load_atom_v, pool.endpoint, std::uint64_t{1});
+  fixture.run();
+  CHECK(pool.stats->observed_ranks.load() == 0);
+  CHECK(pool.stats->expected_ranks.load() == 1);
+}
