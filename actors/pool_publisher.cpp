@@ -210,6 +210,18 @@ void growth_refused(Self self, std::string reason) {
 // fenced and rebuilt rather than the one event rejected.
 bool breaks_index(const EventResult& result) { return result.error == EventError::kIndexerInvariantViolation; }
 
+// A source starting over (a new epoch, or its rank gone): its blocks leave the pool. A clear
+// that finds the index contradicting itself stops there and fences, as a Cleared event does.
+void reset_source(Self self, SourceKey source, std::int64_t receipt_ns) {
+  auto& state = self->state;
+  ++state.source_resets;
+  count_event(self, receipt_ns);
+  if (state.index->clear(source) == EventError::kIndexerInvariantViolation) {
+    fence(self, fmt::format("index invariant violated resetting worker {} rank {}", source.worker_id, source.dp_rank),
+          {});
+  }
+}
+
 void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns, BatchOutcome& outcome) {
   auto& state = self->state;
   const SourceKey source{batch.worker_id(), batch.dp_rank()};
@@ -328,26 +340,20 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
   return {
       [=](atoms::apply_batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchReplyPtr& reply,
           std::int64_t receipt_ns) {
+        if (reset_first && !self->state.fenced) reset_source(self, {batch->worker_id(), batch->dp_rank()}, receipt_ns);
         if (self->state.fenced) {  // the source starts over on the next generation
           (*reply)(BatchOutcome{false, false, 0});
           return;
         }
         BatchOutcome outcome{true, reset_first, 0};
-        if (reset_first) {
-          self->state.index->clear({batch->worker_id(), batch->dp_rank()});
-          ++self->state.source_resets;
-          count_event(self, receipt_ns);
-        }
         apply_batch(self, *batch, receipt_ns, outcome);
         publish_stats(self);
         (*reply)(outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {
         if (self->state.fenced) return;
-        self->state.index->clear(source);
-        ++self->state.source_resets;
-        count_event(self, steady_now_ns());
-        publish_or_arm_delay(self);
+        reset_source(self, source, steady_now_ns());
+        if (!self->state.fenced) publish_or_arm_delay(self);
         publish_stats(self);
       },
       [=](atoms::attach_atom, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {

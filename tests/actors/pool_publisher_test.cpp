@@ -223,10 +223,26 @@ TEST_CASE("publisher actor: an index invariant violation fences the generation",
   auto [stream, inbox] = under_test.attach();
   under_test.send(stores(100, 1));
   caf::anon_send(under_test.publisher, atoms::evict_atom_v, std::uint64_t{0x9E3779B97F4A7C15ULL * 100});
-  auto removal = std::make_shared<ingest_v1::KvEventBatch>();
-  removal->set_worker_id(1);
-  removal->add_events()->mutable_removed()->add_block_hashes(100);
-  under_test.send(removal);
+  SECTION("found by a removal") {
+    auto removal = std::make_shared<ingest_v1::KvEventBatch>();
+    removal->set_worker_id(1);
+    removal->add_events()->mutable_removed()->add_block_hashes(100);
+    under_test.send(removal);
+  }
+  SECTION("found by the reset of a source that starts a new epoch") {
+    auto reply = std::make_shared<Reply<BatchOutcome>>(
+        [sink = under_test.sink](const BatchOutcome& outcome) { sink->outcomes.push_back(outcome); },
+        BatchOutcome{.lost = true});
+    caf::anon_send(under_test.publisher, atoms::apply_batch_atom_v, stores(200, 1), true, std::move(reply),
+                   std::int64_t{0});
+    fixture.run();
+    REQUIRE(under_test.sink->outcomes.size() == 2);
+    CHECK_FALSE(under_test.sink->outcomes[1].applied);  // the source starts over on the next generation
+  }
+  SECTION("found by the reset of a source whose rank is gone") {
+    caf::anon_send(under_test.publisher, atoms::reset_atom_v, SourceKey{1, 0});
+    fixture.run();
+  }
   REQUIRE(ending_of(*inbox).has_value());
   CHECK(ending_of(*inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
   CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
