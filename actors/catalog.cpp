@@ -56,8 +56,7 @@ CatalogActor::behavior_type catalog(Self self, std::shared_ptr<CatalogRegistry> 
   return {
       [=](atoms::catalog_atom, std::vector<CatalogEntry>& entries) { replace_pools(self, std::move(entries)); },
       [=](atoms::subscribe_atom, const UpdateStreamActor<CatalogBroadcast>& stream) {
-        self->state.streams.add(self, stream);
-        self->send(stream, atoms::update_atom_v, self->state.current);
+        if (self->state.streams.add(self, stream)) self->send(stream, atoms::update_atom_v, self->state.current);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },

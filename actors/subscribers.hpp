@@ -4,6 +4,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -15,10 +16,17 @@ class Subscribers {
  public:
   using Stream = UpdateStreamActor<Message>;
 
+  // Adds `stream`, true. Once end_all has run, ends it at once with the same status instead,
+  // false: a stream admitted just before a drain began may subscribe after its source closed.
   template <class Self>
-  void add(Self self, const Stream& stream) {
+  bool add(Self self, const Stream& stream) {
+    if (closing_) {
+      self->send(stream, atoms::end_stream_atom_v, *closing_);
+      return false;
+    }
     self->monitor(stream);
     streams_.push_back(stream);
+    return true;
   }
 
   // Call from the owner's down handler.
@@ -38,12 +46,14 @@ class Subscribers {
       self->send(stream, atoms::end_stream_atom_v, status);
     }
     streams_.clear();
+    closing_ = status;
   }
 
   std::size_t size() const { return streams_.size(); }
 
  private:
   std::vector<Stream> streams_;
+  std::optional<RpcStatus> closing_;  // set by end_all: the publisher takes no more streams
 };
 
 }  // namespace kvrelay

@@ -66,8 +66,7 @@ TopologyProjectorActor::behavior_type topology_projector(Self self, v1::RelayIde
   return {
       [=](atoms::facts_atom, const std::vector<readiness::EndpointFacts>& facts) { reproject(self, facts); },
       [=](atoms::subscribe_atom, const UpdateStreamActor<ReadinessBroadcast>& stream) {
-        self->state.streams.add(self, stream);
-        self->send(stream, atoms::update_atom_v, self->state.current);
+        if (self->state.streams.add(self, stream)) self->send(stream, atoms::update_atom_v, self->state.current);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.streams.end_all(self, status); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },

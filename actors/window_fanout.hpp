@@ -29,8 +29,7 @@ class WindowFanout {
 
   template <class Self>
   void subscribe(Self self, const UpdateStreamActor<Message>& stream) {
-    streams_.add(self, stream);
-    self->send(stream, atoms::update_atom_v, current_);
+    if (streams_.add(self, stream)) self->send(stream, atoms::update_atom_v, current_);
   }
 
   // Call from the tick handler.

@@ -84,6 +84,14 @@ struct Inbox {
   }
 };
 
+// The status a recorded stream was ended with, if it was.
+inline std::optional<RpcStatus> ending_of(const Inbox& inbox) {
+  for (const auto& message : inbox.messages) {
+    if (message.match_elements<atoms::end_stream_atom, RpcStatus>()) return message.get_as<RpcStatus>(1);
+  }
+  return std::nullopt;
+}
+
 inline caf::actor spawn_recorder(ActorFixture& fixture, std::shared_ptr<Inbox> inbox) {
   // The inbox is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
   // when a function actor takes none (UBSan reports it).

@@ -90,13 +90,6 @@ std::vector<PoolDeltaMsg> deltas_in(const Inbox& inbox) {
   return deltas;
 }
 
-std::optional<RpcStatus> ending_of(const Inbox& inbox) {
-  for (const auto& message : inbox.messages) {
-    if (message.match_elements<atoms::end_stream_atom, RpcStatus>()) return message.get_as<RpcStatus>(1);
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 TEST_CASE("publisher actor: a new stream gets a snapshot at the published sequence", "[actors][publisher]") {
