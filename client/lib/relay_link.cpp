@@ -37,6 +37,12 @@ RelayLink::RelayLink(std::string target, const ConsumerOptions& options, std::sh
   arguments.SetMaxReceiveMessageSize(options_.max_receive_bytes);
   // Pool streams must stay on one connection: each relay replica has its own identity.
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A server stream sends the relay nothing, so without pings of its own the consumer would
+  // wait on a dead connection for ever. The relay accepts pings at any rate (d24); gRPC stops
+  // pinging after two pings without data sent unless told otherwise.
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time.count()));
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.keepalive_timeout.count()));
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), arguments);
   stub_ = v1::KvEventRelay::NewStub(channel_);
 }

@@ -52,7 +52,7 @@ TEST_CASE("broadcast publishers end a stream that subscribes after their shutdow
   }
   SECTION("serving load") {
     subscribe_after_shutdown<ServingLoadBroadcast>(
-        fixture, fixture.spawn(serving_load_window, ServingLoadWindowConfig{v1::RelayIdentity{}, kWindow,
-                                                                            {kWindow, kWindow}, nullptr}));
+        fixture, fixture.spawn(serving_load_window,
+                               ServingLoadWindowConfig{v1::RelayIdentity{}, kWindow, {kWindow, kWindow}, nullptr}));
   }
 }

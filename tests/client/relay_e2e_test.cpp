@@ -279,6 +279,33 @@ ingest_v1::KvEventBatch store_tokens(const ingest_v1::EndpointRef& endpoint, con
   return batch;
 }
 
+struct RelayProcess {
+  Child child;
+  std::string wan, ingest;
+};
+
+// A kv-relay subprocess (dc "dc-east") serving one pool, Eagle windows of 9 tokens, from its
+// topology file; `name` keeps its files apart from another test's.
+RelayProcess spawn_east_relay(const std::string& name) {
+  const std::string dir = KVRELAY_TEST_TMP_DIR;
+  const std::string topology = dir + "/" + name + "-topology.yaml", ready = dir + "/" + name + "-ready.json";
+  std::ofstream(topology) << R"(version: 1
+endpoints:
+  - endpoint: {namespace: prod, component: backend, endpoint: generate}
+    workers:
+      - workerId: 1
+        card: {displayName: llama, kvCacheBlockSize: 8, workerType: WORKER_TYPE_AGGREGATED,
+               runtimeConfig: {enableEagle: true, totalKvBlocks: 100}}
+        kvSources: [{dpRank: 0, push: {}}]
+    liveWorkers: {workerIds: [1]}
+)";
+  unlink(ready.c_str());
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--dc-id", "dc-east", "--ready-file", ready, "--topology", topology});
+  REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
+  return {child, wan_of(ready), address_in(ready, "ingest")};
+}
+
 }  // namespace
 
 // Two CAF actor systems cannot be torn down side by side in one process (CAF 0.17), so the
@@ -292,25 +319,10 @@ TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with 
   shape.block_size = 8;
   west.put_worker(put_worker_request(backend, 1, shape));
 
-  const std::string dir = KVRELAY_TEST_TMP_DIR;
-  const std::string topology = dir + "/east-topology.yaml", ready = dir + "/east-ready.json";
-  std::ofstream(topology) << R"(version: 1
-endpoints:
-  - endpoint: {namespace: prod, component: backend, endpoint: generate}
-    workers:
-      - workerId: 1
-        card: {displayName: llama, kvCacheBlockSize: 8, workerType: WORKER_TYPE_AGGREGATED,
-               runtimeConfig: {enableEagle: true, totalKvBlocks: 100}}
-        kvSources: [{dpRank: 0, push: {}}]
-    liveWorkers: {workerIds: [1]}
-)";
-  unlink(ready.c_str());
-  Child east = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                            "--dc-id", "dc-east", "--ready-file", ready, "--topology", topology});
-  REQUIRE_THAT(read_until(east.output, "ready: "), Catch::Contains("ready: "));
-  const std::string east_wan = wan_of(ready);
-  auto east_ingest = ingest_v1::RelayIngest::NewStub(
-      grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
+  const RelayProcess east = spawn_east_relay("east");
+  const std::string& east_wan = east.wan;
+  auto east_ingest =
+      ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(east.ingest, grpc::InsecureChannelCredentials()));
 
   std::vector<std::uint32_t> tokens(200);
   for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 5 * i + 1;
@@ -341,7 +353,47 @@ endpoints:
   CHECK(matches[0].dc_id != matches[1].dc_id);
   for (const auto& match : matches) CHECK(match.prompt_blocks == (match.target == east_wan ? 24u : 25u));
   consumer.stop();
-  kill(east.pid, SIGTERM);
-  CHECK(wait_exit(east.pid) == 0);
-  close(east.output);
+  kill(east.child.pid, SIGTERM);
+  CHECK(wait_exit(east.child.pid) == 0);
+  close(east.child.output);
+}
+
+TEST_CASE("consumer e2e: a relay that stops answering without closing its connection is noticed by pings",
+          "[client][e2e][keepalive]") {
+  const RelayProcess relay = spawn_east_relay("frozen");
+  client::ConsumerOptions options;
+  options.targets = {relay.wan};
+  options.backoff_initial = std::chrono::milliseconds(10);
+  options.backoff_max = std::chrono::milliseconds(200);
+  options.keepalive_time = std::chrono::milliseconds(500);
+  options.keepalive_timeout = std::chrono::milliseconds(500);
+  client::Consumer consumer(options);
+  consumer.start();
+  const auto serving = [](const client::ConsumerView& view) {
+    const auto& relay_view = view.relays.at(0);
+    return relay_view.catalog.valid && relay_view.readiness.valid && relay_view.pools.size() == 1 &&
+           relay_view.pools[0].status == ReplicaStatus::kInstalled;
+  };
+  REQUIRE(consumer.await(serving, kAwait));
+
+  // Stopped, its kernel still holds the connection open and acknowledges what is sent: only
+  // the relay's silence tells. Every plane and the replica must be invalidated.
+  REQUIRE(kill(relay.child.pid, SIGSTOP) == 0);
+  const bool noticed = consumer.await(
+      [](const client::ConsumerView& view) {
+        const auto& relay_view = view.relays.at(0);
+        return !relay_view.catalog.valid && !relay_view.readiness.valid &&
+               (relay_view.pools.empty() || relay_view.pools[0].status != ReplicaStatus::kInstalled);
+      },
+      std::chrono::seconds(20));
+  REQUIRE(kill(relay.child.pid, SIGCONT) == 0);
+  CHECK(noticed);
+  CHECK(consumer.view().relays.at(0).catalog.opens == 1);  // still the first stream: it has not reconnected yet
+
+  // Answering again, it is reconnected to and replicated anew.
+  REQUIRE(consumer.await(serving, kAwait));
+  consumer.stop();
+  kill(relay.child.pid, SIGTERM);
+  CHECK(wait_exit(relay.child.pid) == 0);
+  close(relay.child.output);
 }

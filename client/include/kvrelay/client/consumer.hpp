@@ -37,6 +37,11 @@ struct ConsumerOptions {
   int max_receive_bytes = 8 << 20;  // a full snapshot chunk is just over 4 MiB
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
+  // HTTP/2 pings on every relay connection: one unanswered for keepalive_timeout ends its
+  // streams, so a relay that vanished without closing the connection (host down, partition)
+  // invalidates what it published instead of leaving it queryable (docs/consumer.md#keepalive).
+  std::chrono::milliseconds keepalive_time{20000};
+  std::chrono::milliseconds keepalive_timeout{10000};
   bool subscribe_pools = true;  // false: catalog, readiness, load and serving load only
   // Sees every pool frame before it is applied, on that pool stream's own thread (frame
   // captures, diagnostics). It holds no lock, but a slow tap slows that stream.
