@@ -1,5 +1,7 @@
 #include "actors/catalog.hpp"
 
+#include "actors/crash_report.hpp"
+
 namespace kvrelay {
 
 namespace {
@@ -49,6 +51,7 @@ CatalogActor::behavior_type catalog(Self self, std::shared_ptr<CatalogRegistry> 
                                     prometheus::Gauge* mailbox_depth) {
   auto& state = self->state;
   state.mailbox.start(self, mailbox_depth);
+  report_crashes(self, "catalog");
   state.registry = std::move(registry);
   state.relay = std::move(relay);
   state.current = make_update(state.relay, 0, *state.registry->current());

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/crash_report.hpp"
+
 namespace kvrelay {
 
 namespace {
@@ -92,6 +94,7 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
   state.window = window;
   state.metrics = metrics;
   state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kLoadWindow));
+  report_crashes(self, "load window");
   const auto build = [self](std::uint64_t sequence) { return build_window(self->state, sequence); };
   state.windows.start(self, window, build);
   return {

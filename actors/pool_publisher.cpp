@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "actors/crash_report.hpp"
 #include "core/capacity.hpp"
 #include "core/cbi1.hpp"
 
@@ -330,6 +331,7 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
   self->state.last_relayout = self->clock().now();
   auto* recorder = self->state.config.metrics;
   self->state.mailbox.start(self, metrics::mailbox_gauge(recorder, metrics::ActorKind::kPoolPublisher));
+  report_crashes(self, "pool publisher");
   publish_stats(self);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;

@@ -1,5 +1,6 @@
 #include "actors/serving_load_window.hpp"
 
+#include "actors/crash_report.hpp"
 #include "actors/load_window.hpp"
 #include "core/ingest_validation.hpp"
 
@@ -56,6 +57,7 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
   state.config = std::move(config);
   state.load = serving_load::ServingLoad(state.config.sources);
   state.mailbox.start(self, metrics::mailbox_gauge(state.config.metrics, metrics::ActorKind::kServingLoadWindow));
+  report_crashes(self, "serving-load window");
   const auto build = [self](std::uint64_t sequence) { return build_window(self, sequence); };
   state.windows.start(self, state.config.window, build);
   return {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "actors/crash_report.hpp"
+
 namespace kvrelay {
 
 namespace {
@@ -35,6 +37,7 @@ SnapshotEncodersActor::behavior_type snapshot_encoders(Self self, std::size_t pe
                                                        prometheus::Gauge* mailbox_depth) {
   self->state.available = permits;
   self->state.mailbox.start(self, mailbox_depth);
+  report_crashes(self, "snapshot encoders");
   self->set_down_handler([self](const caf::down_msg& down) { give_back(self, down.source); });
   return {
       [=](atoms::acquire_atom, const PermitHolderActor& stream) {

@@ -1,5 +1,6 @@
 #include "actors/topology_projector.hpp"
 
+#include "actors/crash_report.hpp"
 #include "core/wire_validation.hpp"
 
 namespace kvrelay {
@@ -61,6 +62,7 @@ TopologyProjectorActor::behavior_type topology_projector(Self self, v1::RelayIde
   state.relay = std::move(relay);
   state.metrics = metrics;
   state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kTopologyProjector));
+  report_crashes(self, "topology projector");
   state.current = make_update(state.relay, 1, {});  // the projection starts at revision 1
   self->set_down_handler([self](const caf::down_msg& down) { self->state.streams.remove(down.source); });
   return {
