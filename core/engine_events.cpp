@@ -61,11 +61,44 @@ const Object* item_at(std::span<const Object> items, std::size_t index) {
 // Every str and bin of the batch points into the payload, which outlives the decode: no copies.
 bool reference_payload(mp::object_type, std::size_t, void*) { return true; }
 
-// The whole payload must be exactly one msgpack value. Sizes are bounded by the payload length, so a
-// forged length header cannot make the unpacker reserve more than a small multiple of the payload.
+// Counts the elements every array and map declares, without building anything: each element
+// takes at least one byte of its own, so a payload declaring more elements than it has bytes
+// is forged (or cut short).
+class DeclaredElements : public msgpack::null_visitor {
+ public:
+  explicit DeclaredElements(std::size_t budget) : budget_(budget) {}
+  bool start_array(std::uint32_t elements) { return spend(elements); }
+  bool start_map(std::uint32_t pairs) { return spend(std::uint64_t{pairs} * 2); }
+  void insufficient_bytes(std::size_t, std::size_t) {}
+  bool exceeded() const { return exceeded_; }
+
+ private:
+  bool spend(std::uint64_t elements) {
+    exceeded_ = elements > budget_;
+    if (!exceeded_) budget_ -= elements;
+    return !exceeded_;
+  }
+  std::uint64_t budget_;
+  bool exceeded_ = false;
+};
+
+// From this size on a payload is scanned for forged element counts before it is unpacked:
+// the unpacker reserves every container's declared size up front, which the per-container
+// limits below bound only by the payload's length at each of kMaxNesting levels.
+constexpr std::size_t kScanFrom = 64 << 10;
+
+// The whole payload must be exactly one msgpack value. Sizes are bounded by the payload length,
+// and large payloads must not declare more elements in all than they have bytes, so a forged
+// length header cannot make the unpacker reserve more than a small multiple of the payload.
 std::expected<msgpack::object_handle, std::string> unpack_payload(std::span<const std::byte> payload) {
   const auto* data = reinterpret_cast<const char*>(payload.data());
   const std::size_t size = payload.size();
+  if (size >= kScanFrom) {
+    DeclaredElements declared(size);
+    std::size_t scanned = 0;
+    msgpack::parse(data, size, scanned, declared);
+    if (declared.exceeded()) return std::unexpected("its arrays and maps declare more elements than it has bytes");
+  }
   const msgpack::unpack_limit limit(size, size, size, size, size, kMaxNesting);
   std::size_t offset = 0;
   try {
@@ -74,6 +107,8 @@ std::expected<msgpack::object_handle, std::string> unpack_payload(std::span<cons
     return handle;
   } catch (const msgpack::unpack_error& error) {
     return std::unexpected(fmt::format("not a msgpack value: {}", error.what()));
+  } catch (const std::bad_alloc&) {
+    return std::unexpected("its declared sizes need more memory than the relay can reserve");
   }
 }
 

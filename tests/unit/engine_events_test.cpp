@@ -682,6 +682,26 @@ TEST_CASE("garbage payloads are malformed batches and append nothing", "[engine_
     check_malformed(std::string("\xdb\xff\xff\xff\xff", 5));                           // str32 of 4 GiB
     check_malformed(std::string(200, '\x91'));                                         // nested deeper than any batch
   }
+  SECTION("a large payload declaring more elements in all than it has bytes is refused before it is unpacked") {
+    // 32 nested array32 headers each declaring as many elements as the payload has bytes: each
+    // within the per-array limit, together 32 times the payload.
+    constexpr std::size_t kSize = 1 << 20;
+    std::string forged;
+    for (int level = 0; level < 32; ++level) forged += std::string("\xdd\x00\x10\x00\x00", 5);
+    forged.resize(kSize, '\xc0');
+    const DecodeResult result = decoder.decode(bytes_of(forged), out);
+    CHECK(result.batch == DecodeResult::Batch::kMalformed);
+    CHECK_THAT(result.detail, Catch::Contains("declare more elements than it has bytes"));
+
+    Array events;  // a genuine batch as large decodes in full
+    for (std::uint64_t e = 0; e < 4096; ++e)
+      events.push_back(stored_map({.block_hashes = {e}, .token_ids = token_run(0, 4)}));
+    const std::string large = batch(events);
+    REQUIRE(large.size() >= 64u << 10);
+    const DecodeResult decoded = decoder.decode(bytes_of(large), out);
+    CHECK(decoded.batch != DecodeResult::Batch::kMalformed);
+    CHECK(decoded.emitted == 4096);
+  }
 }
 
 TEST_CASE("mutated batches never emit more than they count", "[engine_events]") {
