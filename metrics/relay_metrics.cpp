@@ -237,9 +237,10 @@ const std::array<KeyedFamily<ScrapeStats>, 2> kScrapeFamilies = {{
 
 RelayMetrics::RelayMetrics()
     : pools_(std::make_shared<PoolCollector>(std::vector<std::string>{"pool"}, kPoolFamilies)),
-      sources_(std::make_shared<SourceCollector>(std::vector<std::string>{"endpoint", "worker", "dp_rank"},
+      sources_(std::make_shared<SourceCollector>(std::vector<std::string>{"serving_endpoint", "worker", "dp_rank"},
                                                  kSourceFamilies)),
-      scrapes_(std::make_shared<ScrapeCollector>(std::vector<std::string>{"endpoint", "worker"}, kScrapeFamilies)) {
+      scrapes_(
+          std::make_shared<ScrapeCollector>(std::vector<std::string>{"serving_endpoint", "worker"}, kScrapeFamilies)) {
   auto& registry = *registry_;
   prometheus::BuildGauge()
       .Name("kv_relay_build_info")

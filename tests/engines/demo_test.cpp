@@ -73,7 +73,7 @@ TEST_CASE(
     }
   }
   CHECK(sources == 6);
-  const std::string llama_rank0 = R"({endpoint="prod/llama/generate",worker="101",dp_rank="0")";
+  const std::string llama_rank0 = R"({serving_endpoint="prod/llama/generate",worker="101",dp_rank="0")";
   CHECK(relay.sample("kv_relay_engine_source_events_total" + llama_rank0 + R"(,result="emitted"})") > 0);
   for (const char* rejected : {"malformed_event", "unknown_event_type", "block_size_mismatch", "duplicate_block"}) {
     INFO(rejected);

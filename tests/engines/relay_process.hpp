@@ -67,14 +67,20 @@ class RelayProcess {
     }
   }
 
-  // The value of one sample of /metrics, e.g. `kv_relay_pools_materialized`; REQUIREs it.
-  double sample(const std::string& series) {
+  // The whole /metrics page; REQUIREs it.
+  std::string metrics_page() {
     const auto page = kvrelay::engine_io::http_get("http://" + metrics_ + "/metrics", std::chrono::seconds(5));
     REQUIRE(page.ok);
-    const auto at = page.body.find("\n" + series + " ");
+    return page.body;
+  }
+
+  // The value of one sample of /metrics, e.g. `kv_relay_pools_materialized`; REQUIREs it.
+  double sample(const std::string& series) {
+    const std::string page = metrics_page();
+    const auto at = page.find("\n" + series + " ");
     INFO(series);
     REQUIRE(at != std::string::npos);
-    return std::stod(page.body.substr(at + series.size() + 2));
+    return std::stod(page.substr(at + series.size() + 2));
   }
 
   // The first pool-load window that `accept` accepts.

@@ -7,7 +7,9 @@
 #include <signal.h>
 
 #include <fstream>
+#include <set>
 
+#include "core/prometheus_text.hpp"
 #include "tests/engines/fake_engine_process.hpp"
 #include "tests/engines/relay_process.hpp"
 
@@ -85,14 +87,27 @@ TEST_CASE("engines: two relay processes on one set of fake engines hold the same
   CHECK(a.filter_digest() == b.filter_digest());
   CHECK(a.active_sources() == 2);
 
-  const std::string rank0_source = R"({endpoint="prod/engines/generate",worker="1",dp_rank="0")";
+  const std::string rank0_source = R"({serving_endpoint="prod/engines/generate",worker="1",dp_rank="0")";
   for (RelayProcess* relay : {&first, &second}) {
     CHECK(relay->sample("kv_relay_engine_source_connected" + rank0_source + "}") == 1);
     CHECK(relay->sample("kv_relay_engine_source_batches_total" + rank0_source + R"(,result="applied"})") == 100);
     CHECK(relay->sample("kv_relay_engine_source_batches_total" + rank0_source + R"(,result="malformed_frames"})") == 1);
     CHECK(relay->sample("kv_relay_engine_source_resets_total" + rank0_source + R"(,cause="sequence_gap"})") == 0);
-    CHECK(relay->sample(R"(kv_relay_engine_scrapes_total{endpoint="prod/engines/generate",worker="1",result="ok"})") >=
+    CHECK(relay->sample(
+              R"(kv_relay_engine_scrapes_total{serving_endpoint="prod/engines/generate",worker="1",result="ok"})") >=
           1);
+    // No label of the relay's is one the Prometheus Operator sets on every target (and would
+    // rename to exported_<label>, breaking the alerts that group by it).
+    const auto page = kvrelay::prometheus_text::parse(relay->metrics_page());
+    REQUIRE(page.has_value());
+    for (const auto& sample : page->samples) {
+      for (const auto& [label, value] : sample.labels) {
+        INFO(sample.name << " " << label);
+        CHECK_FALSE(
+            std::set<std::string>{"endpoint", "namespace", "pod", "service", "job", "instance", "container"}.contains(
+                label));
+      }
+    }
     const auto load = relay
                           ->load_until([](const v1::KvPoolLoadUpdate& update) {
                             return update.pools_size() == 1 && update.pools(0).kv_observed_ranks() == 2;
