@@ -47,7 +47,7 @@ test: test-normal test-asan
 RUN_FLAGS ?=
 run: deps
 	@$(call configure,build)
-	@cmake --build build -j $(JOBS) --target kv-relay
+	@cmake --build build -j $(JOBS) --target kv-relay kvrelay-cli
 	@build/bin/kv-relay --demo --topology deploy/demo/topology.yaml --ingest-token-file deploy/demo/ingest-token $(RUN_FLAGS)
 
 bench: build

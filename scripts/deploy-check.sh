@@ -151,6 +151,11 @@ render ingest-auth --set ingestAuth.existingSecret=kv-relay-ingest-token --set i
 render engine-replicas --set replicaCount=2 --set-file topology=deploy/demo/topology.yaml
 render plaintext-lb --set wanService.type=LoadBalancer --set wanService.allowUnauthenticated=true \
   --set networkPolicy.wanFrom=null
+# IPv6-only clusters: Envoy takes the address without brackets, the relay's flags with them.
+render ipv6 --set 'bindAddress=[::]' --set mtls.enabled=true --set mtls.secretName=wan-tls
+# A memory limit in plain bytes from a values file (YAML gives Helm a float).
+printf 'resources:\n  limits:\n    memory: 2147483648\n' >"$work/memory-bytes-values.yaml"
+render memory-bytes -f "$work/memory-bytes-values.yaml"
 say "helm template: $(find "$work/rendered" -name "*.yaml" | wc -l) renders ($(cat "$work"/rendered/*.yaml | grep -c '^kind:') manifests)"
 
 refuse() {  # refuse EXPECTED_MESSAGE [helm template options]
@@ -216,6 +221,10 @@ for name in sorted(os.listdir(os.path.join(work, "rendered"))):
                 elif key.endswith(".json"):
                     json.loads(text)
                     metric_names |= set(re.findall(r"\bkv_relay_\w+", text))
+        if name == "ipv6.yaml" and kind == "ConfigMap" and "envoy.yaml" in (doc.get("data") or {}):
+            listener = yaml.safe_load(doc["data"]["envoy.yaml"])["static_resources"]["listeners"][0]
+            if listener["address"]["socket_address"]["address"] != "::":
+                problems.append(f"{where}: Envoy's listener must bind '::' (no brackets), got {listener['address']}")
         if name == "engine-replicas.yaml" and kind == "ConfigMap" and "topology.yaml" in (doc.get("data") or {}):
             sources = [source for endpoint in yaml.safe_load(doc["data"]["topology.yaml"])["endpoints"]
                        for worker in endpoint["workers"] for source in worker.get("kvSources", [])]
@@ -244,6 +253,10 @@ for name in sorted(os.listdir(os.path.join(work, "rendered"))):
             problems.append(f"{where}: expected --memory-budget-bytes=1717986918 (80 % of 2Gi), got {budget}")
         if name == "all-on.yaml" and budget != ["--memory-budget-bytes=1500000000"]:
             problems.append(f"{where}: relay.memory-budget-bytes must replace the derived budget, got {budget}")
+        if name == "memory-bytes.yaml" and budget != ["--memory-budget-bytes=1717986918"]:
+            problems.append(f"{where}: a limit of 2147483648 bytes must give 1717986918, got {budget}")
+        if name == "ipv6.yaml" and not {"--ingest-listen=[::]:50052", "--metrics-listen=[::]:9464"} <= set(args):
+            problems.append(f"{where}: bindAddress [::] must reach the relay's listeners, got {args}")
         env = {}
         for var in relay.get("env", []) or []:
             if not var["name"].startswith("KV_RELAY_"):

@@ -170,7 +170,8 @@ as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --
 of it (docs/protocol/capacity.md#budget). Kubernetes quantities: plain bytes, k/M/G/T, Ki/Mi/Gi/Ti. */}}
 {{- define "kv-relay.memoryLimitBytes" -}}
 {{- $limit := "" -}}
-{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = toString . }}{{ end }}{{ end }}{{ end -}}
+{{- /* A plain number in a values file arrives as a float: printed as an integer, not 2.1e+09. */ -}}
+{{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = include "kv-relay.scalar" . }}{{ end }}{{ end }}{{ end -}}
 {{- if $limit -}}
 {{- $number := regexFind "^[0-9]+" $limit -}}
 {{- $unit := trimPrefix $number $limit -}}
