@@ -1,7 +1,6 @@
 #include "ingest/fake_metrics.hpp"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -30,32 +29,15 @@ std::string escape_label(std::string_view value) {
 }  // namespace
 
 FakeMetricsServer::FakeMetricsServer(FakeMetricsOptions options)
-    : options_(std::move(options)),
-      usage_(std::make_unique<std::atomic<double>[]>(options_.dp_ranks.size())),
-      http_(std::make_unique<httplib::Server>()) {
-  http_->new_task_queue = [] { return new httplib::ThreadPool(2); };
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(page(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
-                                      : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port < 0) {
-    throw std::runtime_error(fmt::format("cannot bind an HTTP port on {}:{}", options_.host, options_.port));
-  }
-  url_ = fmt::format("http://{}:{}/metrics", options_.host, port);
-  thread_ = std::thread([this] {
-    http_->listen_after_bind();
-    stopped_ = true;
-  });
-  // httplib's stop() does nothing before its accept loop runs, so the destructor could
-  // otherwise wait forever: the constructor returns once the loop is running (or over).
-  while (!http_->is_running() && !stopped_) std::this_thread::yield();
+    : options_(std::move(options)), usage_(std::make_unique<std::atomic<double>[]>(options_.dp_ranks.size())) {
+  auto server = PageServer::start(
+      options_.host, options_.port, "/metrics", [this] { return page(); }, "text/plain; version=0.0.4; charset=utf-8");
+  if (!server) throw std::runtime_error(server.error());
+  server_ = std::move(*server);
+  url_ = fmt::format("http://{}:{}/metrics", options_.host, server_->port());
 }
 
-FakeMetricsServer::~FakeMetricsServer() {
-  http_->stop();
-  thread_.join();
-}
+FakeMetricsServer::~FakeMetricsServer() = default;
 
 void FakeMetricsServer::set_usage(std::uint32_t dp_rank, double fraction) {
   const auto& ranks = options_.dp_ranks;

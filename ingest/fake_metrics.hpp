@@ -7,12 +7,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-namespace httplib {
-class Server;
-}
+#include "metrics/page_server.hpp"
 
 namespace kvrelay::demo {
 
@@ -43,10 +40,8 @@ class FakeMetricsServer {
  private:
   FakeMetricsOptions options_;
   std::unique_ptr<std::atomic<double>[]> usage_;  // by position in options_.dp_ranks
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<PageServer> server_;            // after usage_: its threads read it until it stops
   std::string url_;
-  std::atomic<bool> stopped_{false};
-  std::thread thread_;
 };
 
 }  // namespace kvrelay::demo

@@ -1,6 +1,5 @@
 // /metrics (docs/metrics.md): a relay serving metrics is driven through a scripted scenario
-// and every step is checked against a scrape. One relay, one test case: prometheus-cpp's
-// listener takes about 2 s to stop, so the file pays that once.
+// and every step is checked against a scrape.
 //
 // Almost every value is recorded before the client can observe the event it counts (a
 // frame is counted before it is written, a stream's end before its permit is returned, an
@@ -295,4 +294,34 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
     CHECK(s.value("kv_relay_stream_terminations_total", rpc("SubscribeServingReadiness", "reason", "clean_end")) == 1);
     CHECK(s.value("kv_relay_open_streams", rpc("SubscribeServingReadiness")) == 0);
   }
+}
+
+namespace {
+
+// Whether this host can bind IPv6 loopback at all (a container may have IPv6 off).
+bool ipv6_loopback() {
+  const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_loopback;
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  close(fd);
+  return bound;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: the listener binds an IPv6 address", "[metrics]") {
+  if (!ipv6_loopback()) {
+    WARN("skipped: this host cannot bind ::1");
+    return;
+  }
+  kvrelay::RelayOptions options = loopback_options();
+  options.metrics_listen = "[::1]:0";
+  TestRelay relay(options);
+  const std::string& address = relay.runtime().metrics_address();
+  REQUIRE(address.starts_with("[::1]:"));
+  CHECK(address != "[::1]:0");
+  CHECK(scrape(relay).value("kv_relay_pools_materialized") == 0);
 }
