@@ -9,8 +9,8 @@ namespace kvrelay {
 PageServer::PageServer() : http_(std::make_unique<httplib::Server>()) {}
 
 std::expected<std::unique_ptr<PageServer>, std::string> PageServer::start(const std::string& host, int port,
-                                                                         std::string path, Page page,
-                                                                         std::string content_type) {
+                                                                          std::string path, Page page,
+                                                                          std::string content_type) {
   std::unique_ptr<PageServer> server(new PageServer());
   httplib::Server& http = *server->http_;
   http.new_task_queue = [] { return new httplib::ThreadPool(2); };

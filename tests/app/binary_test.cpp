@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 #include "tests/app/demo_topology.hpp"
 #include "tests/app/process.hpp"
 
@@ -95,6 +96,19 @@ TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     stalled.push_back(stub->SubscribeKvPool(contexts.back().get(), request));
   }
+  // The drain must meet all three: each is subscribed to its pool before SIGTERM.
+  auto ingest = kvrelay::ingest::v1::RelayIngest::NewStub(
+      grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
+  const auto subscribed = [&] {
+    grpc::ClientContext context;
+    kvrelay::ingest::v1::RelayState state;
+    REQUIRE(ingest->GetState(&context, {}, &state).ok());
+    std::uint32_t subscribers = 0;
+    for (const auto& pool : state.pools()) subscribers += pool.subscribers();
+    return subscribers;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (subscribed() < 3) REQUIRE(std::chrono::steady_clock::now() < deadline);
   REQUIRE(kill(child.pid, SIGTERM) == 0);
   CHECK(wait_exit(child.pid) == 0);
   CHECK_THAT(read_until(child.output, "relay stopped"), Catch::Contains("relay stopped"));

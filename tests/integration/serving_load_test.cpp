@@ -252,11 +252,13 @@ TEST_CASE("serving load: worked example A, every source reporting, is COMPLETE",
   }
   SECTION("an undeclared rank is ignored and never changes the sum") {
     const auto ignored = relay.report_scheduler(
-        scheduler_report(100, 1, 2, {{1, 0, 10, 100}, {1, 1, 5, 0}, {2, 0, 20, 50}, {9, 0, 1000, 1000}}));
+        scheduler_report(100, 1, 2, {{1, 0, 10, 100}, {1, 1, 5, 0}, {2, 0, 20, 50}, {9, 0, 1000, 1000}}, kBase + 400));
     CHECK(ignored.ranks_recorded() == 3);
     CHECK(ignored.ranks_ignored() == 1);
-    const auto next =
-        await_window(*stream, [&](const auto& u) { return u.window_sequence() > window.window_sequence(); });
+    // The first window built from this report: the one that observed it.
+    const auto next = await_window(*stream, [](const auto& u) {
+      return u.pools_size() == 1 && u.pools(0).load().source_observed_ms() == kBase + 400;
+    });
     CHECK(next.pools(0).load().tokens().active_decode_blocks() == 35);
   }
   SECTION("a router missing one declared rank degrades the pool") {
@@ -495,12 +497,13 @@ TEST_CASE("serving load: invalid reports answer INVALID_ARGUMENT naming the fiel
              }),
              Catch::StartsWith("router_ids[0]:"));
 
-  // Nothing was applied: the windows still hold no model and no expected frontend.
-  const auto window = stream->next();
-  REQUIRE(window.has_value());
-  const auto later =
-      await_window(*stream, [&](const auto& u) { return u.window_sequence() > window->window_sequence(); });
-  CHECK(later.models_size() == 0);
+  // Nothing was applied: a valid report sent after them shows in a window, alone.
+  auto sentinel = frontend_report(8, 1, 1);
+  sentinel.set_namespace_("sentinel");
+  add_model(sentinel, "probe", {1, 1, 1, 1}, {1, 1, 1, 1, 1, 1});
+  relay.report_frontend(sentinel);
+  const auto later = await_window(*stream, [](const auto& u) { return model_of(u, "sentinel", "probe") != nullptr; });
+  CHECK(later.models_size() == 1);
 
   // A report of 1 000 models with 256-byte ids is accepted.
   auto big = frontend_report(9, 1, 1);
