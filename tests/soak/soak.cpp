@@ -8,6 +8,8 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -57,6 +59,11 @@ struct Shared {
   std::mutex state_mutex;
   std::map<std::uint64_t, ingest_v1::PoolState> pools_by_generation;  // GetState at the quiet point
   std::atomic<std::uint64_t> quiet_epoch{0};
+  // The quiet phase's hand-offs, under phase_mutex: the main thread sets quiet and stop there.
+  std::mutex phase_mutex;
+  std::condition_variable phase_changed;
+  bool driver_paused = false;           // the driver's stream is closed: every batch it wrote applied
+  std::uint64_t checks_this_epoch = 0;  // consumers that compared their replica at the current epoch
 };
 
 // Ingest and membership churn.
@@ -94,8 +101,13 @@ void drive(const std::string& ingest_address, Shared& shared, Totals& totals) {
   std::map<int, std::vector<std::uint64_t>> held;
   while (!shared.stop) {
     if (shared.quiet) {
-      close();
-      while (shared.quiet && !shared.stop) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      close();  // Finish returns once every batch written was applied
+      std::unique_lock lock(shared.phase_mutex);
+      shared.driver_paused = true;
+      shared.phase_changed.notify_all();
+      shared.phase_changed.wait(lock, [&] { return !shared.quiet || shared.stop; });
+      shared.driver_paused = false;
+      lock.unlock();
       open();
       continue;
     }
@@ -197,12 +209,21 @@ void consume(int id, const std::string& wan_address, Shared& shared, Totals& tot
         }
       }
       if (shared.quiet && shared.quiet_epoch != checked_epoch && !words.empty()) {
-        std::lock_guard lock(shared.state_mutex);
-        const auto pool = shared.pools_by_generation.find(producer.layout_generation());
-        if (pool != shared.pools_by_generation.end() && pool->second.sequence() == sequence) {
-          checked_epoch = shared.quiet_epoch;
-          ++totals.digest_checks;
-          if (xxh3(words.data(), words.size() * 8, 0) != pool->second.filter_digest()) ++totals.digest_mismatches;
+        bool checked = false;
+        {
+          std::lock_guard lock(shared.state_mutex);
+          const auto pool = shared.pools_by_generation.find(producer.layout_generation());
+          if (pool != shared.pools_by_generation.end() && pool->second.sequence() == sequence) {
+            checked_epoch = shared.quiet_epoch;
+            checked = true;
+            ++totals.digest_checks;
+            if (xxh3(words.data(), words.size() * 8, 0) != pool->second.filter_digest()) ++totals.digest_mismatches;
+          }
+        }
+        if (checked) {
+          std::lock_guard lock(shared.phase_mutex);
+          ++shared.checks_this_epoch;
+          shared.phase_changed.notify_all();
         }
       }
       if (rng() % 2000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 1500));  // a stall
@@ -248,8 +269,15 @@ int main(int argc, char** argv) {
   std::size_t rss_min = SIZE_MAX, rss_max = 0;
   while (Clock::now() - start < std::chrono::seconds(seconds)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // an active phase
-    shared.quiet = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let in-flight batches land
+    {
+      std::unique_lock lock(shared.phase_mutex);
+      shared.quiet = true;
+      if (!shared.phase_changed.wait_for(lock, std::chrono::seconds(30), [&] { return shared.driver_paused; })) {
+        fmt::print("soak: FAIL (the driver did not pause within 30 s)\n");
+        std::_Exit(1);
+      }
+      shared.checks_this_epoch = 0;
+    }
     grpc::ClientContext context;
     ingest_v1::RelayState state;
     ingest->GetState(&context, ingest_v1::GetStateRequest{}, &state);
@@ -259,15 +287,26 @@ int main(int argc, char** argv) {
       for (const auto& pool : state.pools()) shared.pools_by_generation[pool.layout_generation()] = pool;
       ++shared.quiet_epoch;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));  // consumers catch up and compare
-    shared.quiet = false;
+    {
+      // Every consumer compares once its replica reaches the state's sequence; one that is
+      // stalled, resubscribing or between pools may not, so the phase ends after at most 2 s.
+      std::unique_lock lock(shared.phase_mutex);
+      shared.phase_changed.wait_for(lock, std::chrono::seconds(2),
+                                    [&] { return shared.checks_this_epoch >= static_cast<std::uint64_t>(kConsumers); });
+      shared.quiet = false;
+    }
+    shared.phase_changed.notify_all();
     if (Clock::now() - start > std::chrono::seconds(seconds) / 5) {  // after warm-up
       const std::size_t rss = resident_mib();
       rss_min = std::min(rss_min, rss);
       rss_max = std::max(rss_max, rss);
     }
   }
-  shared.stop = true;
+  {
+    std::lock_guard lock(shared.phase_mutex);
+    shared.stop = true;
+  }
+  shared.phase_changed.notify_all();
   for (auto& consumer : consumers) consumer.join();
   driver.join();
   bool permits_back = true;
