@@ -1,0 +1,42 @@
+// The catalog and readiness streams' actor alone, on virtual time: the latest update is
+// re-sent on the heartbeat's schedule, and a heartbeat of 0 sends nothing but real updates.
+#include <catch2/catch.hpp>
+
+#include "actors/stream_actors.hpp"
+#include "tests/actors/actor_fixture.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+
+TEST_CASE("latest-value stream actor: heartbeats re-send the latest update; 0 turns them off", "[actors][heartbeat]") {
+  const auto heartbeat = std::chrono::milliseconds(GENERATE(0, 100));
+  INFO("heartbeat " << heartbeat.count() << " ms");
+  ActorFixture fixture;
+  auto sink = std::make_shared<RecordingSink<CatalogBroadcast>>();
+  auto source = spawn_recorder(fixture, std::make_shared<Inbox>());
+  auto stream = fixture.spawn(latest_value_stream<CatalogBroadcast>, sink,
+                              caf::actor_cast<UpdateSourceActor<CatalogBroadcast>>(source), heartbeat, nullptr);
+  fixture.run();
+  v1::KvPoolCatalogUpdate update;
+  update.set_revision(3);
+  caf::anon_send(stream, atoms::update_atom_v, std::make_shared<const CatalogBroadcast>(update));
+  fixture.run();
+  REQUIRE(sink->writes.size() == 1);
+
+  // Ten intervals of 100 ms, each write completed as the transport would; then an hour.
+  for (int interval = 0; interval < 10; ++interval) {
+    complete_write(caf::actor_cast<StreamTransportActor>(stream));
+    fixture.run();
+    fixture.advance(std::chrono::milliseconds(100));
+  }
+  complete_write(caf::actor_cast<StreamTransportActor>(stream));
+  fixture.run();
+  fixture.advance(std::chrono::hours(1));
+  if (heartbeat.count() == 0) {
+    CHECK(sink->writes.size() == 1);
+  } else {
+    CHECK(sink->writes.size() == 1 + 10 + 1);  // one per interval, and one more in the hour: one write in flight
+    for (const auto& write : sink->writes) CHECK(write->message().revision() == 3);
+  }
+  CHECK_FALSE(sink->finished.has_value());
+}
