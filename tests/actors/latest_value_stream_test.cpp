@@ -8,7 +8,8 @@
 using namespace kvrelay;
 using namespace kvrelay::test;
 
-TEST_CASE("latest-value stream actor: heartbeats re-send the latest update; 0 turns them off", "[actors][heartbeat]") {
+TEST_CASE("latest-value stream actor: heartbeats re-send the latest update, and 0 turns them off",
+          "[actors][heartbeat]") {
   const auto heartbeat = std::chrono::milliseconds(GENERATE(0, 100));
   INFO("heartbeat " << heartbeat.count() << " ms");
   ActorFixture fixture;
