@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "core/prometheus_text.hpp"
 #include "tests/engines/fake_engine_process.hpp"
@@ -82,6 +83,21 @@ TEST_CASE("engines: two relay processes on one set of fake engines hold the same
   REQUIRE(FakeEngineProcess::seq_of(rank1.command(random(2))) == seq);
   const auto a = settled(first, seq, 2);
   const auto b = settled(second, seq, 2);
+  // On a mismatch, what each relay's engine sources went through (resets by cause, batches by
+  // result): the two must have taken the same path for their blocks to agree.
+  const auto engine_counters = [](RelayProcess& relay) {
+    std::istringstream page(relay.metrics_page());
+    std::string counters;
+    for (std::string line; std::getline(page, line);) {
+      if (line.starts_with("kv_relay_engine_source_resets_total") ||
+          line.starts_with("kv_relay_engine_source_batches_total")) {
+        counters += line + "\n";
+      }
+    }
+    return counters;
+  };
+  INFO("relay a:\n" << engine_counters(first));
+  INFO("relay b:\n" << engine_counters(second));
   CHECK(a.unique_blocks() > 0);
   CHECK(a.unique_blocks() == b.unique_blocks());
   CHECK(a.filter_digest() == b.filter_digest());
