@@ -543,8 +543,41 @@ void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
   }
 }
 
-// Each pool's figures come from its publisher; the answer waits for all of them (a publisher
-// that cannot answer leaves its slot with the endpoint only).
+// Each pool's figures come from its publisher, asked once every engine source has answered:
+// a batch a source handed on before its answer is then ahead of the request in its publisher's
+// mailbox, so a pool's figures include every batch up to its sources' last_sequence. The
+// answer waits for all of them (a publisher that cannot answer leaves its slot with the
+// endpoint only).
+void ask_publishers(Self self, caf::typed_response_promise<ingest_v1::RelayState> promise,
+                    std::shared_ptr<ingest_v1::RelayState> response) {
+  auto& state = self->state;
+  if (state.pools.empty()) {
+    promise.deliver(std::move(*response));
+    return;
+  }
+  auto remaining = std::make_shared<std::size_t>(state.pools.size());
+  auto one_done = [promise, response, remaining]() mutable {
+    if (--*remaining == 0) promise.deliver(std::move(*response));
+  };
+  for (const auto& [endpoint, pool] : state.pools) {
+    ingest_v1::PoolState* slot = response->add_pools();
+    slot->mutable_serving_endpoint()->set_namespace_(endpoint.ns);
+    slot->mutable_serving_endpoint()->set_component(endpoint.component);
+    slot->mutable_serving_endpoint()->set_endpoint(endpoint.endpoint);
+    const std::uint32_t sources = active_sources(state, endpoint);
+    self->request(pool.publisher, kPoolStateDeadline, atoms::pool_state_atom_v)
+        .then(
+            [=](const PoolStateReport& report) mutable {
+              const auto serving = slot->serving_endpoint();
+              *slot = report.state;
+              *slot->mutable_serving_endpoint() = serving;
+              slot->set_active_sources(sources);
+              one_done();
+            },
+            [=](const caf::error&) mutable { one_done(); });
+  }
+}
+
 caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
   auto& state = self->state;
   auto promise = self->make_response_promise<ingest_v1::RelayState>();
@@ -559,13 +592,13 @@ caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
       if (source.transport() == "zmq" && actor != actors.end()) engine_sources.emplace_back(&source, actor->second);
     }
   }
-  if (state.pools.empty() && engine_sources.empty()) {
-    promise.deliver(std::move(*response));
+  if (engine_sources.empty()) {
+    ask_publishers(self, promise, response);
     return promise;
   }
-  auto remaining = std::make_shared<std::size_t>(state.pools.size() + engine_sources.size());
-  auto one_done = [promise, response, remaining]() mutable {
-    if (--*remaining == 0) promise.deliver(std::move(*response));
+  auto remaining = std::make_shared<std::size_t>(engine_sources.size());
+  auto one_done = [self, promise, response, remaining]() mutable {
+    if (--*remaining == 0) ask_publishers(self, promise, response);
   };
   for (const auto& [slot, actor] : engine_sources) {
     self->request(actor, kPoolStateDeadline, atoms::get_state_atom_v)
@@ -573,23 +606,6 @@ caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
             [=](const ingest_v1::SourceState& reported) mutable {
               slot->set_has_last_sequence(reported.has_last_sequence());
               slot->set_last_sequence(reported.last_sequence());
-              one_done();
-            },
-            [=](const caf::error&) mutable { one_done(); });
-  }
-  for (const auto& [endpoint, pool] : state.pools) {
-    ingest_v1::PoolState* slot = response->add_pools();
-    slot->mutable_serving_endpoint()->set_namespace_(endpoint.ns);
-    slot->mutable_serving_endpoint()->set_component(endpoint.component);
-    slot->mutable_serving_endpoint()->set_endpoint(endpoint.endpoint);
-    const std::uint32_t sources = active_sources(state, endpoint);
-    self->request(pool.publisher, kPoolStateDeadline, atoms::pool_state_atom_v)
-        .then(
-            [=](const PoolStateReport& report) mutable {
-              const auto serving = slot->serving_endpoint();
-              *slot = report.state;
-              *slot->mutable_serving_endpoint() = serving;
-              slot->set_active_sources(sources);
               one_done();
             },
             [=](const caf::error&) mutable { one_done(); });
