@@ -31,7 +31,7 @@ std::string escape_label(std::string_view value) {
 FakeMetricsServer::FakeMetricsServer(FakeMetricsOptions options)
     : options_(std::move(options)), usage_(std::make_unique<std::atomic<double>[]>(options_.dp_ranks.size())) {
   auto server = PageServer::start(
-      options_.host, options_.port, "/metrics", [this] { return page(); }, "text/plain; version=0.0.4; charset=utf-8");
+      options_.host, options_.port, "/metrics", [this] { return page(); }, kPrometheusTextType);
   if (!server) throw std::runtime_error(server.error());
   server_ = std::move(*server);
   url_ = fmt::format("http://{}:{}/metrics", options_.host, server_->port());

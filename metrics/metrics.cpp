@@ -11,8 +11,7 @@ std::expected<std::unique_ptr<MetricsServer>, std::string> MetricsServer::start(
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->collectables_ = std::move(collectables);
   auto pages = PageServer::start(
-      bind->host, bind->port, "/metrics", [raw = server.get()] { return raw->page(); },
-      "text/plain; version=0.0.4; charset=utf-8");
+      bind->host, bind->port, "/metrics", [raw = server.get()] { return raw->page(); }, kPrometheusTextType);
   if (!pages) return std::unexpected("cannot listen on " + address);
   server->server_ = std::move(*pages);
   server->address_ = address.substr(0, address.rfind(':')) + ":" + std::to_string(server->server_->port());

@@ -15,6 +15,9 @@ class Server;
 
 namespace kvrelay {
 
+// The Prometheus text exposition format's content type, as both page kinds are served.
+inline constexpr const char* kPrometheusTextType = "text/plain; version=0.0.4; charset=utf-8";
+
 class PageServer {
  public:
   using Page = std::function<std::string()>;

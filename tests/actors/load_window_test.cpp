@@ -32,6 +32,17 @@ LoadPool one_pool() {
   return pool;
 }
 
+// Worker 1 (rank 0) of one_pool()'s endpoint, using `used_blocks`.
+ingest_v1::LoadReport worker_1_report(std::uint64_t used_blocks) {
+  ingest_v1::LoadReport report;
+  report.mutable_endpoint()->set_namespace_("prod");
+  report.mutable_endpoint()->set_component("backend");
+  report.mutable_endpoint()->set_endpoint("generate");
+  report.set_worker_id(1);
+  report.set_kv_used_blocks(used_blocks);
+  return report;
+}
+
 }  // namespace
 
 TEST_CASE("load window actor: one window per period, a late tick does not burst", "[actors][load]") {
@@ -64,12 +75,7 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
   caf::anon_send(window, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<LoadBroadcast>>(stream));
   fixture.run();
 
-  ingest_v1::LoadReport report;
-  report.mutable_endpoint()->set_namespace_("prod");
-  report.mutable_endpoint()->set_component("backend");
-  report.mutable_endpoint()->set_endpoint("generate");
-  report.set_worker_id(1);
-  report.set_kv_used_blocks(40);
+  const ingest_v1::LoadReport report = worker_1_report(40);
   std::optional<LoadOutcome> done;
   auto reply =
       std::make_shared<Reply<LoadOutcome>>([&done](const LoadOutcome& outcome) { done = outcome; }, LoadOutcome{0, 1});
@@ -100,12 +106,7 @@ TEST_CASE("load window actor: forgetting a worker's load lowers the published co
   CHECK(pool.stats->expected_ranks.load() == 1);
   CHECK(pool.stats->observed_ranks.load() == 0);
 
-  ingest_v1::LoadReport report;
-  report.mutable_endpoint()->set_namespace_("prod");
-  report.mutable_endpoint()->set_component("backend");
-  report.mutable_endpoint()->set_endpoint("generate");
-  report.set_worker_id(1);
-  report.set_kv_used_blocks(40);
+  const ingest_v1::LoadReport report = worker_1_report(40);
   caf::anon_send(
       window, atoms::report_atom_v,
       LoadReportBatch{{report}, std::make_shared<Reply<LoadOutcome>>([](const LoadOutcome&) {}, LoadOutcome{0, 1})});

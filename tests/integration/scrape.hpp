@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/page_server.hpp"
 #include "tests/integration/harness.hpp"
 
 namespace kvrelay::test {
@@ -23,14 +24,13 @@ using Labels = std::map<std::string, std::string>;
 
 // GET `path` over a plain socket; HTTP/1.0, so the server closes the connection when done.
 inline std::string http_get(const std::string& address, const std::string& path) {
-  const auto colon = address.rfind(':');
-  std::string host = address.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const auto bind = split_host_port(address);
+  REQUIRE(bind.has_value());
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  REQUIRE(getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found) == 0);
+  REQUIRE(getaddrinfo(bind->host.c_str(), std::to_string(bind->port).c_str(), &hints, &found) == 0);
   const int fd = socket(found->ai_family, found->ai_socktype, found->ai_protocol);
   const bool connected = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
   freeaddrinfo(found);
