@@ -1,10 +1,12 @@
 #pragma once
 // Bounded exponential backoff with full jitter: attempt n waits a uniform draw from
-// [initial * 2^n / 2, initial * 2^n], capped at `max`. A stream that delivered a message
-// resets it, so only consecutive failures grow the delay.
+// [initial * 2^n / 2, initial * 2^n], capped at `max`. Only a stream that stayed usable for
+// at least `max` resets it (docs/consumer.md#backoff): a stream that fails soon after it opens,
+// even after delivering messages, counts as one more consecutive failure.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <random>
 
 namespace kvrelay::client {
@@ -26,6 +28,12 @@ class Backoff {
     return std::chrono::milliseconds(draw(rng_));
   }
   void reset() { attempt_ = 0; }
+  // A stream ended: it resets the count if it was usable from `usable_since` until `ended`
+  // for at least `max`; otherwise the count stands.
+  void stream_ended(std::optional<std::chrono::steady_clock::time_point> usable_since,
+                    std::chrono::steady_clock::time_point ended) {
+    if (usable_since && ended - *usable_since >= policy_.max) reset();
+  }
 
  private:
   BackoffPolicy policy_;

@@ -96,7 +96,8 @@ void RelayLink::stop() {
 template <class Response>
 StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
                                  const std::function<Reader<Response>(grpc::ClientContext*)>& open,
-                                 const std::function<Applied(const Response&)>& apply, Backoff& backoff) {
+                                 const std::function<Applied(const Response&)>& apply,
+                                 const std::function<bool()>& usable, Backoff& backoff) {
   grpc::ClientContext context;
   control.attach(&context);
   auto reader = open(&context);
@@ -105,6 +106,7 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
     ++stats->opens;
   }
   StreamEnd end;
+  std::optional<std::chrono::steady_clock::time_point> usable_since;
   Response message;
   while (reader->Read(&message)) {
     end.fault = apply(message);
@@ -115,9 +117,10 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
       context.TryCancel();
       break;
     }
-    backoff.reset();
+    if (!usable_since && usable()) usable_since = std::chrono::steady_clock::now();
   }
   end.status = reader->Finish();
+  backoff.stream_ended(usable_since, std::chrono::steady_clock::now());
   control.detach();
   end.reason = parse_reason(reason_trailer(context));
   return end;
@@ -136,7 +139,8 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
       continue;
     }
     verify = false;
-    const StreamEnd end = read_stream<Response>(control, &stats, open, apply, backoff);
+    const StreamEnd end = read_stream<Response>(
+        control, &stats, open, apply, [] { return true; }, backoff);
     if (control.stopped()) return;
     const Reaction reaction = end.fault ? Reaction{} : react(plane, end.status, end.reason);
     // Every end — an error, a local fault, even a clean end — leaves this plane's state stale.
@@ -280,7 +284,8 @@ void RelayLink::run_pool(std::shared_ptr<Subscription> subscription, wire::PoolK
     return apply_pool_frame(subscription, key, update);
   };
   while (!subscription->control.stopped()) {
-    const StreamEnd end = read_stream<v1::FilterUpdate>(subscription->control, nullptr, open, apply, backoff);
+    const StreamEnd end = read_stream<v1::FilterUpdate>(
+        subscription->control, nullptr, open, apply, [&] { return replica_installed(subscription, key); }, backoff);
     if (subscription->control.stopped()) return;
     const Reaction reaction = end.fault ? Reaction{} : react(Plane::kPool, end.status, end.reason);
     if (reaction.stop_relay) return mark_incompatible(end.describe());
@@ -319,6 +324,12 @@ Applied RelayLink::apply_pool_frame(const std::shared_ptr<Subscription>& subscri
   // only if a delta was applied (a delta without images is a fault).
   if (!applied.empty()) options_.delta_tap({update.producer(), update.sequence(), applied});
   return std::nullopt;
+}
+
+bool RelayLink::replica_installed(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key) {
+  std::unique_lock lock(mutex_);
+  const auto* slot = slot_of(key, subscription);
+  return slot != nullptr && slot->replica && slot->replica->installed();
 }
 
 // Drops the replica and records what the reaction decided; false when the thread should end.

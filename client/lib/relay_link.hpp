@@ -91,16 +91,20 @@ class RelayLink {
   void run_plane(Plane plane, StreamControl& control, PlaneStats& stats,
                  const std::function<Reader<Response>(grpc::ClientContext*)>& open,
                  const std::function<Applied(const Response&)>& apply, const std::function<void()>& invalidate);
-  // `stats` is null for pool streams (plane streams count their opens there).
+  // `stats` is null for pool streams (plane streams count their opens there). `usable` tells,
+  // after a message applied, whether the stream now gives what it is for (a pool's installed
+  // snapshot); the backoff hears how long it did.
   template <class Response>
   StreamEnd read_stream(StreamControl& control, PlaneStats* stats,
                         const std::function<Reader<Response>(grpc::ClientContext*)>& open,
-                        const std::function<Applied(const Response&)>& apply, Backoff& backoff);
+                        const std::function<Applied(const Response&)>& apply, const std::function<bool()>& usable,
+                        Backoff& backoff);
   void run_pool(std::shared_ptr<Subscription> subscription, wire::PoolKey key);
   bool prepare_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
                            v1::SubscribeKvPoolRequest& request);
   Applied apply_pool_frame(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
                            const v1::FilterUpdate& update);
+  bool replica_installed(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key);
   bool settle_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
                           const StreamEnd& end, const Reaction& reaction);
 

@@ -163,6 +163,35 @@ TEST_CASE("fake relay: a faulty frame invalidates only that replica, which resub
   CHECK(view.readiness.opens == 1);
 }
 
+TEST_CASE("fake relay: a replica that faults soon after its snapshot every time reopens ever more slowly",
+          "[client][fake][backoff]") {
+  Scenario scenario;  // backoff 5 ms, at most 50 ms
+  const auto identity = producer(1);
+  std::mutex opened_mutex;
+  std::vector<std::chrono::steady_clock::time_point> opened;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().set_pool_script([&](const auto& request, int) {
+    {
+      std::lock_guard lock(opened_mutex);
+      opened.push_back(std::chrono::steady_clock::now());
+    }
+    // The snapshot applies, then a corrupt delta faults the replica.
+    auto script = snapshot_script(request.expected_producer());
+    auto corrupt = delta_frame(identity, 5, {{1, 0x10001}});
+    corrupt.mutable_payload()->back() ^= 1;
+    script.push_back(std::move(corrupt));
+    return script;
+  });
+  scenario.start();
+  scenario.await([](const RelayView& relay) { return relay.pools.size() == 1 && relay.pools[0].subscriptions >= 6; });
+  std::lock_guard lock(opened_mutex);
+  REQUIRE(opened.size() >= 6);
+  // The fifth consecutive failure waits at least half of min(5 ms * 2^4, 50 ms): the snapshot
+  // each stream installed did not reset the count (it used to, and every wait was at most 5 ms).
+  CHECK(opened[5] - opened[4] >= std::chrono::milliseconds(25));
+  CHECK_THAT(scenario.view().pools[0].last_fault, Catch::Contains("Cbi1:Checksum"));
+}
+
 TEST_CASE("fake relay: PRODUCER_CHANGED waits for a new generation in the catalog", "[client][fake]") {
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));

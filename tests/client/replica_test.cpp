@@ -204,6 +204,25 @@ TEST_CASE("backoff grows exponentially with jitter up to its bound, and resets",
   CHECK(backoff.next().count() <= 100);
 }
 
+TEST_CASE("backoff: only a stream usable for at least the longest wait resets it", "[client][backoff]") {
+  using std::chrono::milliseconds;
+  client::Backoff backoff({milliseconds(100), milliseconds(1000)}, 7);
+  for (int i = 0; i < 4; ++i) backoff.next();  // the next wait is at least 500 ms
+  const auto opened = std::chrono::steady_clock::now();
+  SECTION("never usable") {
+    backoff.stream_ended(std::nullopt, opened + milliseconds(5000));
+    CHECK(backoff.next().count() >= 500);
+  }
+  SECTION("usable, but for less than the longest wait") {
+    backoff.stream_ended(opened, opened + milliseconds(999));
+    CHECK(backoff.next().count() >= 500);
+  }
+  SECTION("usable for the longest wait") {
+    backoff.stream_ended(opened, opened + milliseconds(1000));
+    CHECK(backoff.next().count() <= 100);
+  }
+}
+
 TEST_CASE("query: prefix depth under each pool's semantics, with the LoRA salt", "[client][query]") {
   std::vector<std::uint32_t> tokens(64);
   for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 1000 + i;
