@@ -257,7 +257,7 @@ TEST_CASE("PutWorker refuses a display_name that is empty or padded, and applies
 TEST_CASE("GetState reports the published sequence and its digest, not changes waiting for publication",
           "[fidelity][ingest]") {
   kvrelay::RelayOptions options = loopback_options();
-  options.publication_delay_ms = 2000;
+  options.publication_delay_ms = 600'000;  // nothing is published by the timer while the test runs
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
@@ -272,11 +272,16 @@ TEST_CASE("GetState reports the published sequence and its digest, not changes w
   CHECK(waiting.sequence() == 0);
   CHECK(waiting.filter_digest() == replica.digest());
 
-  const auto delta = stream->next();  // published when the delay runs out
+  // A stream attaching publishes what is pending first (docs/protocol/pools.md#snapshot-admission).
+  auto second = subscribe_pool(relay, producer, "second");
+  const auto delta = stream->next();
   REQUIRE(delta.has_value());
   replica.apply(*delta);
   const auto published = only_pool(relay);
   CHECK(published.sequence() == 1);
   CHECK(published.filter_digest() == replica.digest());
   CHECK(published.filter_digest() != waiting.filter_digest());
+  const auto snapshot = second->next();
+  REQUIRE(snapshot.has_value());
+  CHECK(snapshot->sequence() == 1);
 }
