@@ -145,7 +145,7 @@ const std::vector<Flag>& flags() {
       {"stream-queue-bytes", "BYTES", "bytes a pool stream may queue (payload + 256 per frame)", "16777216",
        uint_field<std::size_t>(4'194'624, szmax, &RelayOptions::stream_queue_bytes)},
       {"max-message-bytes", "BYTES", "largest gRPC message either way (>= 4259904: one full chunk frame)", "8388608",
-       uint_field<std::size_t>(4'259'904, std::size_t{1} << 31, &RelayOptions::max_message_bytes)},
+       uint_field<std::size_t>(4'259'904, std::numeric_limits<int>::max(), &RelayOptions::max_message_bytes)},
       {"max-catalog-subscribers", "N", "open WatchKvPoolCatalog streams at most", "64",
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_catalog_subscribers)},
       {"max-readiness-subscribers", "N", "open SubscribeServingReadiness streams at most", "64",

@@ -104,14 +104,14 @@ StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscr
   spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", metrics::rpc_name(rpc), subscriber,
                context->peer());
   if (config_.metrics != nullptr) config_.metrics->stream_admitted(rpc);
-  return [rpc, subscriber, permits = std::move(permits), recorder = config_.metrics,
+  return [rpc, subscriber, peer = context->peer(), permits = std::move(permits), recorder = config_.metrics,
           draining = &draining_](const RpcStatus& status) mutable {
     if (recorder != nullptr) recorder->stream_ended(rpc, metrics::termination_reason(status, *draining));
     // Newest first: whoever awaits the total pool-stream permit then finds the per-pool one
     // already back, and is not refused by a limit that is about to free up.
     while (!permits.empty()) permits.pop_back();
-    spdlog::info("subscriber ended: rpc={} subscriber_id={} reason={}", metrics::rpc_name(rpc), subscriber,
-                 ending_of(status));
+    spdlog::info("subscriber ended: rpc={} subscriber_id={} peer={} reason={}", metrics::rpc_name(rpc), subscriber,
+                 peer, ending_of(status));
   };
 }
 

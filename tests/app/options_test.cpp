@@ -113,7 +113,8 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
       {{"--memory-budget-bytes", "-1"}, "--memory-budget-bytes"},
       {{"--publication-threshold", "0"}, "--publication-threshold"},
       {{"--stream-queue-bytes", "1024"}, "--stream-queue-bytes"},
-      {{"--max-message-bytes", "4259903"}, "--max-message-bytes"},  // below one full chunk frame
+      {{"--max-message-bytes", "4259903"}, "--max-message-bytes"},     // below one full chunk frame
+      {{"--max-message-bytes", "2147483648"}, "--max-message-bytes"},  // gRPC takes an int
       {{"--snapshot-encoders", "0"}, "--snapshot-encoders"},
       {{"--log-level", "loud"}, "--log-level"},
       {{"--max-serving-load-subscribers", "0"}, "--max-serving-load-subscribers"},
