@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <new>
+
 #include "actors/crash_report.hpp"
 #include "actors/rate_limited_log.hpp"
 #include "core/prometheus_text.hpp"
@@ -35,9 +37,13 @@ void scrape(Self self) {
 
 std::expected<std::vector<engine_load::RankOccupancy>, std::string> occupancy(const EngineScraperConfig& config,
                                                                               const std::string& page) {
-  const auto parsed = prometheus_text::parse(page);
-  if (!parsed) return std::unexpected("unreadable page: " + parsed.error());
-  return engine_load::read_occupancy(*parsed, config.query);
+  try {
+    const auto parsed = prometheus_text::parse(page);
+    if (!parsed) return std::unexpected("unreadable page: " + parsed.error());
+    return engine_load::read_occupancy(*parsed, config.query);
+  } catch (const std::bad_alloc&) {
+    return std::unexpected("the page is too large to read in the memory available");
+  }
 }
 
 ingest_v1::LoadReport report(const EngineScraperConfig& config, const engine_load::RankOccupancy& rank) {

@@ -110,22 +110,37 @@ std::expected<double, std::string> usage_fraction(const Sample& usage, std::uint
   return std::min(*value, 1.0);
 }
 
-// The cache_config_info series of the engine whose usage carries `engine`: the one with the same
-// engine label, else the one without (older vLLM exports it once, unlabelled), else the only one.
-std::expected<const Sample*, std::string> cache_config_for(const Series& configs, std::string_view engine) {
-  for (const std::string_view wanted : {engine, std::string_view()}) {
-    const auto matches = std::count_if(configs.begin(), configs.end(), [&](const Sample* config) {
-      return label_or_empty(*config, kVllmRankLabel) == wanted;
-    });
-    if (matches > 1) return Failure(fmt::format("two {} series for engine {}", kVllmCacheConfig, quoted(wanted)));
-    if (matches == 1) {
-      return *std::find_if(configs.begin(), configs.end(),
-                           [&](const Sample* config) { return label_or_empty(*config, kVllmRankLabel) == wanted; });
+// The cache_config_info series by their engine label, read once: each usage series looks its
+// config up instead of scanning them all (a page is untrusted: thousands of each would be
+// quadratic). Null marks an engine label that two series carry.
+class CacheConfigs {
+ public:
+  explicit CacheConfigs(const Series& configs) : only_(configs.size() == 1 ? configs.front() : nullptr) {
+    for (const Sample* config : configs) {
+      const auto [it, added] = by_engine_.emplace(label_or_empty(*config, kVllmRankLabel), config);
+      if (!added) it->second = nullptr;
     }
   }
-  if (configs.size() == 1) return configs.front();
-  return Failure(fmt::format("no {} series for engine {}", kVllmCacheConfig, quoted(engine)));
-}
+
+  // The series of the engine whose usage carries `engine`: the one with the same engine label,
+  // else the one without (older vLLM exports it once, unlabelled), else the only one.
+  std::expected<const Sample*, std::string> of(std::string_view engine) const {
+    for (const std::string_view wanted : {engine, std::string_view()}) {
+      const auto it = by_engine_.find(wanted);
+      if (it == by_engine_.end()) continue;
+      if (it->second == nullptr) {
+        return Failure(fmt::format("two {} series for engine {}", kVllmCacheConfig, quoted(wanted)));
+      }
+      return it->second;
+    }
+    if (only_ != nullptr) return only_;
+    return Failure(fmt::format("no {} series for engine {}", kVllmCacheConfig, quoted(engine)));
+  }
+
+ private:
+  const Sample* only_;
+  std::map<std::string_view, const Sample*> by_engine_;
+};
 
 // vLLM prints its cache config's num_gpu_blocks as a label: "None" until the cache is sized.
 std::expected<std::uint64_t, std::string> num_gpu_blocks(const Sample& config) {
@@ -136,10 +151,10 @@ std::expected<std::uint64_t, std::string> num_gpu_blocks(const Sample& config) {
 }
 
 std::expected<std::uint64_t, std::string> vllm_used_blocks(const Sample& usage, std::uint32_t rank,
-                                                           const Series& configs) {
+                                                           const CacheConfigs& configs) {
   const auto fraction = usage_fraction(usage, rank);
   if (!fraction) return Failure(fraction.error());
-  const auto config = cache_config_for(configs, label_or_empty(usage, kVllmRankLabel));
+  const auto config = configs.of(label_or_empty(usage, kVllmRankLabel));
   if (!config) return Failure(config.error());
   const auto total = num_gpu_blocks(**config);
   if (!total) return Failure(total.error());
@@ -153,8 +168,9 @@ std::expected<std::vector<RankOccupancy>, std::string> read_vllm(const Page& pag
   Series usage = series_of(page, kVllmUsage);
   if (usage.empty()) usage = series_of(page, kVllmLegacyUsage);
   if (usage.empty()) return Failure(fmt::format("the page has neither {} nor {}", kVllmUsage, kVllmLegacyUsage));
-  const Series configs = series_of(page, kVllmCacheConfig);
-  if (configs.empty()) return Failure(fmt::format("the page has no {}", kVllmCacheConfig));
+  const Series config_series = series_of(page, kVllmCacheConfig);
+  if (config_series.empty()) return Failure(fmt::format("the page has no {}", kVllmCacheConfig));
+  const CacheConfigs configs(config_series);
   return per_rank(usage, kVllmRankLabel, default_rank,
                   [&](const Sample& series, std::uint32_t rank) { return vllm_used_blocks(series, rank, configs); });
 }

@@ -113,6 +113,9 @@ std::expected<void, std::string> read_labels(Cursor& cursor, Sample& sample) {
     if (cursor.skip('}')) return {};
     const std::string_view name = cursor.take_name(starts_label_name, continues_label_name);
     if (name.empty()) return Failure(fmt::format("expected a label name or '}}' at {}", quoted(cursor.rest())));
+    if (sample.labels.size() == kMaxLabelsPerSample) {
+      return Failure(fmt::format("sample {} has more than {} labels", sample.name, kMaxLabelsPerSample));
+    }
     if (sample.label(name) != nullptr) return Failure(fmt::format("label {} appears twice", name));
     cursor.skip_blanks();
     if (!cursor.skip('=')) return Failure(fmt::format("expected '=' after label {}", name));
@@ -203,7 +206,8 @@ const std::string* Sample::label(std::string_view key) const {
 std::expected<Page, std::string> parse(std::string_view text) {
   Page page;
   // At most one sample a line: one allocation for the vector instead of a doubling series.
-  page.samples.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
+  const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  page.samples.reserve(std::min(lines, kMaxSamplesPerPage));
   std::size_t line_number = 0;
   for (std::string_view rest = text; !rest.empty();) {
     const std::string_view line = trimmed(next_line(rest));
@@ -212,6 +216,10 @@ std::expected<Page, std::string> parse(std::string_view text) {
     if (line.front() == '#') {
       if (line == "# EOF") break;  // OpenMetrics: the end of the exposition
       continue;                    // HELP, TYPE or a plain comment: nothing the samples need
+    }
+    if (page.samples.size() == kMaxSamplesPerPage) {
+      return std::unexpected(
+          fmt::format("line {}: the page has more than {} samples", line_number, kMaxSamplesPerPage));
     }
     if (auto read = read_sample(line, page.samples.emplace_back()); !read) {
       return std::unexpected(fmt::format("line {}: {}", line_number, read.error()));

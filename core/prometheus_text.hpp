@@ -3,6 +3,7 @@
 // of a page, for reading engine load from it (docs/protocol/decisions.md#d26). Comments (HELP,
 // TYPE and any other), blank lines and CRLF line ends are accepted and dropped; an OpenMetrics
 // `# EOF` ends the page. Families are not interpreted: every sample is kept, in page order.
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <optional>
@@ -26,6 +27,12 @@ struct Sample {
 struct Page {
   std::vector<Sample> samples;
 };
+
+// Bounds on untrusted input: an engine page has tens of labels per sample at most and a few
+// thousand samples. Past either, the page is refused, before its size can cost quadratic time
+// (duplicate label checks) or memory.
+inline constexpr std::size_t kMaxLabelsPerSample = 32;
+inline constexpr std::size_t kMaxSamplesPerPage = 100'000;
 
 // The page, or why it is not one ("line 12: ...", lines counted from 1).
 std::expected<Page, std::string> parse(std::string_view text);

@@ -208,6 +208,19 @@ TEST_CASE("engine_load: each vLLM engine takes its own cache_config_info", "[eng
   CHECK_THAT(failure(two_for_engine_0, vllm()), Contains("two vllm:cache_config_info series for engine \"0\""));
 }
 
+TEST_CASE("engine_load: thousands of vLLM engines each find their own cache_config_info", "[engine_load]") {
+  constexpr std::uint32_t kEngines = 5000;
+  std::string page;
+  for (std::uint32_t e = 0; e < kEngines; ++e)
+    page += fmt::format("vllm:kv_cache_usage_perc{{engine=\"{}\"}} 0.5\n", e);
+  for (std::uint32_t e = kEngines; e-- > 0;) {
+    page += fmt::format("vllm:cache_config_info{{engine=\"{}\",num_gpu_blocks=\"{}\"}} 1\n", e, 2 * (e + 1));
+  }
+  Occupancy expected;
+  for (std::uint32_t e = 0; e < kEngines; ++e) expected.push_back({e, e + 1});
+  CHECK(occupancy(page, vllm()) == expected);
+}
+
 TEST_CASE("engine_load: vLLM usage is rounded to whole blocks", "[engine_load]") {
   const auto used = [](std::string_view usage) {
     return occupancy(vllm_page("engine=\"0\"", usage, "num_gpu_blocks=\"10\""), vllm()).at(0).kv_used_blocks;

@@ -1,6 +1,8 @@
 // The Prometheus text format as engines serve it (core/prometheus_text.hpp).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -255,4 +257,21 @@ TEST_CASE("prometheus: a malformed sample line is an error naming its line", "[p
     CHECK_THAT(error, StartsWith("line 4: "));
     CHECK_THAT(error, Contains(why));
   }
+}
+
+TEST_CASE("prometheus: a page past the label or sample bound is refused", "[prometheus]") {
+  const auto labels = [](std::size_t count) {
+    std::string text;
+    for (std::size_t i = 0; i < count; ++i) text += fmt::format("l{}=\"{}\",", i, i);
+    return text;
+  };
+  const std::string widest = fmt::format("foo{{{}}} 1\n", labels(kMaxLabelsPerSample));
+  CHECK(parsed(widest).samples.at(0).labels.size() == kMaxLabelsPerSample);
+  CHECK_THAT(failure(fmt::format("foo{{{}}} 1\n", labels(kMaxLabelsPerSample + 1))),
+             Contains("sample foo has more than 32 labels"));
+
+  std::string most;
+  for (std::size_t i = 0; i < kMaxSamplesPerPage; ++i) most += "a 1\n";
+  CHECK(parsed(most).samples.size() == kMaxSamplesPerPage);
+  CHECK_THAT(failure(most + "\n# a comment\nb 2\n"), Contains("line 100003: the page has more than 100000 samples"));
 }
