@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/kv_events.hpp"
+#include "core/network_address.hpp"
 #include "core/pool_load.hpp"
 #include "core/wire_validation.hpp"
 
@@ -60,12 +61,32 @@ Problem card(const ingest_v1::ModelCard& card, std::string_view field) {
   return std::nullopt;
 }
 
-// A ZeroMQ address the relay can connect a socket to: tcp://host:port, ipc://path or inproc://name.
+// The longest ipc:// path: a Unix socket address holds 108 bytes, its terminating NUL included.
+constexpr std::size_t kMaxIpcPathBytes = 107;
+
+// A ZeroMQ address the relay can connect a socket to: tcp://host:port (after an optional
+// "source;" part, as ZeroMQ allows), ipc://path or inproc://name.
 Problem zmq_endpoint(const std::string& endpoint, std::string_view field, bool optional) {
   if (endpoint.empty()) return optional ? std::nullopt : problem(field, "is empty");
-  for (std::string_view scheme : {"tcp://", "ipc://", "inproc://"}) {
-    if (endpoint.starts_with(scheme) && endpoint.size() > scheme.size()) return std::nullopt;
+  const std::string_view address = endpoint;
+  if (address.starts_with("tcp://")) {
+    std::string_view authority = address.substr(std::string_view("tcp://").size());
+    if (const auto semicolon = authority.rfind(';'); semicolon != std::string_view::npos) {
+      authority.remove_prefix(semicolon + 1);
+    }
+    if (auto why = host_port_problem(authority, true)) return problem(field, fmt::format("'{}' {}", endpoint, *why));
+    return std::nullopt;
   }
+  if (address.starts_with("ipc://")) {
+    const std::size_t path = address.size() - std::string_view("ipc://").size();
+    if (path == 0) return problem(field, "names no ipc:// path");
+    if (path > kMaxIpcPathBytes) {
+      return problem(field,
+                     fmt::format("the ipc:// path has {} bytes, more than a Unix socket's {}", path, kMaxIpcPathBytes));
+    }
+    return std::nullopt;
+  }
+  if (address.starts_with("inproc://") && address.size() > std::string_view("inproc://").size()) return std::nullopt;
   return problem(field, fmt::format("'{}' is not a ZeroMQ endpoint (tcp://, ipc:// or inproc://)", endpoint));
 }
 
@@ -94,9 +115,11 @@ Problem kv_sources(const google::protobuf::RepeatedPtrField<ingest_v1::KvSource>
 }
 
 Problem engine_metrics(const ingest_v1::EngineMetricsSource& source, std::string_view field) {
-  const std::string& url = source.url();
-  if (!url.starts_with("http://") || url.size() == std::string_view("http://").size()) {
-    return problem(join(field, "url"), fmt::format("'{}' is not an http:// URL", url));
+  const std::string_view url = source.url();
+  if (!url.starts_with("http://")) return problem(join(field, "url"), fmt::format("'{}' is not an http:// URL", url));
+  const std::string_view rest = url.substr(std::string_view("http://").size());
+  if (auto why = host_port_problem(rest.substr(0, rest.find('/')), false)) {
+    return problem(join(field, "url"), fmt::format("'{}' {}", url, *why));
   }
   if (source.kind() != ingest_v1::ENGINE_KIND_VLLM && source.kind() != ingest_v1::ENGINE_KIND_SGLANG) {
     return problem(join(field, "kind"), "must name the engine (ENGINE_KIND_VLLM or ENGINE_KIND_SGLANG)");

@@ -2,6 +2,10 @@
 
 #include <httplib.h>
 
+#include <exception>
+
+#include "core/network_address.hpp"
+
 namespace kvrelay::engine_io {
 
 std::optional<HttpUrl> parse_http_url(const std::string& url) {
@@ -9,7 +13,7 @@ std::optional<HttpUrl> parse_http_url(const std::string& url) {
   if (!url.starts_with(kScheme)) return std::nullopt;
   const auto path_start = url.find('/', kScheme.size());
   HttpUrl parsed{url.substr(0, path_start), path_start == std::string::npos ? "/" : url.substr(path_start)};
-  if (parsed.origin.size() == kScheme.size()) return std::nullopt;  // no host
+  if (host_port_problem(std::string_view(parsed.origin).substr(kScheme.size()), false)) return std::nullopt;
   return parsed;
 }
 
@@ -24,12 +28,18 @@ HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout) {
   client.set_write_timeout(seconds.count(), micros.count());
   HttpResult result;
   bool too_big = false;
+  bool too_slow = false;
+  // The timeouts above bound each socket operation; a page trickled in small pieces must also
+  // end within `timeout` as a whole, or it would hold one of the few scrape threads for minutes.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto response = client.Get(parsed->path, [&](const char* data, std::size_t length) {
     result.body.append(data, length);
     too_big = result.body.size() > HttpScraper::kMaxBodyBytes;
-    return !too_big;
+    too_slow = std::chrono::steady_clock::now() > deadline;
+    return !too_big && !too_slow;
   });
   if (too_big) return {false, {}, "the page is larger than 16 MiB"};
+  if (too_slow) return {false, {}, "the page took longer than " + std::to_string(timeout.count()) + " ms to arrive"};
   if (!response) return {false, {}, httplib::to_string(response.error())};
   if (response->status != 200) return {false, {}, "HTTP status " + std::to_string(response->status)};
   result.ok = true;
@@ -68,7 +78,13 @@ void HttpScraper::run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    job.done(http_get(job.url, job.timeout));
+    HttpResult result;
+    try {
+      result = http_get(job.url, job.timeout);
+    } catch (const std::exception& error) {  // the client library's own: a failed scrape, not a dead thread
+      result = {false, {}, std::string("the HTTP client failed: ") + error.what()};
+    }
+    job.done(std::move(result));
   }
 }
 

@@ -45,6 +45,10 @@ struct ZmqIo::Command {
     Id id;
   };
   std::variant<Subscribe, Unsubscribe, Replay, CancelReplay> what;
+
+  Id id() const {
+    return std::visit([](const auto& c) { return c.id; }, what);
+  }
 };
 
 namespace {
@@ -159,33 +163,46 @@ void ZmqIo::open(Id id, SubscriptionConfig config, SourceCallbacks callbacks) {
 
 void ZmqIo::carry_out(std::vector<Command>& commands) {
   for (Command& command : commands) {
-    std::visit(
-        [this](auto& c) {
-          using T = std::decay_t<decltype(c)>;
-          if constexpr (std::is_same_v<T, Command::Subscribe>) {
-            open(c.id, std::move(c.config), std::move(c.callbacks));
-          } else if constexpr (std::is_same_v<T, Command::Unsubscribe>) {
-            if (const auto it = sources_.find(c.id); it != sources_.end()) {
-              zmq_socket_monitor(it->second->sub.handle(), nullptr, 0);
-              sources_.erase(it);
-            }
-          } else {
-            const auto it = sources_.find(c.id);
-            if (it == sources_.end()) return;
-            Source& source = *it->second;
-            source.replay.reset();
-            if constexpr (std::is_same_v<T, Command::Replay>) {
-              source.replay.emplace(context_, zmq::socket_type::dealer);
-              source.replay->set(zmq::sockopt::linger, 0);
-              source.replay->connect(c.endpoint);
-              const std::string request = engine::replay_request(c.from);
-              source.replay->send(zmq::message_t(), zmq::send_flags::sndmore);
-              source.replay->send(zmq::buffer(request), zmq::send_flags::none);
-            }
-          }
-        },
-        command.what);
+    try {
+      carry_out(command);
+    } catch (const zmq::error_t& error) {
+      // Validation refuses the addresses libzmq cannot parse; what is left is ZeroMQ refusing
+      // a socket here (out of file descriptors, say). That source goes without, the thread goes
+      // on: a replay that could not start runs out its deadline and resets the source.
+      spdlog::error("engine source {}: ZeroMQ refused a socket operation: {}", command.id(), error.what());
+    }
   }
+}
+
+void ZmqIo::carry_out(Command& command) {
+  std::visit(
+      [this](auto& c) {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, Command::Subscribe>) {
+          open(c.id, std::move(c.config), std::move(c.callbacks));
+        } else if constexpr (std::is_same_v<T, Command::Unsubscribe>) {
+          if (const auto it = sources_.find(c.id); it != sources_.end()) {
+            zmq_socket_monitor(it->second->sub.handle(), nullptr, 0);
+            sources_.erase(it);
+          }
+        } else {
+          const auto it = sources_.find(c.id);
+          if (it == sources_.end()) return;
+          Source& source = *it->second;
+          source.replay.reset();
+          if constexpr (std::is_same_v<T, Command::Replay>) {
+            // Kept only once it is asked: a socket ZeroMQ refused is never polled.
+            zmq::socket_t replay(context_, zmq::socket_type::dealer);
+            replay.set(zmq::sockopt::linger, 0);
+            replay.connect(c.endpoint);
+            const std::string request = engine::replay_request(c.from);
+            replay.send(zmq::message_t(), zmq::send_flags::sndmore);
+            replay.send(zmq::buffer(request), zmq::send_flags::none);
+            source.replay = std::move(replay);
+          }
+        }
+      },
+      command.what);
 }
 
 void ZmqIo::read_monitor(Source& source) {

@@ -71,6 +71,7 @@ class ZmqIo {
   void wake();
   void run();
   void carry_out(std::vector<Command>& commands);
+  void carry_out(Command& command);
   void open(Id id, SubscriptionConfig config, SourceCallbacks callbacks);
   void read_monitor(Source& source);
   void read_live(Source& source);

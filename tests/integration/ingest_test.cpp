@@ -49,6 +49,28 @@ TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[in
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("kv_sources[0].dp_rank"));
   }
+  SECTION("a replay endpoint without a port (libzmq would refuse it only when a replay starts)") {
+    request.mutable_kv_sources(0)->mutable_zmq()->set_endpoint("tcp://engine:5557");
+    request.mutable_kv_sources(0)->mutable_zmq()->set_replay_endpoint("tcp://engine");
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(),
+               Catch::Contains("kv_sources[0].zmq.replay_endpoint: 'tcp://engine' names no port"));
+  }
+  SECTION("an ipc path longer than a Unix socket address holds") {
+    request.mutable_kv_sources(0)->mutable_zmq()->set_endpoint("ipc:///" + std::string(107, 'p'));
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("kv_sources[0].zmq.endpoint: the ipc:// path has 108 bytes"));
+  }
+  SECTION("an engine metrics URL whose port is out of range") {
+    request.mutable_engine_metrics()->set_url("http://engine:99999999999/metrics");
+    request.mutable_engine_metrics()->set_kind(ingest_v1::ENGINE_KIND_VLLM);
+    const auto status = put_worker_status(relay, request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("engine_metrics.url"));
+    CHECK_THAT(status.error_message(), Catch::Contains("port '99999999999' is not a number from 1 to 65535"));
+  }
   SECTION("an unknown worker type in needs") {
     request.mutable_card()->add_needs()->add_all_of(ingest_v1::WORKER_TYPE_UNSET);
     const auto status = put_worker_status(relay, request);
