@@ -1,9 +1,13 @@
 // kv-relay: the KV DC relay service.
 #include <absl/synchronization/mutex.h>
+#include <fmt/format.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -85,12 +89,25 @@ int main(int argc, char** argv) {
                metrics.empty() ? "off" : metrics);
   if (demo) demo->report_serving_load_to((*relay)->ingest_address(), options->relay.ingest_token_file);
 
-  // A signal asks the relay to stop; so does a core actor's failure (the supervisor).
-  std::thread([&stop_signals, runtime = relay->get()] {
-    int received = 0;
-    sigwait(&stop_signals, &received);
-    runtime->request_stop(received == SIGTERM ? "SIGTERM received" : "SIGINT received");
-  }).detach();
+  // A signal asks the relay to stop; so does a core actor's failure (the supervisor). A second
+  // signal while it drains ends the process at once, as an impatient operator's second Ctrl-C
+  // expects. The thread is joined before the runtime goes: main wakes it with a signal of its own.
+  std::atomic<bool> exiting{false};
+  std::thread signal_waiter([&stop_signals, &exiting, runtime = relay->get()] {
+    for (bool asked = false;;) {
+      int received = 0;
+      sigwait(&stop_signals, &received);
+      if (exiting) return;
+      const char* name = received == SIGTERM ? "SIGTERM" : "SIGINT";
+      if (asked) {
+        spdlog::warn("{} received again while draining: exiting now", name);
+        spdlog::shutdown();
+        std::_Exit(128 + received);
+      }
+      asked = true;
+      runtime->request_stop(fmt::format("{} received", name));
+    }
+  });
   if (options->crash_membership_for_test) (*relay)->crash_membership_for_test();
 
   std::optional<kvrelay::RelayRuntime::StopReason> stop;
@@ -103,5 +120,8 @@ int main(int argc, char** argv) {
   }
   if (demo) demo->stop();
   (*relay)->shutdown();
+  exiting = true;
+  pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  signal_waiter.join();
   return stop->failed ? kCoreFailure : 0;
 }

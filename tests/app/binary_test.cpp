@@ -63,58 +63,90 @@ TEST_CASE("kv-relay refuses to start without a usable --ingest-token-file, with 
   close(empty.output);
 }
 
-TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary]") {
-  namespace v1 = dynamo::kvrelay::v1;
-  const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-drain.json";
-  unlink(ready.c_str());
-  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                             "--ready-file", ready, "--drain-timeout-ms", "500", "--topology",
-                             write_demo_topology("drain", fed_by_push)});
-  REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
-  const std::string wan = wan_of(ready);
+namespace {
 
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);
-  auto stub = v1::KvEventRelay::NewStub(grpc::CreateCustomChannel(wan, grpc::InsecureChannelCredentials(), args));
-  grpc::ClientContext catalog_context;
-  v1::WatchKvPoolCatalogRequest watch;
-  watch.set_subscriber_id("drain-test");
-  watch.set_contract_marker(0x4B565231);
-  auto catalog = stub->WatchKvPoolCatalog(&catalog_context, watch);
-  v1::KvPoolCatalogUpdate update;
-  while (catalog->Read(&update) && update.snapshot().pools_size() == 0) {
+namespace v1 = dynamo::kvrelay::v1;
+
+// A relay of three push-fed pools, each with a pool stream whose 4 MiB snapshot chunks nobody
+// reads: its drain lasts until --drain-timeout-ms cancels them.
+class StalledRelay {
+ public:
+  StalledRelay(const std::string& name, const std::string& drain_timeout_ms) {
+    const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-" + name + ".json";
+    unlink(ready.c_str());
+    child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                         "--ready-file", ready, "--drain-timeout-ms", drain_timeout_ms, "--topology",
+                         write_demo_topology(name, fed_by_push)});
+    REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(8 << 20);
+    stub_ =
+        v1::KvEventRelay::NewStub(grpc::CreateCustomChannel(wan_of(ready), grpc::InsecureChannelCredentials(), args));
+    ingest_ = kvrelay::ingest::v1::RelayIngest::NewStub(
+        grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
+    stall_every_pool();
   }
-  REQUIRE(update.snapshot().pools_size() == 3);
-  // Three pool streams whose 4 MiB snapshot chunks nobody reads.
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReader<v1::FilterUpdate>>> stalled;
-  for (const auto& pool : update.snapshot().pools()) {
-    v1::SubscribeKvPoolRequest request;
-    request.set_subscriber_id("stalled");
-    *request.mutable_expected_producer() = pool.producer();
-    request.set_contract_marker(0x4B565231);
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    stalled.push_back(stub->SubscribeKvPool(contexts.back().get(), request));
+  ~StalledRelay() {
+    close(child.output);
+    for (auto& context : contexts_) context->TryCancel();
   }
-  // The drain must meet all three: each is subscribed to its pool before SIGTERM.
-  auto ingest = kvrelay::ingest::v1::RelayIngest::NewStub(
-      grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
-  const auto subscribed = [&] {
+
+  Child child;
+
+ private:
+  void stall_every_pool() {
+    auto& catalog_context = *contexts_.emplace_back(std::make_unique<grpc::ClientContext>());
+    v1::WatchKvPoolCatalogRequest watch;
+    watch.set_subscriber_id("drain-test");
+    watch.set_contract_marker(0x4B565231);
+    catalog_ = stub_->WatchKvPoolCatalog(&catalog_context, watch);
+    v1::KvPoolCatalogUpdate update;
+    while (catalog_->Read(&update) && update.snapshot().pools_size() == 0) {
+    }
+    REQUIRE(update.snapshot().pools_size() == 3);
+    for (const auto& pool : update.snapshot().pools()) {
+      v1::SubscribeKvPoolRequest request;
+      request.set_subscriber_id("stalled");
+      *request.mutable_expected_producer() = pool.producer();
+      request.set_contract_marker(0x4B565231);
+      contexts_.push_back(std::make_unique<grpc::ClientContext>());
+      stalled_.push_back(stub_->SubscribeKvPool(contexts_.back().get(), request));
+    }
+    // The drain must meet all three: each is subscribed to its pool before the test signals.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (subscribers() < 3) REQUIRE(std::chrono::steady_clock::now() < deadline);
+  }
+  std::uint32_t subscribers() {
     grpc::ClientContext context;
     kvrelay::ingest::v1::RelayState state;
-    REQUIRE(ingest->GetState(&context, {}, &state).ok());
-    std::uint32_t subscribers = 0;
-    for (const auto& pool : state.pools()) subscribers += pool.subscribers();
-    return subscribers;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (subscribed() < 3) REQUIRE(std::chrono::steady_clock::now() < deadline);
-  REQUIRE(kill(child.pid, SIGTERM) == 0);
-  CHECK(wait_exit(child.pid) == 0);
-  CHECK_THAT(read_until(child.output, "relay stopped"), Catch::Contains("relay stopped"));
-  close(child.output);
-  for (auto& context : contexts) context->TryCancel();
-  catalog_context.TryCancel();
+    REQUIRE(ingest_->GetState(&context, {}, &state).ok());
+    std::uint32_t count = 0;
+    for (const auto& pool : state.pools()) count += pool.subscribers();
+    return count;
+  }
+
+  std::unique_ptr<v1::KvEventRelay::Stub> stub_;
+  std::unique_ptr<kvrelay::ingest::v1::RelayIngest::Stub> ingest_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;  // outlive the readers below
+  std::unique_ptr<grpc::ClientReader<v1::KvPoolCatalogUpdate>> catalog_;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::FilterUpdate>>> stalled_;
+};
+
+}  // namespace
+
+TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary]") {
+  StalledRelay relay("drain", "500");
+  REQUIRE(kill(relay.child.pid, SIGTERM) == 0);
+  CHECK(wait_exit(relay.child.pid) == 0);
+  CHECK_THAT(read_until(relay.child.output, "relay stopped"), Catch::Contains("relay stopped"));
+}
+
+TEST_CASE("a second signal while kv-relay drains ends it at once, with 128 + the signal", "[binary]") {
+  StalledRelay relay("impatient", "600000");  // a drain that would wait ten minutes for its stalled streams
+  REQUIRE(kill(relay.child.pid, SIGTERM) == 0);
+  REQUIRE_THAT(read_until(relay.child.output, "draining"), Catch::Contains("SIGTERM received: draining"));
+  REQUIRE(kill(relay.child.pid, SIGINT) == 0);
+  CHECK(wait_exit(relay.child.pid) == 128 + SIGINT);
 }
 
 TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason in its log", "[binary][supervision]") {
