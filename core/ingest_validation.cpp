@@ -1,5 +1,6 @@
 #include "core/ingest_validation.hpp"
 
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -186,6 +187,10 @@ Problem kv_event_batch(const ingest_v1::KvEventBatch& batch) {
   if (!batch.has_endpoint()) return problem("endpoint", "is required");
   if (auto p = endpoint_ref(batch.endpoint(), "endpoint")) return p;
   if (auto reason = malformed_batch_reason(batch)) return *reason;
+  // The cursor moves to sequence + 1, which the last u64 would wrap to 0.
+  if (batch.sequence() == std::numeric_limits<std::uint64_t>::max()) {
+    return problem("sequence", "2^64 - 1 is the last sequence of all: it leaves no next one (start a new epoch)");
+  }
   return std::nullopt;
 }
 

@@ -3,6 +3,7 @@
 // docs/protocol/decisions.md#d18).
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <thread>
 
 #include "tests/integration/harness.hpp"
@@ -147,6 +148,12 @@ TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
     CHECK(tally.batches_applied() == 1);
     CHECK(tally.source_resets() == 1);
     CHECK(unique_blocks(relay) == 1);
+  }
+  SECTION("the last sequence of all is malformed: it leaves no next one") {
+    tally = relay.publish({stored_batch(kBackend, 1, 0, 5, std::numeric_limits<std::uint64_t>::max(), {{3, 13}})});
+    CHECK(tally.batches_rejected() == 1);
+    CHECK(tally.source_resets() == 0);
+    CHECK(unique_blocks(relay) == 2);
   }
   SECTION("a new epoch cold-resets the source, then applies") {
     tally =
