@@ -20,6 +20,12 @@ RateLimitedLog& engine_input_log() {
   return log;
 }
 
+// Apart from the input log, so that a flood of bad batches cannot hide the resets.
+RateLimitedLog& reset_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
 std::string describe(const EngineSourceState& state) {
   return fmt::format("engine source {} worker={} rank={} ({})", state.config.source.endpoint.display(),
                      state.config.source.worker_id, state.config.source.dp_rank, state.config.zmq.endpoint());
@@ -118,7 +124,7 @@ void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
     state.next_sequence = 0;
     state.decoder->reset();
     state.config.stats->resets.elements[static_cast<std::size_t>(*step.reset)].fetch_add(1, std::memory_order_relaxed);
-    spdlog::info("{}: cold reset ({})", describe(state), engine::to_string(*step.reset));
+    reset_log().info(fmt::format("{}: cold reset ({})", describe(state), engine::to_string(*step.reset)));
   }
   if (step.cancel_replay) state.config.io->cancel_replay(state.subscription);
   if (step.request_replay) {
@@ -141,7 +147,7 @@ void on_frames(Self self, const engine_io::MultipartPtr& frames) {
     count(self, EngineBatchResult::kMalformedFrames);
     engine_input_log().warn(fmt::format("{}: dropped a message: {}", describe(self->state), message.error()));
   } else {
-    carry_out(self, self->state.sequencer->on_live(message->seq, HeldBatch{frames, message->payload}));
+    carry_out(self, self->state.sequencer->on_live(message->seq, HeldBatch{frames, message->payload}, frames->bytes()));
   }
   release_credit(self);
 }
@@ -153,10 +159,12 @@ void on_replay(Self self, const engine_io::MultipartPtr& frames) {
   if (!message) {
     count(self, EngineBatchResult::kMalformedFrames);
     engine_input_log().warn(fmt::format("{}: dropped a replay reply: {}", describe(self->state), message.error()));
-    return;
+  } else if (message->seq == engine::kEndOfReplay) {
+    carry_out(self, sequencer.on_replay_end());
+  } else {
+    carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload}));
   }
-  if (message->seq == engine::kEndOfReplay) return carry_out(self, sequencer.on_replay_end());
-  carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload}));
+  release_credit(self);
 }
 
 void on_outcome(Self self, const BatchOutcome& outcome) {
@@ -222,7 +230,7 @@ engine_io::SourceCallbacks callbacks(Self self) {
 EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig config) {
   auto& state = self->state;
   state.config = std::move(config);
-  state.sequencer.emplace(!state.config.zmq.replay_endpoint().empty(), state.config.max_buffered_batches);
+  state.sequencer.emplace(!state.config.zmq.replay_endpoint().empty(), state.config.held_during_replay);
   state.decoder.emplace(state.config.decoder);
   report_crashes(self, "engine-source");
   engine_io::SubscriptionConfig subscription{state.config.zmq.endpoint(), state.config.zmq.topic()};

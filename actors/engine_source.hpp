@@ -29,7 +29,7 @@ struct EngineSourceConfig {
   // replacement's batches never continue a predecessor's sequence.
   std::uint64_t incarnation = 0;
   std::chrono::milliseconds replay_timeout{5000};
-  std::size_t max_buffered_batches = 10000;     // live batches held while a replay runs
+  engine::HoldLimits held_during_replay;        // live batches held while a replay runs
   std::size_t batches_in_flight = 16;           // sent on and not yet answered
   engine_io::ZmqIo* io = nullptr;               // outlives every source actor
   BatchRouter router;                           // where its batches go: straight to the pool's publisher

@@ -1,7 +1,7 @@
 #pragma once
-// A warning (or an error) about rejected input or a failing input file, logged at most once a
-// second with how many similar ones were dropped meanwhile: bad input is reported, never
-// allowed to flood the log.
+// A message about rejected input, a failing input file or a misbehaving peer, logged at most
+// once a second with how many similar ones were dropped meanwhile: what outsiders cause is
+// reported, never allowed to flood the log.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -13,6 +13,7 @@ namespace kvrelay {
 
 class RateLimitedLog {
  public:
+  void info(const std::string& what) { log(spdlog::level::info, what); }
   void warn(const std::string& what) { log(spdlog::level::warn, what); }
   void error(const std::string& what) { log(spdlog::level::err, what); }
 

@@ -21,10 +21,16 @@ enum class ResetCause : std::uint8_t {
   kReplayEvicted,   // the replay began above the requested seq, or held nothing of it
   kReplayGap,       // the replay itself skipped a seq
   kReplayTimeout,   // no end of replay in time
-  kReplayOverflow,  // too many live batches arrived while the replay ran
+  kReplayOverflow,  // too many live batches (or bytes of them) arrived while the replay ran
   kCount
 };
 std::string_view to_string(ResetCause cause);
+
+// What a source holds back while a replay runs; past either bound it gives the replay up.
+struct HoldLimits {
+  std::size_t batches = 10000;
+  std::size_t bytes = std::size_t{256} << 20;
+};
 
 template <class Batch>
 class Sequencer {
@@ -38,17 +44,20 @@ class Sequencer {
 
   // A fresh source with a replay socket first asks it from seq 0: an engine younger than its
   // replay buffer then gives its complete state.
-  Sequencer(bool has_replay, std::size_t max_buffered)
-      : has_replay_(has_replay), bootstrap_(has_replay), max_buffered_(max_buffered) {}
+  Sequencer(bool has_replay, HoldLimits limits) : has_replay_(has_replay), bootstrap_(has_replay), limits_(limits) {}
 
-  Step on_live(std::uint64_t seq, Batch batch) {
+  // `bytes`: what holding the batch costs, counted against HoldLimits::bytes.
+  Step on_live(std::uint64_t seq, Batch batch, std::size_t bytes) {
     Step step;
     if (replay_) {
-      buffered_.push_back({seq, std::move(batch)});
-      if (buffered_.size() > max_buffered_) abandon_replay(step, ResetCause::kReplayOverflow);
+      buffered_.push_back({seq, std::move(batch), bytes});
+      buffered_bytes_ += bytes;
+      if (buffered_.size() > limits_.batches || buffered_bytes_ > limits_.bytes) {
+        abandon_replay(step, ResetCause::kReplayOverflow);
+      }
       return step;
     }
-    admit(step, seq, std::move(batch));
+    admit(step, seq, std::move(batch), bytes);
     return step;
   }
 
@@ -95,16 +104,17 @@ class Sequencer {
   struct Held {
     std::uint64_t seq;
     Batch batch;
+    std::size_t bytes;
   };
   struct Replay {
     bool answered = false;  // a reply at or below the requested seq arrived
   };
 
-  void admit(Step& step, std::uint64_t seq, Batch batch) {
+  void admit(Step& step, std::uint64_t seq, Batch batch, std::size_t bytes) {
     if (!started_) {
       if (bootstrap_ && seq > 0) {
         bootstrap_ = false;
-        start_replay(step, 0, seq, std::move(batch));
+        start_replay(step, 0, seq, std::move(batch), bytes);
         return;
       }
       apply(step, seq, std::move(batch));
@@ -115,19 +125,20 @@ class Sequencer {
       reset(step, ResetCause::kEngineRestart);
       return apply(step, seq, std::move(batch));
     }
-    if (has_replay_) return start_replay(step, expected_, seq, std::move(batch));
+    if (has_replay_) return start_replay(step, expected_, seq, std::move(batch), bytes);
     reset(step, ResetCause::kSequenceGap);
     apply(step, seq, std::move(batch));
   }
 
-  void start_replay(Step& step, std::uint64_t from, std::uint64_t seq, Batch batch) {
+  void start_replay(Step& step, std::uint64_t from, std::uint64_t seq, Batch batch, std::size_t bytes) {
     started_ = true;
     expected_ = from;
     replay_ = Replay{};
     step.request_replay = from;
     // First in line: a drain found this gap in the batch it took from the front, and the live
     // batches still held came after it.
-    buffered_.push_front({seq, std::move(batch)});
+    buffered_.push_front({seq, std::move(batch), bytes});
+    buffered_bytes_ += bytes;
   }
 
   // The replay cannot close the gap: the source starts over from the live batches that
@@ -146,10 +157,11 @@ class Sequencer {
     while (!buffered_.empty() && !replay_) {
       Held held = std::move(buffered_.front());
       buffered_.pop_front();
+      buffered_bytes_ -= held.bytes;
       const bool went_back = previous && held.seq <= *previous;
       previous = held.seq;
       if (started_ && held.seq < expected_ && !went_back) continue;
-      admit(step, held.seq, std::move(held.batch));
+      admit(step, held.seq, std::move(held.batch), held.bytes);
     }
   }
 
@@ -172,12 +184,13 @@ class Sequencer {
 
   bool has_replay_;
   bool bootstrap_;
-  std::size_t max_buffered_;
+  HoldLimits limits_;
   bool started_ = false;
   std::uint64_t expected_ = 0;  // next seq to apply, once started
   std::optional<std::uint64_t> last_seq_;
   std::optional<Replay> replay_;
   std::deque<Held> buffered_;
+  std::size_t buffered_bytes_ = 0;  // of buffered_
 };
 
 }  // namespace kvrelay::engine

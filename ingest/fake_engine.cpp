@@ -224,9 +224,17 @@ std::uint64_t FakeEngine::publish_payload(std::shared_ptr<const std::string> pay
 }
 
 bool FakeEngine::await_subscribers(std::size_t count, std::chrono::milliseconds timeout) {
+  return await_subscriptions([&] { return subscriptions_ >= count; }, timeout);
+}
+
+bool FakeEngine::await_subscriptions_made(std::size_t total, std::chrono::milliseconds timeout) {
+  return await_subscriptions([&] { return subscriptions_made_ >= total; }, timeout);
+}
+
+bool FakeEngine::await_subscriptions(const std::function<bool()>& enough, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   read_subscriptions();
-  while (subscriptions_ < count) {
+  while (!enough()) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
@@ -245,7 +253,10 @@ void FakeEngine::read_subscriptions() {
     const std::string_view prefix(message.data<char>() + 1, message.size() - 1);
     if (!options_.topic.starts_with(prefix)) continue;
     const auto kind = message.data<std::uint8_t>()[0];
-    if (kind == 1) ++subscriptions_;
+    if (kind == 1) {
+      ++subscriptions_;
+      ++subscriptions_made_;
+    }
     if (kind == 0 && subscriptions_ > 0) --subscriptions_;
   }
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -91,6 +92,10 @@ class FakeEngine {
   // Whether `count` subscriptions to the topic are connected within `timeout`, so that a
   // caller can publish knowing its first batches reach them.
   bool await_subscribers(std::size_t count, std::chrono::milliseconds timeout);
+  // Whether `total` subscriptions have been made since the engine started (ended ones
+  // included) within `timeout`: after a reconnection, that the new one has arrived, whenever
+  // the old one's end does.
+  bool await_subscriptions_made(std::size_t total, std::chrono::milliseconds timeout);
 
  private:
   struct BufferedBatch {
@@ -103,14 +108,16 @@ class FakeEngine {
   void serve_replays(zmq::socket_t router);
   void answer_replay(zmq::socket_t& router);
   void read_subscriptions();
+  bool await_subscriptions(const std::function<bool()>& enough, std::chrono::milliseconds timeout);
 
   FakeEngineOptions options_;
   zmq::context_t context_;
   zmq::socket_t pub_;  // the owner's thread only
   std::string pub_endpoint_;
   std::string replay_endpoint_;
-  std::uint64_t next_seq_ = 0;     // the owner's thread only
-  std::size_t subscriptions_ = 0;  // the owner's thread only
+  std::uint64_t next_seq_ = 0;          // the owner's thread only
+  std::size_t subscriptions_ = 0;       // live ones; the owner's thread only
+  std::size_t subscriptions_made_ = 0;  // ever; the owner's thread only
 
   std::mutex buffer_mutex_;
   std::deque<BufferedBatch> buffer_ ABSL_GUARDED_BY(buffer_mutex_);

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -18,10 +19,19 @@ std::vector<engine::Frame> Multipart::views() const {
   return views;
 }
 
+std::size_t Multipart::bytes() const {
+  std::size_t total = 0;
+  for (const zmq::message_t& frame : frames) total += frame.size();
+  return total;
+}
+
 struct ZmqIo::Source {
   Id id = 0;
   SourceCallbacks callbacks;
   std::shared_ptr<std::atomic<long>> credit;
+  SubscriptionConfig config;
+  // A lost connection libzmq will not dial again unless told (below): when to dial it.
+  std::optional<std::chrono::steady_clock::time_point> redial_at;
   zmq::socket_t sub;
   zmq::socket_t monitor;  // PAIR end of the SUB socket's monitor
   std::optional<zmq::socket_t> replay;
@@ -53,7 +63,12 @@ struct ZmqIo::Command {
 
 namespace {
 
-constexpr int kConnectionEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED;
+constexpr int kConnectionEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
+
+// libzmq dials a lost connection again on its own, reporting CONNECT_RETRIED at once, unless
+// the peer broke the protocol (a frame above ZMQ_MAXMSGSIZE, say): that session just ends. A
+// disconnection with no retry reported within this grace is dialed again by the I/O thread.
+constexpr auto kRedialGrace = std::chrono::seconds(1);
 
 // Receives every frame of one message that is waiting; nullopt when none is.
 std::optional<Multipart> receive(zmq::socket_t& socket) {
@@ -140,6 +155,7 @@ void ZmqIo::open(Id id, SubscriptionConfig config, SourceCallbacks callbacks) {
   source->sub = zmq::socket_t(context_, zmq::socket_type::sub);
   source->sub.set(zmq::sockopt::linger, 0);
   source->sub.set(zmq::sockopt::rcvhwm, config.receive_hwm);
+  source->sub.set(zmq::sockopt::maxmsgsize, config.max_message_bytes);
   source->sub.set(zmq::sockopt::reconnect_ivl, 100);
   source->sub.set(zmq::sockopt::reconnect_ivl_max, static_cast<int>(config.reconnect_max.count()));
   // ZMTP heartbeats notice an engine that vanished without closing its connection.
@@ -158,6 +174,7 @@ void ZmqIo::open(Id id, SubscriptionConfig config, SourceCallbacks callbacks) {
     // Validation refuses malformed endpoints; this is an address ZeroMQ cannot use here.
     spdlog::error("engine source {}: cannot connect to {}: {}", id, config.endpoint, error.what());
   }
+  source->config = std::move(config);
   sources_.emplace(id, std::move(source));
 }
 
@@ -194,6 +211,10 @@ void ZmqIo::carry_out(Command& command) {
             // Kept only once it is asked: a socket ZeroMQ refused is never polled.
             zmq::socket_t replay(context_, zmq::socket_type::dealer);
             replay.set(zmq::sockopt::linger, 0);
+            // Replies wait unread without credit: the queue must hold a whole replay buffer
+            // (vLLM's is 10 000 batches), or the engine's ROUTER drops past its own 1 000.
+            replay.set(zmq::sockopt::rcvhwm, source.config.receive_hwm);
+            replay.set(zmq::sockopt::maxmsgsize, source.config.max_message_bytes);
             replay.connect(c.endpoint);
             const std::string request = engine::replay_request(c.from);
             replay.send(zmq::message_t(), zmq::send_flags::sndmore);
@@ -210,9 +231,44 @@ void ZmqIo::read_monitor(Source& source) {
     if (event->frames.empty() || event->frames[0].size() < sizeof(std::uint16_t)) continue;
     std::uint16_t id = 0;
     std::memcpy(&id, event->frames[0].data(), sizeof id);
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || id == ZMQ_EVENT_CONNECT_RETRIED) source.redial_at.reset();
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) source.callbacks.connection(true);
-    if (id == ZMQ_EVENT_DISCONNECTED) source.callbacks.connection(false);
+    if (id == ZMQ_EVENT_DISCONNECTED) {
+      source.redial_at = std::chrono::steady_clock::now() + kRedialGrace;
+      source.callbacks.connection(false);
+    }
   }
+}
+
+void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
+  for (auto& [id, source] : sources_) {
+    if (!source->redial_at || *source->redial_at > now) continue;
+    source->redial_at.reset();
+    const std::string& endpoint = source->config.endpoint;
+    spdlog::warn("engine source {}: the connection to {} ended without a retry (a protocol error); dialing again", id,
+                 endpoint);
+    try {
+      source->sub.disconnect(endpoint);  // forgets the ended session
+    } catch (const zmq::error_t&) {
+      // ENOENT: libzmq had already forgotten it
+    }
+    try {
+      source->sub.connect(endpoint);
+    } catch (const zmq::error_t& error) {
+      spdlog::error("engine source {}: cannot connect to {}: {}", id, endpoint, error.what());
+    }
+  }
+}
+
+// Until the earliest redial, or for ever.
+std::chrono::milliseconds ZmqIo::poll_timeout(std::chrono::steady_clock::time_point now) const {
+  std::optional<std::chrono::steady_clock::time_point> earliest;
+  for (const auto& [id, source] : sources_) {
+    if (source->redial_at && (!earliest || *source->redial_at < *earliest)) earliest = source->redial_at;
+  }
+  if (!earliest) return std::chrono::milliseconds(-1);
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*earliest - now);
+  return std::max(left, std::chrono::milliseconds(0));
 }
 
 void ZmqIo::read_live(Source& source) {
@@ -225,9 +281,10 @@ void ZmqIo::read_live(Source& source) {
 }
 
 void ZmqIo::read_replay(Source& source) {
-  while (source.replay) {
+  while (source.replay && source.credit->load() > 0) {
     auto message = receive(*source.replay);
     if (!message) return;
+    source.credit->fetch_sub(1);
     // A DEALER receives the ROUTER's reply behind one empty delimiter frame.
     if (!message->frames.empty() && message->frames.front().size() == 0) message->frames.erase(message->frames.begin());
     source.callbacks.replay(std::make_shared<const Multipart>(std::move(*message)));
@@ -240,6 +297,8 @@ void ZmqIo::run() {
   std::vector<std::pair<Source*, Socket>> owners;  // of items[1..]
   std::vector<Command> commands;
   while (!stopping_) {
+    const auto now = std::chrono::steady_clock::now();
+    redial_due(now);
     items.assign(1, zmq::pollitem_t{nullptr, wake_fd_, ZMQ_POLLIN, 0});
     owners.clear();
     const auto poll_on = [&](Source* source, zmq::socket_t& socket, Socket kind) {
@@ -248,10 +307,11 @@ void ZmqIo::run() {
     };
     for (auto& [id, source] : sources_) {
       poll_on(source.get(), source->monitor, Socket::kMonitor);
-      if (source->credit->load() > 0) poll_on(source.get(), source->sub, Socket::kLive);
+      if (source->credit->load() <= 0) continue;
+      poll_on(source.get(), source->sub, Socket::kLive);
       if (source->replay) poll_on(source.get(), *source->replay, Socket::kReplay);
     }
-    zmq::poll(items, std::chrono::milliseconds(-1));
+    zmq::poll(items, poll_timeout(now));
     if (items[0].revents & ZMQ_POLLIN) {
       std::uint64_t count = 0;
       [[maybe_unused]] const auto read_bytes = read(wake_fd_, &count, sizeof count);

@@ -3,10 +3,11 @@
 // subscription's sockets (SUB, its monitor, the replay DEALER) and polls them all, so no
 // actor ever blocks on a socket. What arrives goes to the source's callbacks, on this thread.
 //
-// Flow control: a subscription hands out at most `credit` live messages that the receiver
-// has not returned yet; without credit its SUB socket is not read, ZeroMQ queues up to its
-// high-water mark, and past that the engine's PUB socket drops, which the receiver then sees
-// as a seq gap (filled by replay or answered by a cold reset).
+// Flow control: a subscription hands out at most `credit` messages (live or replayed) that the
+// receiver has not returned yet; without credit its sockets are not read, ZeroMQ queues up to
+// its high-water mark, and past that the engine drops, which the receiver then sees as a seq
+// gap (filled by replay or answered by a cold reset). A frame above `max_message_bytes` ends
+// the connection before it is buffered; the thread dials it again (the lost batches are a gap).
 #include <zmq.hpp>
 
 #include <atomic>
@@ -28,20 +29,22 @@ namespace kvrelay::engine_io {
 struct Multipart {
   std::vector<zmq::message_t> frames;
   std::vector<engine::Frame> views() const;
+  std::size_t bytes() const;  // of every frame
 };
 using MultipartPtr = std::shared_ptr<const Multipart>;
 
 struct SourceCallbacks {
   std::function<void(bool connected)> connection;  // the SUB socket's peer came or went
   std::function<void(MultipartPtr)> live;          // one published message (spends one credit)
-  std::function<void(MultipartPtr)> replay;        // one replay reply, after its empty delimiter
+  std::function<void(MultipartPtr)> replay;        // one replay reply, after its empty delimiter (one credit)
 };
 
 struct SubscriptionConfig {
   std::string endpoint;  // the engine's PUB socket
   std::string topic;     // subscription prefix; empty = everything
   std::size_t credit = 16;
-  int receive_hwm = 10000;  // messages ZeroMQ queues for this subscription
+  int receive_hwm = 10000;                                  // messages ZeroMQ queues for this subscription
+  std::int64_t max_message_bytes = std::int64_t{64} << 20;  // per frame, live and replay
   std::chrono::milliseconds reconnect_max{5000};
 };
 
@@ -74,6 +77,8 @@ class ZmqIo {
   void carry_out(Command& command);
   void open(Id id, SubscriptionConfig config, SourceCallbacks callbacks);
   void read_monitor(Source& source);
+  void redial_due(std::chrono::steady_clock::time_point now);
+  std::chrono::milliseconds poll_timeout(std::chrono::steady_clock::time_point now) const;
   void read_live(Source& source);
   void read_replay(Source& source);
 

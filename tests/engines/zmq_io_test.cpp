@@ -1,5 +1,6 @@
 // The engine I/O thread (ingest/zmq_io.hpp) against an in-process fake engine: a replay that
-// ZeroMQ refuses costs that replay only, not the thread (and so not the relay).
+// ZeroMQ refuses costs that replay only, not the thread (and so not the relay); replies spend
+// credit as live messages do; an oversized frame costs its connection, not memory.
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
@@ -14,20 +15,36 @@ using kvrelay::demo::FakeEngineOptions;
 
 namespace {
 
-// What the callbacks of one subscription saw, for the test thread to await.
+// What the callbacks of one subscription saw.
+struct Counts {
+  bool connected = false;
+  int connects = 0;
+  int disconnects = 0;
+  int live = 0;
+  int replies = 0;
+};
+
+// The callbacks' counts, for the test thread to await or read.
 class Seen {
  public:
   SourceCallbacks callbacks() {
-    return {[this](bool connected) { note([&] { connected_ = connected; }); },
-            [this](MultipartPtr) { note([&] { ++live_; }); }, [this](MultipartPtr) { note([&] { ++replies_; }); }};
+    return {[this](bool connected) {
+              note([&] {
+                counts_.connected = connected;
+                ++(connected ? counts_.connects : counts_.disconnects);
+              });
+            },
+            [this](MultipartPtr) { note([&] { ++counts_.live; }); },
+            [this](MultipartPtr) { note([&] { ++counts_.replies; }); }};
   }
-  bool await(const std::function<bool(const Seen&)>& done) {
+  bool await(const std::function<bool(const Counts&)>& done) {
     std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, std::chrono::seconds(30), [&] { return done(*this); });
+    return changed_.wait_for(lock, std::chrono::seconds(30), [&] { return done(counts_); });
   }
-  bool connected_ = false;
-  int live_ = 0;
-  int replies_ = 0;
+  Counts counts() {
+    std::lock_guard lock(mutex_);
+    return counts_;
+  }
 
  private:
   template <class Change>
@@ -40,6 +57,7 @@ class Seen {
   }
   std::mutex mutex_;
   std::condition_variable changed_;
+  Counts counts_;
 };
 
 }  // namespace
@@ -51,14 +69,60 @@ TEST_CASE("zmq io: a replay endpoint ZeroMQ refuses leaves the source and the th
   SubscriptionConfig config;
   config.endpoint = engine.pub_endpoint();
   const auto id = io.subscribe(config, seen.callbacks());
-  REQUIRE(seen.await([](const Seen& s) { return s.connected_; }));
+  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
   REQUIRE(engine.await_subscribers(1, std::chrono::seconds(30)));
 
   io.request_replay(id, "tcp://engine", 0);  // no port: libzmq throws on connect (it used to end the process)
   engine.publish({});
-  REQUIRE(seen.await([](const Seen& s) { return s.live_ == 1; }));
+  REQUIRE(seen.await([](const Counts& s) { return s.live == 1; }));
 
   io.request_replay(id, engine.replay_endpoint(), 0);  // a good one still runs: its batch, then the end
-  CHECK(seen.await([](const Seen& s) { return s.replies_ == 2; }));
+  CHECK(seen.await([](const Counts& s) { return s.replies == 2; }));
+  io.unsubscribe(id);
+}
+
+TEST_CASE("zmq io: replay replies are read only against credit, as live messages are", "[engines][zmq]") {
+  FakeEngine engine(FakeEngineOptions{});
+  for (int batch = 0; batch < 5; ++batch) engine.publish({});  // nobody listens: kept for replay only
+  ZmqIo io;
+  Seen seen;
+  SubscriptionConfig config;
+  config.endpoint = engine.pub_endpoint();
+  config.credit = 2;
+  const auto id = io.subscribe(config, seen.callbacks());
+  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+
+  io.request_replay(id, engine.replay_endpoint(), 0);  // five batches, then the end: six replies
+  REQUIRE(seen.await([](const Counts& s) { return s.replies >= 2; }));
+  CHECK(seen.counts().replies == 2);
+  io.return_credit(id, 1);
+  REQUIRE(seen.await([](const Counts& s) { return s.replies >= 3; }));
+  CHECK(seen.counts().replies == 3);
+  io.return_credit(id, 3);
+  CHECK(seen.await([](const Counts& s) { return s.replies == 6; }));
+  io.unsubscribe(id);
+}
+
+TEST_CASE("zmq io: a frame above the size bound ends its connection unread, and the thread dials it again",
+          "[engines][zmq]") {
+  FakeEngine engine(FakeEngineOptions{});
+  ZmqIo io;
+  Seen seen;
+  SubscriptionConfig config;
+  config.endpoint = engine.pub_endpoint();
+  config.max_message_bytes = 4096;
+  const auto id = io.subscribe(config, seen.callbacks());
+  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+  REQUIRE(engine.await_subscribers(1, std::chrono::seconds(30)));
+
+  engine.publish_payload(std::make_shared<const std::string>(8192, 'x'));
+  CHECK(seen.await([](const Counts& s) { return s.disconnects == 1; }));
+  // libzmq ends a session whose peer broke the protocol and does not dial it again: the I/O
+  // thread does, after its grace.
+  CHECK(seen.await([](const Counts& s) { return s.connects == 2; }));
+  CHECK(seen.counts().live == 0);
+  REQUIRE(engine.await_subscriptions_made(2, std::chrono::seconds(30)));
+  engine.publish({});
+  CHECK(seen.await([](const Counts& s) { return s.live == 1; }));
   io.unsubscribe(id);
 }

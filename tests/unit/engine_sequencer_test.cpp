@@ -9,45 +9,47 @@ namespace {
 
 using Seq = Sequencer<std::uint64_t>;  // each batch is its own seq, to see what is applied
 
+constexpr HoldLimits kRoomy{100, 1000};  // past what any test holds
+
 std::vector<std::uint64_t> applied(const Seq::Step& step) { return step.apply; }
 
 TEST_CASE("contiguous batches apply in order and a fresh source without replay starts anywhere", "[engine_sequencer]") {
-  Seq sequencer(false, 100);
-  CHECK(applied(sequencer.on_live(7, 7)) == std::vector<std::uint64_t>{7});
-  const auto step = sequencer.on_live(8, 8);
+  Seq sequencer(false, kRoomy);
+  CHECK(applied(sequencer.on_live(7, 7, 1)) == std::vector<std::uint64_t>{7});
+  const auto step = sequencer.on_live(8, 8, 1);
   CHECK(applied(step) == std::vector<std::uint64_t>{8});
   CHECK_FALSE(step.reset);
   CHECK(sequencer.last_seq() == 8u);
 }
 
 TEST_CASE("a gap without a replay socket cold-resets and goes on from the batch after it", "[engine_sequencer]") {
-  Seq sequencer(false, 100);
-  sequencer.on_live(0, 0);
-  const auto step = sequencer.on_live(5, 5);
+  Seq sequencer(false, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  const auto step = sequencer.on_live(5, 5, 1);
   REQUIRE(step.reset == ResetCause::kSequenceGap);
   CHECK_FALSE(step.request_replay);
   CHECK(applied(step) == std::vector<std::uint64_t>{5});
-  CHECK(applied(sequencer.on_live(6, 6)) == std::vector<std::uint64_t>{6});
+  CHECK(applied(sequencer.on_live(6, 6, 1)) == std::vector<std::uint64_t>{6});
 }
 
 TEST_CASE("a seq that goes back is an engine restart", "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  sequencer.on_live(0, 0);
-  sequencer.on_live(1, 1);
-  const auto step = sequencer.on_live(0, 100);
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  sequencer.on_live(1, 1, 1);
+  const auto step = sequencer.on_live(0, 100, 1);
   CHECK(step.reset == ResetCause::kEngineRestart);
   CHECK_FALSE(step.request_replay);
   CHECK(applied(step) == std::vector<std::uint64_t>{100});
 }
 
 TEST_CASE("a gap is replayed in order while live batches wait, then live goes on", "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  sequencer.on_live(0, 0);
-  auto step = sequencer.on_live(4, 4);
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  auto step = sequencer.on_live(4, 4, 1);
   REQUIRE(step.request_replay == 1u);
   CHECK(step.apply.empty());
   CHECK(sequencer.replaying());
-  CHECK(sequencer.on_live(5, 5).apply.empty());  // buffered
+  CHECK(sequencer.on_live(5, 5, 1).apply.empty());  // buffered
   CHECK(applied(sequencer.on_replay(1, 1)) == std::vector<std::uint64_t>{1});
   CHECK(applied(sequencer.on_replay(2, 2)) == std::vector<std::uint64_t>{2});
   CHECK(applied(sequencer.on_replay(3, 3)) == std::vector<std::uint64_t>{3});
@@ -56,14 +58,14 @@ TEST_CASE("a gap is replayed in order while live batches wait, then live goes on
   CHECK_FALSE(step.reset);
   CHECK(applied(step) == std::vector<std::uint64_t>{5});  // 4 came by replay: the live copy is skipped
   CHECK_FALSE(sequencer.replaying());
-  CHECK(applied(sequencer.on_live(6, 6)) == std::vector<std::uint64_t>{6});
+  CHECK(applied(sequencer.on_live(6, 6, 1)) == std::vector<std::uint64_t>{6});
 }
 
 TEST_CASE("a replay that starts above the requested seq was evicted: cold reset, live goes on", "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  sequencer.on_live(0, 0);
-  REQUIRE(sequencer.on_live(9, 9).request_replay == 1u);
-  sequencer.on_live(10, 10);
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  REQUIRE(sequencer.on_live(9, 9, 1).request_replay == 1u);
+  sequencer.on_live(10, 10, 1);
   const auto step = sequencer.on_replay(3, 3);
   CHECK(step.reset == ResetCause::kReplayEvicted);
   CHECK(step.cancel_replay);
@@ -73,9 +75,9 @@ TEST_CASE("a replay that starts above the requested seq was evicted: cold reset,
 }
 
 TEST_CASE("a replay that ends without the requested seq is an eviction too", "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  sequencer.on_live(0, 0);
-  sequencer.on_live(3, 3);
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  sequencer.on_live(3, 3, 1);
   const auto step = sequencer.on_replay_end();
   CHECK(step.reset == ResetCause::kReplayEvicted);
   CHECK(applied(step) == std::vector<std::uint64_t>{3});
@@ -83,18 +85,18 @@ TEST_CASE("a replay that ends without the requested seq is an eviction too", "[e
 
 TEST_CASE("a replay that skips a seq, times out or overflows resets the source", "[engine_sequencer]") {
   SECTION("gap inside the replay") {
-    Seq sequencer(true, 100);
-    sequencer.on_live(0, 0);
-    sequencer.on_live(5, 5);
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(5, 5, 1);
     CHECK(applied(sequencer.on_replay(1, 1)) == std::vector<std::uint64_t>{1});
     const auto step = sequencer.on_replay(3, 3);
     CHECK(step.reset == ResetCause::kReplayGap);
     CHECK(applied(step) == std::vector<std::uint64_t>{5});
   }
   SECTION("timeout") {
-    Seq sequencer(true, 100);
-    sequencer.on_live(0, 0);
-    sequencer.on_live(5, 5);
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(5, 5, 1);
     const auto step = sequencer.on_replay_timeout();
     CHECK(step.reset == ResetCause::kReplayTimeout);
     CHECK(step.cancel_replay);
@@ -102,19 +104,33 @@ TEST_CASE("a replay that skips a seq, times out or overflows resets the source",
     CHECK_FALSE(sequencer.on_replay_timeout().reset);  // nothing in flight any more
   }
   SECTION("too many live batches while replaying") {
-    Seq sequencer(true, 2);
-    sequencer.on_live(0, 0);
-    sequencer.on_live(5, 5);
-    sequencer.on_live(6, 6);
-    const auto step = sequencer.on_live(7, 7);
+    Seq sequencer(true, {2, 1000});
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(5, 5, 1);
+    sequencer.on_live(6, 6, 1);
+    const auto step = sequencer.on_live(7, 7, 1);
     CHECK(step.reset == ResetCause::kReplayOverflow);
     CHECK(applied(step) == std::vector<std::uint64_t>{5, 6, 7});
+  }
+  SECTION("too many bytes of live batches while replaying") {
+    Seq sequencer(true, {100, 10});
+    sequencer.on_live(0, 0, 1);
+    CHECK(sequencer.on_live(5, 5, 4).request_replay == 1u);  // the batch that found the gap is held too
+    CHECK_FALSE(sequencer.on_live(6, 6, 6).reset);           // 10 bytes held: at the bound
+    const auto step = sequencer.on_live(7, 7, 1);
+    CHECK(step.reset == ResetCause::kReplayOverflow);
+    CHECK(applied(step) == std::vector<std::uint64_t>{5, 6, 7});
+    SECTION("what was drained no longer counts") {
+      CHECK(sequencer.on_live(9, 9, 1).request_replay == 8u);
+      CHECK_FALSE(sequencer.on_live(10, 10, 8).reset);  // 9 bytes held
+      CHECK(sequencer.on_live(11, 11, 2).reset == ResetCause::kReplayOverflow);
+    }
   }
 }
 
 TEST_CASE("a fresh source with a replay socket first asks for everything from seq 0", "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  auto step = sequencer.on_live(3, 3);
+  Seq sequencer(true, kRoomy);
+  auto step = sequencer.on_live(3, 3, 1);
   REQUIRE(step.request_replay == 0u);
   CHECK_FALSE(step.reset);
   for (std::uint64_t seq = 0; seq < 3; ++seq) CHECK(applied(sequencer.on_replay(seq, seq)) == std::vector{seq});
@@ -122,18 +138,18 @@ TEST_CASE("a fresh source with a replay socket first asks for everything from se
   CHECK(applied(step) == std::vector<std::uint64_t>{3});
   CHECK(sequencer.on_replay_end().apply.empty());
   SECTION("a fresh source whose first batch is seq 0 needs no replay") {
-    Seq fresh(true, 100);
-    const auto first = fresh.on_live(0, 0);
+    Seq fresh(true, kRoomy);
+    const auto first = fresh.on_live(0, 0, 1);
     CHECK_FALSE(first.request_replay);
     CHECK(applied(first) == std::vector<std::uint64_t>{0});
   }
 }
 
 TEST_CASE("a gap found among the batches buffered during a replay starts another replay", "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  sequencer.on_live(0, 0);
-  REQUIRE(sequencer.on_live(2, 2).request_replay == 1u);
-  sequencer.on_live(5, 5);  // 3 and 4 were lost too
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  REQUIRE(sequencer.on_live(2, 2, 1).request_replay == 1u);
+  sequencer.on_live(5, 5, 1);  // 3 and 4 were lost too
   sequencer.on_replay(1, 1);
   sequencer.on_replay(2, 2);
   const auto step = sequencer.on_replay_end();
@@ -144,11 +160,11 @@ TEST_CASE("a gap found among the batches buffered during a replay starts another
 
 TEST_CASE("the second replay of a drain keeps the later live batches behind the one that found the gap",
           "[engine_sequencer]") {
-  Seq sequencer(true, 100);
-  sequencer.on_live(0, 0);
-  sequencer.on_live(1, 1);
-  REQUIRE(sequencer.on_live(4, 4).request_replay == 2u);
-  for (std::uint64_t seq : {5, 7, 8}) CHECK(sequencer.on_live(seq, seq).apply.empty());  // 6 lost as well
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  sequencer.on_live(1, 1, 1);
+  REQUIRE(sequencer.on_live(4, 4, 1).request_replay == 2u);
+  for (std::uint64_t seq : {5, 7, 8}) CHECK(sequencer.on_live(seq, seq, 1).apply.empty());  // 6 lost as well
   sequencer.on_replay(2, 2);
   sequencer.on_replay(3, 3);
   sequencer.on_replay(4, 4);
@@ -166,7 +182,7 @@ TEST_CASE("the second replay of a drain keeps the later live batches behind the 
   order.insert(order.end(), step.apply.begin(), step.apply.end());
   CHECK(order == std::vector<std::uint64_t>{6, 7, 8});  // the live 7 and 8 came by replay
   CHECK_FALSE(sequencer.replaying());
-  CHECK(applied(sequencer.on_live(9, 9)) == std::vector<std::uint64_t>{9});
+  CHECK(applied(sequencer.on_live(9, 9, 1)) == std::vector<std::uint64_t>{9});
 }
 
 TEST_CASE("engine frames: live, replay and the end-of-replay marker", "[engine_sequencer]") {
