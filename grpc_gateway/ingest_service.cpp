@@ -242,18 +242,20 @@ std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService:
 }
 
 template <class Request>
-ingest_check::Problem IngestService::checked(const Request& request,
+ingest_check::Problem IngestService::checked(metrics::IngestCall call, const Request& request,
                                              ingest_check::Problem (*structure)(const Request&)) {
   if (auto over = ingest_check::oversize(request, config_.limits)) return refused_oversize(metrics_, request, *over);
-  return structure(request);
+  auto problem = structure(request);
+  if (problem) {
+    rejected_input_log().warn(fmt::format("rejected {}: {}", metrics::label(call), *problem));
+    if (metrics_ != nullptr) metrics_->ingest_request_invalid(call);
+  }
+  return problem;
 }
 
-// A serving-load report that fails validation is counted and logged (rate-limited) here.
+// A serving-load report refused by its checks also counts among the reports' outcomes.
 ingest_check::Problem IngestService::checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem) {
-  if (problem) {
-    rejected_input_log().warn(fmt::format("rejected {} load report: {}", metrics::label(source), *problem));
-    if (metrics_ != nullptr) metrics_->serving_load_report_invalid(source);
-  }
+  if (problem && metrics_ != nullptr) metrics_->serving_load_report_invalid(source);
   return problem;
 }
 
@@ -293,7 +295,8 @@ grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* 
                                                    const ingest_v1::PutWorkerRequest* request,
                                                    ingest_v1::PutWorkerResponse* response) {
   return unary(
-      context, peers_.membership, response, [&] { return checked(*request, &ingest_check::put_worker); },
+      context, peers_.membership, response,
+      [&] { return checked(metrics::IngestCall::kPutWorker, *request, &ingest_check::put_worker); },
       atoms::put_worker_atom_v, *request);
 }
 
@@ -301,7 +304,8 @@ grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContex
                                                       const ingest_v1::RemoveWorkerRequest* request,
                                                       ingest_v1::RemoveWorkerResponse* response) {
   return unary(
-      context, peers_.membership, response, [&] { return checked(*request, &ingest_check::remove_worker); },
+      context, peers_.membership, response,
+      [&] { return checked(metrics::IngestCall::kRemoveWorker, *request, &ingest_check::remove_worker); },
       atoms::remove_worker_atom_v, *request);
 }
 
@@ -309,7 +313,8 @@ grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerCon
                                                          const ingest_v1::SetAvailabilityRequest* request,
                                                          ingest_v1::SetAvailabilityResponse* response) {
   return unary(
-      context, peers_.membership, response, [&] { return checked(*request, &ingest_check::set_availability); },
+      context, peers_.membership, response,
+      [&] { return checked(metrics::IngestCall::kSetAvailability, *request, &ingest_check::set_availability); },
       atoms::availability_atom_v, *request);
 }
 
@@ -323,8 +328,9 @@ grpc::ServerUnaryReactor* IngestService::ReportFrontendLoad(grpc::CallbackServer
                                                             const ingest_v1::FrontendLoadReport* request,
                                                             ingest_v1::ReportFrontendLoadResponse* response) {
   const auto check = [&] {
-    return checked_report(metrics::ServingLoadSource::kFrontend,
-                          checked(*request, &ingest_check::frontend_load_report));
+    return checked_report(
+        metrics::ServingLoadSource::kFrontend,
+        checked(metrics::IngestCall::kReportFrontendLoad, *request, &ingest_check::frontend_load_report));
   };
   return unary(context, peers_.serving_load, response, check, atoms::frontend_load_atom_v, *request);
 }
@@ -333,8 +339,9 @@ grpc::ServerUnaryReactor* IngestService::ReportSchedulerLoad(grpc::CallbackServe
                                                              const ingest_v1::SchedulerLoadReport* request,
                                                              ingest_v1::ReportSchedulerLoadResponse* response) {
   const auto check = [&] {
-    return checked_report(metrics::ServingLoadSource::kScheduler,
-                          checked(*request, &ingest_check::scheduler_load_report));
+    return checked_report(
+        metrics::ServingLoadSource::kScheduler,
+        checked(metrics::IngestCall::kReportSchedulerLoad, *request, &ingest_check::scheduler_load_report));
   };
   return unary(context, peers_.serving_load, response, check, atoms::scheduler_load_atom_v, *request);
 }
@@ -343,7 +350,8 @@ grpc::ServerUnaryReactor* IngestService::SetFrontends(grpc::CallbackServerContex
                                                       const ingest_v1::SetFrontendsRequest* request,
                                                       ingest_v1::SetFrontendsResponse* response) {
   return unary(
-      context, peers_.serving_load, response, [&] { return checked(*request, &ingest_check::set_frontends); },
+      context, peers_.serving_load, response,
+      [&] { return checked(metrics::IngestCall::kSetFrontends, *request, &ingest_check::set_frontends); },
       atoms::frontends_atom_v, *request);
 }
 
@@ -351,7 +359,8 @@ grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerConte
                                                        const ingest_v1::SetSchedulersRequest* request,
                                                        ingest_v1::SetSchedulersResponse* response) {
   return unary(
-      context, peers_.serving_load, response, [&] { return checked(*request, &ingest_check::set_schedulers); },
+      context, peers_.serving_load, response,
+      [&] { return checked(metrics::IngestCall::kSetSchedulers, *request, &ingest_check::set_schedulers); },
       atoms::schedulers_atom_v, *request);
 }
 

@@ -95,9 +95,11 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
   // A client stream's permit, or the status that refuses it.
   std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> admit_stream(
       const grpc::CallbackServerContext& context);
-  // The size limits, then `structure`: the first problem, a size one counted and logged.
+  // The size limits, then `structure`: the first problem, counted and logged (a size one as
+  // a limit refusal, a structural one as an invalid request of `call`).
   template <class Request>
-  ingest_check::Problem checked(const Request& request, ingest_check::Problem (*structure)(const Request&));
+  ingest_check::Problem checked(metrics::IngestCall call, const Request& request,
+                                ingest_check::Problem (*structure)(const Request&));
   ingest_check::Problem checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem);
   // Admits the call, checks it with `check`, then asks `target` and finishes with its answer.
   template <class Response, class Target, class Check, class... Message>

@@ -138,6 +138,8 @@ using ScrapeCollector = KeyedCollector<ScrapeStats>;
     "Ingest calls refused UNAUTHENTICATED, by reason", AuthFailure)                                                  \
   X(ingest_limit_refusals_, Counter, "kv_relay_ingest_limit_refusals_total",                                         \
     "Ingest requests and streams refused by an ingest limit, by limit", IngestLimit)                                 \
+  X(ingest_invalid_requests_, Counter, "kv_relay_ingest_invalid_requests_total",                                     \
+    "Unary ingest requests refused INVALID_ARGUMENT by their structural check, by RPC", IngestCall)                  \
   X(readiness_entries_, Gauge, "kv_relay_readiness_entries",                                                         \
     "Serving readiness entries of the current revision, by state", ReadinessLabel)                                   \
   X(mailbox_depth_, Gauge, "kv_relay_mailbox_depth",                                                                 \
@@ -219,6 +221,7 @@ class RelayMetrics {
   }
   void ingest_auth_failed(AuthFailure reason) { ingest_auth_failures_[reason]->Increment(); }
   void ingest_limit_refused(IngestLimit limit) { ingest_limit_refusals_[limit]->Increment(); }
+  void ingest_request_invalid(IngestCall call) { ingest_invalid_requests_[call]->Increment(); }
 
   // ---- readiness ----
   void set_readiness_entries(std::size_t ready, std::size_t unavailable, std::size_t unknown);

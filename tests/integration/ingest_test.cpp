@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/integration/harness.hpp"
+#include "tests/integration/scrape.hpp"
 
 using namespace kvrelay::test;
 
@@ -29,8 +30,11 @@ std::uint64_t unique_blocks(TestRelay& relay) {
 }  // namespace
 
 TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[ingest]") {
-  TestRelay relay;
+  kvrelay::RelayOptions options = loopback_options();
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
   auto request = put_worker_request(kBackend, 1);
+  std::string rpc = "PutWorker";  // the call each section refuses once
 
   SECTION("endpoint text") {
     request.mutable_endpoint()->set_component(" backend");
@@ -79,13 +83,18 @@ TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[in
     CHECK_THAT(status.error_message(), Catch::Contains("card.needs[0].all_of[0]"));
   }
   SECTION("availability without an endpoint") {
+    rpc = "SetAvailability";
     grpc::ClientContext context;
     ingest_v1::SetAvailabilityResponse response;
     const auto status = relay.ingest().SetAvailability(&context, ingest_v1::SetAvailabilityRequest{}, &response);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("endpoint"));
   }
-  // Nothing of a rejected call applied, and the relay still serves.
+  // Counted once, under its RPC; nothing of it applied, and the relay still serves.
+  const Scrape counted = scrape(relay);
+  CHECK(counted.count("kv_relay_ingest_invalid_requests_total", {{"rpc", rpc}}) == 1);
+  CHECK(counted.value("kv_relay_ingest_invalid_requests_total", {{"rpc", "RemoveWorker"}}) ==
+        0.0);  // at 0 from the start
   CHECK(relay.get_state().endpoints_size() == 0);
   relay.put_worker(put_worker_request(kBackend, 1));
   CHECK(relay.get_state().endpoints_size() == 1);
