@@ -26,6 +26,12 @@ RpcStatus retired_status() {
 
 // ---- pool materialization ----
 
+// Endpoints that share a pool are reported at every reconcile until the operator fixes them.
+RateLimitedLog& shared_pool_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
 // The sources of the endpoint's workers with a valid card that are active: a push source
 // while it is declared, an engine (zmq) source while it is connected
 // (docs/protocol/pools.md#materialization, condition 3).
@@ -57,8 +63,8 @@ std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipS
   for (const auto& [pool, endpoints] : claims) {
     if (endpoints.size() < 2) continue;
     for (const EndpointKey& endpoint : endpoints) {
-      spdlog::warn("endpoint {}: its pool is claimed by {} serving endpoints; not materialized", endpoint.display(),
-                   endpoints.size());
+      shared_pool_log().warn(fmt::format("endpoint {}: its pool is claimed by {} serving endpoints; not materialized",
+                                         endpoint.display(), endpoints.size()));
       desired.erase(endpoint);
     }
   }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <msgpack.hpp>
 
+#include "core/quoted_text.hpp"
 #include "core/xxh3.hpp"
 
 namespace kvrelay::engine {
@@ -170,7 +171,7 @@ std::expected<EventKind, Refusal> kind_of(const Object* tag) {
   if (name == "BlockStored") return EventKind::kStored;
   if (name == "BlockRemoved") return EventKind::kRemoved;
   if (name == "AllBlocksCleared") return EventKind::kCleared;
-  return refuse(EventRejection::kUnknownEventType, fmt::format("unknown event type \"{}\"", name));
+  return refuse(EventRejection::kUnknownEventType, "unknown event type " + quoted_excerpt(name));
 }
 
 // msgspec array_like: [tag, fields in declaration order...]. Positions past 7 are producer-specific

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/quoted_text.hpp"
+
 namespace kvrelay::engine_load {
 
 namespace {
@@ -28,13 +30,6 @@ constexpr std::string_view kSglangRankLabel = "dp_rank";
 
 // A usage fraction this little above 1 is float noise, not a cache past its capacity.
 constexpr double kUsageTolerance = 1e-6;
-
-// A label value quoted in an error message, cut short: the page is untrusted input.
-std::string quoted(std::string_view text) {
-  constexpr std::size_t kMaxShown = 40;
-  if (text.size() <= kMaxShown) return fmt::format("\"{}\"", text);
-  return fmt::format("\"{}...\"", text.substr(0, kMaxShown));
-}
 
 Series series_of(const Page& page, std::string_view name) {
   Series series;
@@ -64,7 +59,7 @@ std::expected<std::uint32_t, std::string> rank_of(const Sample& series, std::str
   const std::string_view text = label_or_empty(series, rank_label);
   if (text.empty()) return default_rank;
   if (const auto rank = parse_decimal<std::uint32_t>(text)) return *rank;
-  return Failure(fmt::format("{} label {} of {} is not a u32", rank_label, quoted(text), series.name));
+  return Failure(fmt::format("{} label {} of {} is not a u32", rank_label, quoted_excerpt(text), series.name));
 }
 
 // A gauge the conversions can use: finite and non-negative.
@@ -129,12 +124,12 @@ class CacheConfigs {
       const auto it = by_engine_.find(wanted);
       if (it == by_engine_.end()) continue;
       if (it->second == nullptr) {
-        return Failure(fmt::format("two {} series for engine {}", kVllmCacheConfig, quoted(wanted)));
+        return Failure(fmt::format("two {} series for engine {}", kVllmCacheConfig, quoted_excerpt(wanted)));
       }
       return it->second;
     }
     if (only_ != nullptr) return only_;
-    return Failure(fmt::format("no {} series for engine {}", kVllmCacheConfig, quoted(engine)));
+    return Failure(fmt::format("no {} series for engine {}", kVllmCacheConfig, quoted_excerpt(engine)));
   }
 
  private:
@@ -147,7 +142,8 @@ std::expected<std::uint64_t, std::string> num_gpu_blocks(const Sample& config) {
   const std::string* text = config.label(kVllmBlocksLabel);
   if (text == nullptr) return Failure(fmt::format("{} has no {} label", kVllmCacheConfig, kVllmBlocksLabel));
   if (const auto blocks = parse_decimal<std::uint64_t>(*text)) return *blocks;
-  return Failure(fmt::format("{} {} of {} is not an integer", kVllmBlocksLabel, quoted(*text), kVllmCacheConfig));
+  return Failure(
+      fmt::format("{} {} of {} is not an integer", kVllmBlocksLabel, quoted_excerpt(*text), kVllmCacheConfig));
 }
 
 std::expected<std::uint64_t, std::string> vllm_used_blocks(const Sample& usage, std::uint32_t rank,

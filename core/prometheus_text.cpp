@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/quoted_text.hpp"
+
 namespace kvrelay::prometheus_text {
 
 namespace {
@@ -19,13 +21,6 @@ bool starts_label_name(char c) { return is_letter(c) || c == '_'; }
 bool continues_label_name(char c) { return starts_label_name(c) || is_digit(c); }
 bool starts_metric_name(char c) { return starts_label_name(c) || c == ':'; }
 bool continues_metric_name(char c) { return continues_label_name(c) || c == ':'; }
-
-// A token quoted in an error message, cut short: a page is untrusted input and a line can be long.
-std::string quoted(std::string_view token) {
-  constexpr std::size_t kMaxShown = 40;
-  if (token.size() <= kMaxShown) return fmt::format("\"{}\"", token);
-  return fmt::format("\"{}...\"", token.substr(0, kMaxShown));
-}
 
 // Leading and trailing blanks are not part of a line, nor the '\r' of a CRLF line end.
 std::string_view trimmed(std::string_view line) {
@@ -112,7 +107,7 @@ std::expected<void, std::string> read_labels(Cursor& cursor, Sample& sample) {
     cursor.skip_blanks();
     if (cursor.skip('}')) return {};
     const std::string_view name = cursor.take_name(starts_label_name, continues_label_name);
-    if (name.empty()) return Failure(fmt::format("expected a label name or '}}' at {}", quoted(cursor.rest())));
+    if (name.empty()) return Failure(fmt::format("expected a label name or '}}' at {}", quoted_excerpt(cursor.rest())));
     if (sample.labels.size() == kMaxLabelsPerSample) {
       return Failure(fmt::format("sample {} has more than {} labels", sample.name, kMaxLabelsPerSample));
     }
@@ -139,9 +134,10 @@ std::expected<double, std::string> parse_value(std::string_view token) {
   if (number.size() > 1 && number[0] == '+' && number[1] != '+' && number[1] != '-') number.remove_prefix(1);
   double value = 0;
   const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (error == std::errc::result_out_of_range) return Failure(fmt::format("value {} is out of range", quoted(token)));
+  if (error == std::errc::result_out_of_range)
+    return Failure(fmt::format("value {} is out of range", quoted_excerpt(token)));
   if (error != std::errc() || end != number.data() + number.size()) {
-    return Failure(fmt::format("value {} is not a number", quoted(token)));
+    return Failure(fmt::format("value {} is not a number", quoted_excerpt(token)));
   }
   return value;
 }
@@ -153,7 +149,7 @@ std::expected<std::int64_t, std::string> parse_timestamp(std::string_view token)
   std::int64_t ms = 0;
   const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), ms);
   if (error != std::errc() || end != number.data() + number.size()) {
-    return Failure(fmt::format("timestamp {} is not an integer of milliseconds", quoted(token)));
+    return Failure(fmt::format("timestamp {} is not an integer of milliseconds", quoted_excerpt(token)));
   }
   return ms;
 }
@@ -162,9 +158,9 @@ std::expected<std::int64_t, std::string> parse_timestamp(std::string_view token)
 std::expected<void, std::string> read_sample(std::string_view line, Sample& sample) {
   Cursor cursor(line);
   const std::string_view name = cursor.take_name(starts_metric_name, continues_metric_name);
-  if (name.empty()) return Failure(fmt::format("expected a metric name at {}", quoted(line)));
+  if (name.empty()) return Failure(fmt::format("expected a metric name at {}", quoted_excerpt(line)));
   if (!cursor.done() && !cursor.next_is_blank() && !cursor.next_is('{')) {
-    return Failure(fmt::format("unexpected {} after metric name {}", quoted(cursor.rest().substr(0, 1)), name));
+    return Failure(fmt::format("unexpected {} after metric name {}", quoted_excerpt(cursor.rest().substr(0, 1)), name));
   }
   sample.name = name;
   cursor.skip_blanks();
@@ -182,7 +178,7 @@ std::expected<void, std::string> read_sample(std::string_view line, Sample& samp
   if (!timestamp) return Failure(timestamp.error());
   sample.timestamp_ms = *timestamp;
   cursor.skip_blanks();
-  if (!cursor.done()) return Failure(fmt::format("unexpected {} after the timestamp", quoted(cursor.rest())));
+  if (!cursor.done()) return Failure(fmt::format("unexpected {} after the timestamp", quoted_excerpt(cursor.rest())));
   return {};
 }
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/pool_stream.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "actors/stream_actors.hpp"
 #include "core/wire_validation.hpp"
 #include "grpc_gateway/stream_reactor.hpp"
@@ -75,12 +76,15 @@ RawStream* RelayService::read_request(grpc::CallbackServerContext* context, metr
   return nullptr;
 }
 
-// A call refused before its stream started, counted by `result` (default: from the status).
+// A call refused before its stream started, counted by `result` (default: from the status)
+// and logged (rate-limited: a client retrying in a loop must not flood the log).
 RawStream* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
                                 std::string result) {
   if (config_.metrics != nullptr) {
     config_.metrics->stream_refused(rpc, result.empty() ? metrics::refusal_result(status) : result);
   }
+  static RateLimitedLog refused_log;
+  refused_log.warn(fmt::format("refused {} from {}: {}", metrics::label(rpc), context->peer(), status.message));
   return new RefusedStream(context, status);
 }
 

@@ -569,6 +569,12 @@ TEST_CASE("each rejection refuses its own event and the rest of the batch goes o
     CHECK(decoded.result.rejections(EventRejection::kUnknownEventType) == 1);
     CHECK(decoded.result.emitted == 1);
   }
+  SECTION("an unknown tag is shown quoted and cut short: it is the engine's text, not ours") {
+    EventDecoder decoder(standard_config());
+    const std::string tag = "Evil\nERROR forged log line " + std::string(100, 'x');
+    const auto decoded = decode(decoder, batch({Array{tag.c_str(), Array{1}}}));
+    CHECK(decoded.result.detail == "events[0]: unknown event type \"Evil\\x0aERROR forged log line xxxxxxxxxxxxx...\"");
+  }
   CHECK(to_string(EventRejection::kDuplicateBlock) == "duplicate_block");
   CHECK(to_string(EventRejection::kBlockSizeMismatch) == "block_size_mismatch");
 }
