@@ -181,6 +181,7 @@ struct RelayRuntime::Impl {
   std::mutex stop_mutex;
   std::condition_variable stop_requested;
   std::optional<RelayRuntime::StopReason> stop_reason;
+  // Assigned by start() while the supervisor may already report a failure: both under stop_mutex.
   std::shared_ptr<StreamLimit> hub_slots;
   std::unique_ptr<gateway::RelayService> relay_service;
   std::unique_ptr<gateway::IngestService> ingest_service;
@@ -194,16 +195,30 @@ struct RelayRuntime::Impl {
 
 namespace {
 
-void core_actor_failed(RelayRuntime::Impl& impl, const std::string& failure) {
-  spdlog::critical("core actor failed: {}; the relay stops", failure);
+// The listeners open so far report NOT_SERVING once a core actor failed. Holds stop_mutex.
+void withdraw_health_if_failed(RelayRuntime::Impl& impl) {
+  if (!impl.stop_reason || !impl.stop_reason->failed) return;
   for (grpc::Server* server : {impl.wan_server.get(), impl.ingest_server.get()}) {
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
   }
+}
+
+void core_actor_failed(RelayRuntime::Impl& impl, const std::string& failure) {
+  spdlog::critical("core actor failed: {}; the relay stops", failure);
   {
     std::lock_guard lock(impl.stop_mutex);
     impl.stop_reason = RelayRuntime::StopReason{failure, true};
+    withdraw_health_if_failed(impl);
   }
   impl.stop_requested.notify_all();
+}
+
+// start() hands a listener over; one that opened after a core actor failed serves no health.
+void adopt_listener(RelayRuntime::Impl& impl, std::unique_ptr<grpc::Server>& slot,
+                    std::unique_ptr<grpc::Server> server) {
+  std::lock_guard lock(impl.stop_mutex);
+  slot = std::move(server);
+  withdraw_health_if_failed(impl);
 }
 
 // --memory-budget-bytes: auto follows the cgroup limit, 0 turns the budget off.
@@ -366,11 +381,11 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), "kvrelay.ingest.v1.RelayIngest",
                              options, &impl->ingest_address);
   if (!ingest) return abandon_start(*impl, ingest.error());
-  impl->ingest_server = std::move(*ingest);
+  adopt_listener(*impl, impl->ingest_server, std::move(*ingest));
   auto wan = start_server(options.listen, impl->relay_service.get(), "dynamo.kvrelay.v1.KvEventRelay", options,
                           &impl->wan_address);
   if (!wan) return abandon_start(*impl, wan.error());
-  impl->wan_server = std::move(*wan);
+  adopt_listener(*impl, impl->wan_server, std::move(*wan));
   spdlog::info("relay started: wan={} ingest={} metrics={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,
                impl->ingest_address, impl->metrics_address.empty() ? "off" : impl->metrics_address, impl->dc_id,
                impl->relay.relay_incarnation());
