@@ -5,9 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
+#include <msgpack.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 
 #include "core/cbi1.hpp"
@@ -269,6 +271,19 @@ std::vector<Row> decoder_rows() {
   rows.push_back(
       {"ZeroMQ engine", "a payload that is not msgpack",
        decoded.batch == engine::DecodeResult::Batch::kMalformed ? "malformed batch: " + decoded.detail : "decoded"});
+  msgpack::sbuffer forged_tag;  // [ts, [[tag, [1]]], nil]: one event with a tag that breaks the log line
+  msgpack::packer<msgpack::sbuffer> pack(forged_tag);
+  pack.pack_array(3);
+  pack.pack_double(0.0);
+  pack.pack_array(1);
+  pack.pack_array(2);
+  pack.pack(std::string("BlockEvicted\nERROR a forged log line"));
+  pack.pack_array(1);
+  pack.pack_uint64(1);
+  pack.pack_nil();
+  ingest_v1::KvEventBatch forged_batch;
+  const auto forged = decoder.decode(std::as_bytes(std::span(forged_tag.data(), forged_tag.size())), forged_batch);
+  rows.push_back({"ZeroMQ engine", "an event whose type tag holds a line break", forged.detail});
   const auto page = prometheus_text::parse("vllm:num_requests_running{engine=\"0\" 1\n");
   rows.push_back({"engine metrics page", "a sample with an unclosed label set", page ? "accepted" : page.error()});
   const auto topology = parse_topology("endpoints: [ {namespace: a");
