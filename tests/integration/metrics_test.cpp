@@ -7,7 +7,10 @@
 // exact. Only values an actor publishes on its own schedule are polled, with a deadline.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "tests/integration/harness.hpp"
@@ -324,4 +327,30 @@ TEST_CASE("metrics: the listener binds an IPv6 address", "[metrics]") {
   REQUIRE(address.starts_with("[::1]:"));
   CHECK(address != "[::1]:0");
   CHECK(scrape(relay).value("kv_relay_pools_materialized") == 0);
+}
+
+TEST_CASE("docs/metrics.md documents every family a relay with a pool serves", "[metrics]") {
+  TestRelay relay(metrics_relay_options());
+  relay.put_worker(put_worker_request(kBackend, 1));
+  relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}})});
+  // Per-pool families appear once the pool's collector has it.
+  const Scrape pool_seen = scrape_until(relay, [](const Scrape& s) {
+    return s.value("kv_relay_pool_unique_blocks", {{"pool", kPool}}).has_value();
+  });
+  REQUIRE(pool_seen.value("kv_relay_pool_unique_blocks", {{"pool", kPool}}).has_value());
+
+  std::ifstream file(std::string(KVRELAY_SOURCE_DIR) + "/docs/metrics.md");
+  REQUIRE(file);
+  const std::string docs((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const std::string page = http_get(relay.runtime().metrics_address(), "/metrics");
+  std::istringstream lines(page);
+  std::size_t families = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("# TYPE ")) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    ++families;
+    INFO(name);
+    CHECK(docs.find("`" + name + "`") != std::string::npos);
+  }
+  CHECK(families > 20);
 }
