@@ -111,9 +111,12 @@ void apply(Self self, const HeldBatch& held) {
   send_on(self, std::move(batch));
 }
 
-void arm_replay_deadline(Self self) {
-  const std::uint64_t attempt = ++self->state.replay_attempt;
-  self->delayed_send(self, self->state.config.replay_timeout, atoms::replay_deadline_atom_v, attempt);
+// The I/O thread numbers replays as they are requested, 1 for the first, as this does.
+void request_replay(Self self, std::uint64_t from) {
+  auto& state = self->state;
+  const std::uint64_t attempt = ++state.replay_attempt;
+  state.config.io->request_replay(state.subscription, state.config.zmq.replay_endpoint(), from);
+  self->delayed_send(self, state.config.replay_timeout, atoms::replay_deadline_atom_v, attempt);
 }
 
 // Carries out what the sequencer decided, in its order.
@@ -130,8 +133,7 @@ void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
   if (step.request_replay) {
     state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
     state.config.stats->replays.fetch_add(1, std::memory_order_relaxed);
-    state.config.io->request_replay(state.subscription, state.config.zmq.replay_endpoint(), *step.request_replay);
-    arm_replay_deadline(self);
+    request_replay(self, *step.request_replay);
   } else if (step.reset == engine::ResetCause::kSequenceGap) {
     state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
   }
@@ -152,7 +154,7 @@ void on_frames(Self self, const engine_io::MultipartPtr& frames) {
   release_credit(self);
 }
 
-void on_replay(Self self, const engine_io::MultipartPtr& frames) {
+void take_replay_reply(Self self, const engine_io::MultipartPtr& frames) {
   auto& sequencer = *self->state.sequencer;
   const auto views = frames->views();
   const auto message = engine::parse_replay(views);
@@ -164,6 +166,11 @@ void on_replay(Self self, const engine_io::MultipartPtr& frames) {
   } else {
     carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload}));
   }
+}
+
+void on_replay(Self self, const engine_io::MultipartPtr& frames, std::uint64_t attempt) {
+  // A late reply of a replay given up would count against the one in flight: only its credit matters.
+  if (attempt == self->state.replay_attempt) take_replay_reply(self, frames);
   release_credit(self);
 }
 
@@ -221,7 +228,9 @@ engine_io::SourceCallbacks callbacks(Self self) {
   return {
       [handle](bool connected) { caf::anon_send(handle, atoms::link_atom_v, connected); },
       [handle](engine_io::MultipartPtr frames) { caf::anon_send(handle, atoms::frames_atom_v, std::move(frames)); },
-      [handle](engine_io::MultipartPtr frames) { caf::anon_send(handle, atoms::replay_atom_v, std::move(frames)); },
+      [handle](engine_io::MultipartPtr frames, std::uint64_t attempt) {
+        caf::anon_send(handle, atoms::replay_atom_v, std::move(frames), attempt);
+      },
   };
 }
 
@@ -244,7 +253,9 @@ EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig con
   return {
       [=](atoms::link_atom, bool connected) { on_link(self, connected); },
       [=](atoms::frames_atom, const engine_io::MultipartPtr& frames) { on_frames(self, frames); },
-      [=](atoms::replay_atom, const engine_io::MultipartPtr& frames) { on_replay(self, frames); },
+      [=](atoms::replay_atom, const engine_io::MultipartPtr& frames, std::uint64_t attempt) {
+        on_replay(self, frames, attempt);
+      },
       [=](atoms::replay_deadline_atom, std::uint64_t attempt) {
         if (attempt == self->state.replay_attempt) carry_out(self, self->state.sequencer->on_replay_timeout());
       },

@@ -38,11 +38,11 @@ struct EngineSourceConfig {
 };
 
 using EngineSourceActor =
-    caf::typed_actor<caf::reacts_to<atoms::link_atom, bool>,                       // from the I/O thread
-                     caf::reacts_to<atoms::frames_atom, engine_io::MultipartPtr>,  // from the I/O thread
-                     caf::reacts_to<atoms::replay_atom, engine_io::MultipartPtr>,  // from the I/O thread
-                     caf::reacts_to<atoms::replay_deadline_atom, std::uint64_t>,   // its own timer
-                     caf::reacts_to<atoms::outcome_atom, BatchOutcome>,            // a batch's outcome
+    caf::typed_actor<caf::reacts_to<atoms::link_atom, bool>,                                      // from the I/O thread
+                     caf::reacts_to<atoms::frames_atom, engine_io::MultipartPtr>,                 // from the I/O thread
+                     caf::reacts_to<atoms::replay_atom, engine_io::MultipartPtr, std::uint64_t>,  // I/O thread
+                     caf::reacts_to<atoms::replay_deadline_atom, std::uint64_t>,                  // its own timer
+                     caf::reacts_to<atoms::outcome_atom, BatchOutcome>,                           // a batch's outcome
                      caf::replies_to<atoms::get_state_atom>::with<ingest_v1::SourceState>,
                      caf::reacts_to<atoms::stop_atom>>;
 
@@ -60,7 +60,7 @@ struct EngineSourceState {
   bool connected = false;
   std::uint64_t resets = 0;          // since this actor started
   std::uint64_t next_sequence = 0;   // of the next batch sent on, in the current epoch
-  std::uint64_t replay_attempt = 0;  // the replay a deadline belongs to
+  std::uint64_t replay_attempt = 0;  // replays requested; the one a deadline or a reply belongs to
   std::size_t in_flight = 0;         // batches sent on and not yet answered
   std::size_t withheld_credit = 0;   // live messages whose credit waits for in_flight to fall
   // Connection reports membership has not answered yet: until it has, the source's lane may

@@ -1,13 +1,15 @@
 #pragma once
 // A message about rejected input, a failing input file or a misbehaving peer, logged at most
 // once a second with how many similar ones were dropped meanwhile: what outsiders cause is
-// reported, never allowed to flood the log.
+// reported, never allowed to flood the log, and on one line whatever text of theirs it quotes.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
+
+#include "core/quoted_text.hpp"
 
 namespace kvrelay {
 
@@ -25,7 +27,7 @@ class RateLimitedLog {
       ++suppressed_;
       return;
     }
-    spdlog::log(level, "{} ({} similar suppressed)", what, suppressed_);
+    spdlog::log(level, "{} ({} similar suppressed)", one_line(what), suppressed_);
     last_ = now;
     suppressed_ = 0;
   }

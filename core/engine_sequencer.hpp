@@ -11,6 +11,7 @@
 #include <deque>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvrelay::engine {
@@ -49,6 +50,7 @@ class Sequencer {
   // `bytes`: what holding the batch costs, counted against HoldLimits::bytes.
   Step on_live(std::uint64_t seq, Batch batch, std::size_t bytes) {
     Step step;
+    const std::optional<std::uint64_t> previous_live = std::exchange(last_live_, seq);
     if (replay_) {
       buffered_.push_back({seq, std::move(batch), bytes});
       buffered_bytes_ += bytes;
@@ -57,6 +59,10 @@ class Sequencer {
       }
       return step;
     }
+    // Behind what was applied, yet past the live batch before it: a replay that ended got ahead
+    // of live batches still on their way, and gave this one already. (Back below the previous
+    // live batch is a restart, which admit sees.)
+    if (started_ && previous_live && seq > *previous_live && seq < expected_) return step;
     admit(step, seq, std::move(batch), bytes);
     return step;
   }
@@ -188,6 +194,7 @@ class Sequencer {
   bool started_ = false;
   std::uint64_t expected_ = 0;  // next seq to apply, once started
   std::optional<std::uint64_t> last_seq_;
+  std::optional<std::uint64_t> last_live_;  // the seq of the last live batch received
   std::optional<Replay> replay_;
   std::deque<Held> buffered_;
   std::size_t buffered_bytes_ = 0;  // of buffered_

@@ -19,6 +19,17 @@ std::vector<engine::Frame> Multipart::views() const {
   return views;
 }
 
+namespace {
+
+constexpr int kConnectionEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
+
+// libzmq dials a lost connection again on its own, reporting CONNECT_RETRIED at once, unless
+// the peer broke the protocol (a frame above ZMQ_MAXMSGSIZE, say): that session just ends. A
+// disconnection with no retry reported within this grace is dialed again by the I/O thread.
+constexpr std::chrono::milliseconds kRedialGrace{1000};
+
+}  // namespace
+
 std::size_t Multipart::bytes() const {
   std::size_t total = 0;
   for (const zmq::message_t& frame : frames) total += frame.size();
@@ -30,8 +41,11 @@ struct ZmqIo::Source {
   SourceCallbacks callbacks;
   std::shared_ptr<std::atomic<long>> credit;
   SubscriptionConfig config;
-  // A lost connection libzmq will not dial again unless told (below): when to dial it.
+  // A lost connection libzmq will not dial again unless told (below): when to dial it, and the
+  // wait before the next such redial (doubling up to reconnect_max until a message arrives).
   std::optional<std::chrono::steady_clock::time_point> redial_at;
+  std::chrono::milliseconds redial_delay = kRedialGrace;
+  std::uint64_t replays_requested = 0;
   zmq::socket_t sub;
   zmq::socket_t monitor;  // PAIR end of the SUB socket's monitor
   std::optional<zmq::socket_t> replay;
@@ -62,13 +76,6 @@ struct ZmqIo::Command {
 };
 
 namespace {
-
-constexpr int kConnectionEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
-
-// libzmq dials a lost connection again on its own, reporting CONNECT_RETRIED at once, unless
-// the peer broke the protocol (a frame above ZMQ_MAXMSGSIZE, say): that session just ends. A
-// disconnection with no retry reported within this grace is dialed again by the I/O thread.
-constexpr auto kRedialGrace = std::chrono::seconds(1);
 
 // Receives every frame of one message that is waiting; nullopt when none is.
 std::optional<Multipart> receive(zmq::socket_t& socket) {
@@ -208,6 +215,7 @@ void ZmqIo::carry_out(Command& command) {
           Source& source = *it->second;
           source.replay.reset();
           if constexpr (std::is_same_v<T, Command::Replay>) {
+            ++source.replays_requested;  // counted even if ZeroMQ refuses it: the receiver counted it
             // Kept only once it is asked: a socket ZeroMQ refused is never polled.
             zmq::socket_t replay(context_, zmq::socket_type::dealer);
             replay.set(zmq::sockopt::linger, 0);
@@ -234,7 +242,7 @@ void ZmqIo::read_monitor(Source& source) {
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || id == ZMQ_EVENT_CONNECT_RETRIED) source.redial_at.reset();
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) source.callbacks.connection(true);
     if (id == ZMQ_EVENT_DISCONNECTED) {
-      source.redial_at = std::chrono::steady_clock::now() + kRedialGrace;
+      source.redial_at = std::chrono::steady_clock::now() + source.redial_delay;
       source.callbacks.connection(false);
     }
   }
@@ -243,7 +251,10 @@ void ZmqIo::read_monitor(Source& source) {
 void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
   for (auto& [id, source] : sources_) {
     if (!source->redial_at || *source->redial_at > now) continue;
+    read_monitor(*source);  // a retry reported since the poll returned still counts
+    if (!source->redial_at) continue;
     source->redial_at.reset();
+    source->redial_delay = std::min(2 * source->redial_delay, source->config.reconnect_max);
     const std::string& endpoint = source->config.endpoint;
     spdlog::warn("engine source {}: the connection to {} ended without a retry (a protocol error); dialing again", id,
                  endpoint);
@@ -276,6 +287,7 @@ void ZmqIo::read_live(Source& source) {
     auto message = receive(source.sub);
     if (!message) return;
     source.credit->fetch_sub(1);
+    source.redial_delay = kRedialGrace;  // the connection works
     source.callbacks.live(std::make_shared<const Multipart>(std::move(*message)));
   }
 }
@@ -287,7 +299,7 @@ void ZmqIo::read_replay(Source& source) {
     source.credit->fetch_sub(1);
     // A DEALER receives the ROUTER's reply behind one empty delimiter frame.
     if (!message->frames.empty() && message->frames.front().size() == 0) message->frames.erase(message->frames.begin());
-    source.callbacks.replay(std::make_shared<const Multipart>(std::move(*message)));
+    source.callbacks.replay(std::make_shared<const Multipart>(std::move(*message)), source.replays_requested);
   }
 }
 
@@ -308,8 +320,10 @@ void ZmqIo::run() {
     for (auto& [id, source] : sources_) {
       poll_on(source.get(), source->monitor, Socket::kMonitor);
       if (source->credit->load() <= 0) continue;
-      poll_on(source.get(), source->sub, Socket::kLive);
+      // Replies first: the live messages that wait meanwhile are held by the receiver, and a
+      // replay that cannot get ahead of them overflows the hold or runs out its deadline.
       if (source->replay) poll_on(source.get(), *source->replay, Socket::kReplay);
+      poll_on(source.get(), source->sub, Socket::kLive);
     }
     zmq::poll(items, poll_timeout(now));
     if (items[0].revents & ZMQ_POLLIN) {
@@ -327,8 +341,8 @@ void ZmqIo::run() {
       if ((items[i + 1].revents & ZMQ_POLLIN) == 0) continue;
       auto [source, kind] = owners[i];
       if (kind == Socket::kMonitor) read_monitor(*source);
-      if (kind == Socket::kLive) read_live(*source);
       if (kind == Socket::kReplay) read_replay(*source);
+      if (kind == Socket::kLive) read_live(*source);
     }
   }
   sources_.clear();

@@ -36,7 +36,10 @@ using MultipartPtr = std::shared_ptr<const Multipart>;
 struct SourceCallbacks {
   std::function<void(bool connected)> connection;  // the SUB socket's peer came or went
   std::function<void(MultipartPtr)> live;          // one published message (spends one credit)
-  std::function<void(MultipartPtr)> replay;        // one replay reply, after its empty delimiter (one credit)
+  // One replay reply, after its empty delimiter (one credit), and the request it answers: the
+  // subscription's n-th request_replay is answered as replay n, so a late reply of an earlier
+  // replay can be told apart.
+  std::function<void(MultipartPtr, std::uint64_t replay)> replay;
 };
 
 struct SubscriptionConfig {
@@ -62,7 +65,7 @@ class ZmqIo {
   void unsubscribe(Id id);  // closes its sockets; no callback of it runs afterwards
   void return_credit(Id id, std::size_t count = 1);
   // Opens a fresh DEALER on `endpoint` (closing one in flight) and asks for every batch from
-  // `from` on; the replies come to `replay`.
+  // `from` on; the replies come to `replay`, read before the live messages while both wait.
   void request_replay(Id id, std::string endpoint, std::uint64_t from);
   void cancel_replay(Id id);
 

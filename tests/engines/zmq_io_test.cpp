@@ -22,6 +22,7 @@ struct Counts {
   int disconnects = 0;
   int live = 0;
   int replies = 0;
+  std::uint64_t last_replay = 0;  // the request the last reply answered
 };
 
 // The callbacks' counts, for the test thread to await or read.
@@ -35,7 +36,12 @@ class Seen {
               });
             },
             [this](MultipartPtr) { note([&] { ++counts_.live; }); },
-            [this](MultipartPtr) { note([&] { ++counts_.replies; }); }};
+            [this](MultipartPtr, std::uint64_t replay) {
+              note([&] {
+                ++counts_.replies;
+                counts_.last_replay = replay;
+              });
+            }};
   }
   bool await(const std::function<bool(const Counts&)>& done) {
     std::unique_lock lock(mutex_);
@@ -78,6 +84,7 @@ TEST_CASE("zmq io: a replay endpoint ZeroMQ refuses leaves the source and the th
 
   io.request_replay(id, engine.replay_endpoint(), 0);  // a good one still runs: its batch, then the end
   CHECK(seen.await([](const Counts& s) { return s.replies == 2; }));
+  CHECK(seen.counts().last_replay == 2);  // the refused one was the first request
   io.unsubscribe(id);
 }
 

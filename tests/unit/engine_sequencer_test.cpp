@@ -128,6 +128,26 @@ TEST_CASE("a replay that skips a seq, times out or overflows resets the source",
   }
 }
 
+TEST_CASE("live batches a finished replay already gave are skipped, not taken for a restart", "[engine_sequencer]") {
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  REQUIRE(sequencer.on_live(3, 3, 1).request_replay == 1u);
+  // The engine's buffer had reached 5 when it answered: 4 and 5 are still on their way live.
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) sequencer.on_replay(seq, seq);
+  CHECK(sequencer.on_replay_end().apply.empty());  // 3, held, came by replay too
+  for (std::uint64_t seq = 4; seq <= 5; ++seq) {
+    const auto step = sequencer.on_live(seq, seq, 1);
+    CHECK_FALSE(step.reset);
+    CHECK(step.apply.empty());
+  }
+  CHECK(applied(sequencer.on_live(6, 6, 1)) == std::vector<std::uint64_t>{6});
+  SECTION("back below the previous live batch is still a restart") {
+    const auto step = sequencer.on_live(2, 102, 1);
+    CHECK(step.reset == ResetCause::kEngineRestart);
+    CHECK(applied(step) == std::vector<std::uint64_t>{102});
+  }
+}
+
 TEST_CASE("a fresh source with a replay socket first asks for everything from seq 0", "[engine_sequencer]") {
   Seq sequencer(true, kRoomy);
   auto step = sequencer.on_live(3, 3, 1);

@@ -23,4 +23,10 @@ TEST_CASE("bytes that could forge or break a log line are escaped", "[quoted_tex
   CHECK(quoted_excerpt("caf\xc3\xa9") == "\"caf\\xc3\\xa9\"");
 }
 
+TEST_CASE("one_line keeps text whole but escapes what would end or forge a log line", "[quoted_text]") {
+  CHECK(one_line("endpoint tcp://engine:5557") == "endpoint tcp://engine:5557");
+  CHECK(one_line("a\nERROR forged\r\x1b[31m") == "a\\x0aERROR forged\\x0d\\x1b[31m");
+  CHECK(one_line("caf\xc3\xa9 \"quoted\"") == "caf\xc3\xa9 \"quoted\"");  // UTF-8 and quotes stay
+}
+
 }  // namespace kvrelay
