@@ -5,9 +5,11 @@
 
 #include <signal.h>
 
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/bearer_token.hpp"
@@ -29,7 +31,17 @@ class RelayProcess {
                                      "--load-window-ms",   "100"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     child_ = spawn_relay(std::move(args));
-    REQUIRE_THAT(read_until(child_.output, "ready: "), Catch::Contains("ready: "));
+    const std::string start = read_until(child_.output, "ready: ");
+    REQUIRE_THAT(start, Catch::Contains("ready: "));
+    // The rest of the output is read as it comes, into a file for diagnosis: a pipe nobody
+    // reads fills at 64 KiB and then blocks every thread of the relay that logs.
+    log_path_ = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".log";
+    log_reader_ = std::thread([fd = child_.output, path = log_path_, start] {
+      std::ofstream log(path);
+      log << start;
+      char buffer[4096];
+      for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) log.write(buffer, n).flush();
+    });
     ingest_address_ = address_in(ready, "ingest");
     wan_address_ = wan_of(ready);
     ingest_ = ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(ingest_address_, grpc::InsecureChannelCredentials()));
@@ -39,6 +51,7 @@ class RelayProcess {
   ~RelayProcess() {
     kill(child_.pid, SIGTERM);
     wait_exit(child_.pid);
+    log_reader_.join();  // the output ended with the process
     close(child_.output);
   }
 
@@ -63,6 +76,7 @@ class RelayProcess {
       auto s = state();
       if (accept(s)) return s;
       INFO(s.DebugString());
+      INFO("the relay's log: " << log_path_);
       REQUIRE(std::chrono::steady_clock::now() < deadline);
     }
   }
@@ -120,6 +134,8 @@ class RelayProcess {
   std::unique_ptr<v1::KvEventRelay::Stub> wan_;
   std::string wan_address_, ingest_address_, metrics_;
   std::optional<std::string> authorization_;
+  std::string log_path_;    // the relay's output after "ready: "
+  std::thread log_reader_;  // copies it there as it comes
 };
 
 }  // namespace kvrelay::test
