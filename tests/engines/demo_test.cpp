@@ -11,6 +11,7 @@
 
 #include "tests/app/demo_topology.hpp"
 #include "tests/engines/relay_process.hpp"
+#include "tests/integration/documented_metrics.hpp"
 
 using namespace kvrelay::test;
 
@@ -80,6 +81,9 @@ TEST_CASE(
     CHECK(relay.sample("kv_relay_engine_source_events_total" + llama_rank0 + ",result=\"" + rejected + "\"}") == 0);
   }
   CHECK(relay.sample(R"(kv_relay_ingest_batches_total{kind="PublishKvEvents",result="accepted"})") == 0);
+  // Engine sources and scrapers bring families of their own: docs/metrics.md names them too.
+  const auto families = undocumented_families(relay.metrics_page());
+  CHECK(families.undocumented == std::vector<std::string>{});
 
   // The demo's frontend and routers report: every pool and model is COMPLETE, with traffic.
   const auto serving = relay.serving_load_until([](const v1::ServingLoadUpdate& update) {
