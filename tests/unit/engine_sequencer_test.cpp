@@ -1,6 +1,12 @@
 // Ordering of an engine source's batches: gaps, replays, restarts (core/engine_sequencer.hpp).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <deque>
+#include <numeric>
+#include <random>
+#include <vector>
+
 #include "core/engine_frames.hpp"
 #include "core/engine_sequencer.hpp"
 
@@ -231,4 +237,94 @@ TEST_CASE("engine frames: live, replay and the end-of-replay marker", "[engine_s
 }
 
 }  // namespace
+}  // namespace kvrelay::engine
+
+namespace kvrelay::engine {
+namespace {
+
+// An engine whose replay buffer holds everything, a live channel that loses messages, and a
+// replay channel whose replies interleave with the live ones at random: each channel keeps
+// its own order, as one ZeroMQ socket does.
+class LossyEngine {
+ public:
+  explicit LossyEngine(std::uint32_t seed) : random_(seed) {}
+
+  void publish(bool may_lose) {
+    const std::uint64_t seq = published_++;
+    if (!may_lose || std::bernoulli_distribution(0.2)(random_) == false) live_.push_back(seq);
+  }
+  // What the replay socket answers: every batch from `from` on, then the end. A new request
+  // replaces the replay in flight (the relay opens a fresh socket for it).
+  void replay_from(std::uint64_t from) {
+    replies_.clear();
+    for (std::uint64_t seq = from; seq < published_; ++seq) replies_.push_back(seq);
+    replies_.push_back(kEndOfReplay);
+  }
+  void cancel_replay() { replies_.clear(); }
+
+  std::deque<std::uint64_t>& live() { return live_; }
+  std::deque<std::uint64_t>& replies() { return replies_; }
+  std::mt19937& random() { return random_; }
+  std::uint64_t published() const { return published_; }
+
+ private:
+  std::mt19937 random_;
+  std::uint64_t published_ = 0;
+  std::deque<std::uint64_t> live_, replies_;
+};
+
+// Carries out a step as the source actor does; returns what it applied, after any reset.
+void carry_out(const Seq::Step& step, LossyEngine& engine, std::vector<std::uint64_t>& applied_seqs) {
+  REQUIRE_FALSE(step.reset);  // everything is in the replay buffer: nothing forces a reset
+  if (step.cancel_replay) engine.cancel_replay();
+  if (step.request_replay) engine.replay_from(*step.request_replay);
+  applied_seqs.insert(applied_seqs.end(), step.apply.begin(), step.apply.end());
+}
+
+}  // namespace
+
+TEST_CASE("with a replay buffer that holds everything, every batch applies once and in order, whatever is lost live",
+          "[engine_sequencer]") {
+  for (std::uint32_t seed = 1; seed <= 300; ++seed) {
+    INFO("seed " << seed);
+    LossyEngine engine(seed);
+    Seq sequencer(true, kRoomy);
+    std::vector<std::uint64_t> applied_seqs;
+    const auto deliver_live = [&] {
+      const std::uint64_t seq = engine.live().front();
+      engine.live().pop_front();
+      carry_out(sequencer.on_live(seq, seq, 1), engine, applied_seqs);
+    };
+    const auto deliver_reply = [&] {
+      const std::uint64_t seq = engine.replies().front();
+      engine.replies().pop_front();
+      carry_out(seq == kEndOfReplay ? sequencer.on_replay_end() : sequencer.on_replay(seq, seq), engine, applied_seqs);
+    };
+    while (engine.published() < 40) {
+      switch (std::uniform_int_distribution<int>(0, 2)(engine.random())) {
+        case 0:
+          engine.publish(true);
+          break;
+        case 1:
+          if (!engine.live().empty()) deliver_live();
+          break;
+        default:
+          if (!engine.replies().empty()) deliver_reply();
+      }
+    }
+    engine.publish(false);  // the last arrives, so that any gap before it is seen
+    while (!engine.live().empty() || !engine.replies().empty()) {
+      const bool live_first = std::bernoulli_distribution(0.5)(engine.random());
+      if (!engine.live().empty() && (live_first || engine.replies().empty())) {
+        deliver_live();
+      } else {
+        deliver_reply();
+      }
+    }
+    std::vector<std::uint64_t> every(engine.published());
+    std::iota(every.begin(), every.end(), 0);
+    REQUIRE(applied_seqs == every);
+  }
+}
+
 }  // namespace kvrelay::engine
