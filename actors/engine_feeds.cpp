@@ -1,5 +1,7 @@
 #include "actors/engine_feeds.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include <google/protobuf/util/message_differencer.h>
@@ -95,6 +97,9 @@ void EngineFeeds::start_source(caf::local_actor* owner, const SourceId& id, Sour
   config.decoder = spec.decoder;
   config.incarnation = ++incarnations_;
   config.replay_timeout = config_.replay_timeout;
+  config.max_message_bytes = config_.max_message_bytes;
+  // What a replay may hold back grows with the frames an engine may send.
+  config.held_during_replay.bytes = std::max(config.held_during_replay.bytes, 4 * config_.max_message_bytes);
   config.io = config_.io;
   config.links = caf::actor_cast<SourceLinksActor>(owner);
   config.router = config_.router;

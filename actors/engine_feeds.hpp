@@ -22,8 +22,9 @@ struct EngineFeedsConfig {
   engine_io::ZmqIo* io = nullptr;          // none: ZeroMQ sources are declared but not read
   engine_io::HttpScraper* http = nullptr;  // none: engine metrics are declared but not scraped
   std::chrono::milliseconds replay_timeout{5000};
-  metrics::RelayMetrics* metrics = nullptr;  // none: a private stats object per feed
-  BatchRouter router;                        // how engine sources hand their batches on (membership's)
+  std::size_t max_message_bytes = std::size_t{64} << 20;  // --max-engine-message-bytes
+  metrics::RelayMetrics* metrics = nullptr;               // none: a private stats object per feed
+  BatchRouter router;                                     // how engine sources hand their batches on (membership's)
 };
 
 class EngineFeeds {

@@ -244,6 +244,7 @@ EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig con
   report_crashes(self, "engine-source");
   engine_io::SubscriptionConfig subscription{state.config.zmq.endpoint(), state.config.zmq.topic()};
   subscription.credit = state.config.batches_in_flight;
+  subscription.max_message_bytes = static_cast<std::int64_t>(state.config.max_message_bytes);
   state.subscription = state.config.io->subscribe(std::move(subscription), callbacks(self));
   self->attach_functor([io = state.config.io, id = state.subscription] { io->unsubscribe(id); });
   // Membership spawned this actor while re-pointing lanes: once it answers this first report,

@@ -29,12 +29,13 @@ struct EngineSourceConfig {
   // replacement's batches never continue a predecessor's sequence.
   std::uint64_t incarnation = 0;
   std::chrono::milliseconds replay_timeout{5000};
-  engine::HoldLimits held_during_replay;        // live batches held while a replay runs
-  std::size_t batches_in_flight = 16;           // sent on and not yet answered
-  engine_io::ZmqIo* io = nullptr;               // outlives every source actor
-  BatchRouter router;                           // where its batches go: straight to the pool's publisher
-  SourceLinksActor links;                       // told of its connection (membership)
-  std::shared_ptr<metrics::SourceStats> stats;  // never null
+  engine::HoldLimits held_during_replay;                  // live batches held while a replay runs
+  std::size_t max_message_bytes = std::size_t{64} << 20;  // of one ZeroMQ frame
+  std::size_t batches_in_flight = 16;                     // sent on and not yet answered
+  engine_io::ZmqIo* io = nullptr;                         // outlives every source actor
+  BatchRouter router;                                     // where its batches go: straight to the pool's publisher
+  SourceLinksActor links;                                 // told of its connection (membership)
+  std::shared_ptr<metrics::SourceStats> stats;            // never null
 };
 
 using EngineSourceActor =

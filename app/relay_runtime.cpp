@@ -334,6 +334,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   membership_config.feeds.io = impl->zmq_io.get();
   membership_config.feeds.http = impl->http.get();
   membership_config.feeds.metrics = recorder;
+  membership_config.feeds.max_message_bytes = options.max_engine_message_bytes;
   membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources};
   membership_config.routes = impl->routes;
   impl->membership = system.spawn(membership_actor, membership_config,

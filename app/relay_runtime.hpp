@@ -61,6 +61,7 @@ struct RelayOptions {
   std::size_t max_event_blocks = 65'536;
   std::size_t max_event_tokens = 1'048'576;
   std::size_t max_ingest_string_bytes = 4'096;
+  std::size_t max_engine_message_bytes = std::size_t{64} << 20;  // a ZeroMQ frame from an engine
   std::size_t max_serving_endpoints = 1'024;
   std::size_t max_workers_per_endpoint = 4'096;
   std::size_t max_kv_sources = 65'536;

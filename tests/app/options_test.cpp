@@ -63,6 +63,10 @@ TEST_CASE("options: the ingest plane's credentials and limits", "[options]") {
   CHECK(set->relay.max_batch_events == 8);
   CHECK(set->relay.max_ingest_streams == 3);
   CHECK(set->relay.max_kv_sources == 10);
+  CHECK(defaults->relay.max_engine_message_bytes == 67108864);
+  const auto tiny = parse_options({"--max-engine-message-bytes", "100"}, {});
+  REQUIRE_FALSE(tiny.has_value());
+  CHECK_THAT(tiny.error(), Catch::StartsWith("--max-engine-message-bytes: 100 is outside [4096, "));
   for (const char* flag :
        {"--max-batch-events", "--max-event-blocks", "--max-event-tokens", "--max-ingest-string-bytes",
         "--max-serving-endpoints", "--max-workers-per-endpoint", "--max-kv-sources", "--max-ingest-streams"}) {
