@@ -66,16 +66,22 @@ class Seen {
   Counts counts_;
 };
 
+// Subscribes `seen` to `engine`'s PUB socket with `config` (its endpoint set here) and waits
+// until the connection's handshake is done.
+ZmqIo::Id subscribe_connected(ZmqIo& io, const FakeEngine& engine, Seen& seen, SubscriptionConfig config = {}) {
+  config.endpoint = engine.pub_endpoint();
+  const auto id = io.subscribe(config, seen.callbacks());
+  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+  return id;
+}
+
 }  // namespace
 
 TEST_CASE("zmq io: a replay endpoint ZeroMQ refuses leaves the source and the thread working", "[engines][zmq]") {
   FakeEngine engine(FakeEngineOptions{});
   ZmqIo io;
   Seen seen;
-  SubscriptionConfig config;
-  config.endpoint = engine.pub_endpoint();
-  const auto id = io.subscribe(config, seen.callbacks());
-  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+  const auto id = subscribe_connected(io, engine, seen);
   REQUIRE(engine.await_subscribers(1, std::chrono::seconds(30)));
 
   io.request_replay(id, "tcp://engine", 0);  // no port: libzmq throws on connect (it used to end the process)
@@ -94,10 +100,8 @@ TEST_CASE("zmq io: replay replies are read only against credit, as live messages
   ZmqIo io;
   Seen seen;
   SubscriptionConfig config;
-  config.endpoint = engine.pub_endpoint();
   config.credit = 2;
-  const auto id = io.subscribe(config, seen.callbacks());
-  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+  const auto id = subscribe_connected(io, engine, seen, config);
 
   io.request_replay(id, engine.replay_endpoint(), 0);  // five batches, then the end: six replies
   REQUIRE(seen.await([](const Counts& s) { return s.replies >= 2; }));
@@ -116,10 +120,8 @@ TEST_CASE("zmq io: a frame above the size bound ends its connection unread, and 
   ZmqIo io;
   Seen seen;
   SubscriptionConfig config;
-  config.endpoint = engine.pub_endpoint();
   config.max_message_bytes = 4096;
-  const auto id = io.subscribe(config, seen.callbacks());
-  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+  const auto id = subscribe_connected(io, engine, seen, config);
   REQUIRE(engine.await_subscribers(1, std::chrono::seconds(30)));
 
   engine.publish_payload(std::make_shared<const std::string>(8192, 'x'));
