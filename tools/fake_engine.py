@@ -89,9 +89,10 @@ flushes. Commands that consume sequence numbers answer ``ok seq=<last seq consum
     Publishes n batches of a deterministic workload: stores of b blocks of real token ids,
     chained to a held block or starting a new chain, removals of held blocks and, rarely, a
     clear. Engine hashes are ``engine_block_hash`` (below), as the C++ fake derives them.
-``{"op": "await_subscribers", "count": n, "timeout_ms": 10000}``
+``{"op": "await_subscribers", "count": n, "timeout_ms": 10000, "ever": false}``
     Waits until n subscriptions that match the topic are connected:
-    ``ok subscribers=<n>`` (or ``error timeout subscribers=<n>``).
+    ``ok subscribers=<n>`` (or ``error timeout subscribers=<n>``). With ``"ever": true``, until
+    n such subscriptions have been made since the engine started, each reconnection's included.
 ``{"op": "metrics", "usage": {"<rank>": fraction, ...}}``
     The page shows these engines with these usages (the default is the own rank at 0.0).
 ``{"op": "metrics_text", "text": "..."}``
@@ -468,8 +469,10 @@ class FakeEngine:
             self.http = start_metrics_server(self.page)
         self.next_seq = 0
         self.buffer: deque[tuple[int, bytes]] = deque(maxlen=args.buffer_steps)
-        self.subscribers = 0
-        self.waiting: tuple[int, float] | None = None  # (subscribers wanted, monotonic deadline)
+        self.subscribers = 0  # subscriptions connected now
+        self.subscriptions_made = 0  # since the start, reconnections' included
+        # (subscriptions wanted, whether counted since the start, monotonic deadline)
+        self.waiting: tuple[int, bool, float] | None = None
         self.pending = b""  # stdin bytes not yet forming a whole line
         self.stdin_open = True
         self.running = True
@@ -510,7 +513,7 @@ class FakeEngine:
     def poll_timeout_ms(self) -> int | None:
         if self.waiting is None:
             return None
-        return max(0, int((self.waiting[1] - time.monotonic()) * 1000))
+        return max(0, int((self.waiting[2] - time.monotonic()) * 1000))
 
     def read_stdin(self, fd: int) -> None:
         chunk = os.read(fd, 65536)
@@ -601,7 +604,7 @@ class FakeEngine:
     def op_await_subscribers(self, command: dict) -> str | None:
         wanted = self.count(command)
         deadline = time.monotonic() + command.get("timeout_ms", DEFAULT_WAIT_MS) / 1000
-        self.waiting = (wanted, deadline)
+        self.waiting = (wanted, bool(command.get("ever", False)), deadline)
         self.check_waiting()
         return None  # answered by check_waiting, now or later
 
@@ -664,17 +667,19 @@ class FakeEngine:
             # A subscription to a prefix of the topic receives the engine's batches.
             if message and self.topic.startswith(message[1:]):
                 self.subscribers += 1 if message[0] == 1 else -1 if message[0] == 0 else 0
+                self.subscriptions_made += 1 if message[0] == 1 else 0
 
     def check_waiting(self) -> None:
         if self.waiting is None:
             return
-        wanted, deadline = self.waiting
-        if self.subscribers >= wanted:
+        wanted, ever, deadline = self.waiting
+        counted = self.subscriptions_made if ever else self.subscribers
+        if counted >= wanted:
             self.waiting = None
-            self.answer(f"ok subscribers={self.subscribers}")
+            self.answer(f"ok subscribers={counted}")
         elif time.monotonic() >= deadline:
             self.waiting = None
-            self.answer(f"error timeout subscribers={self.subscribers}")
+            self.answer(f"error timeout subscribers={counted}")
 
     def serve_replays(self) -> None:
         while True:

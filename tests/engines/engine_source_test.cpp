@@ -149,6 +149,38 @@ TEST_CASE("engines: malformed frames and payloads are dropped and the source kee
   CHECK(source->resets() == 0);
 }
 
+TEST_CASE("engines: a frame above --max-engine-message-bytes ends the connection, which is dialed again",
+          "[engines]") {
+  // Rank 1's engine keeps the pool materialized while rank 0's connection is down, so rank 0's
+  // source comes back to the pool it left (a pool withdrawn and materialized again would reset it).
+  FakeEngineProcess rank0({"--dp-rank", "0"});
+  FakeEngineProcess rank1({"--dp-rank", "1"});
+  auto options = loopback_options();
+  options.max_engine_message_bytes = 4096;
+  TestRelay relay(options);
+  relay.put_worker(engine_worker(1, {&rank0, &rank1}));
+  rank0.await_subscriptions_made(1);
+  rank1.await_subscriptions_made(1);
+  const auto stored = [](int hash, int token) {
+    return Json::array({{{"kind", "stored"}, {"hashes", {hash}}, {"token_ids", {token, 2, 3, 4}}, {"block_size", 4}}});
+  };
+  await_engine_seq(relay, 1, 1, rank1.batch(stored(7, 7)));
+  REQUIRE(settled_pool(relay, rank0.batch(stored(5, 5))).unique_blocks() == 2);
+
+  // A well-formed [topic, seq, payload] message whose payload passes the bound. It takes no seq
+  // of the engine's, so the batch after it follows on and nothing is a gap.
+  rank0.command({{"op", "raw"}, {"frames", {"", "0000000000000001", std::string(2 * 8192, 'c')}}});
+  rank0.await_subscriptions_made(2);  // the relay subscribed again, on a new connection
+  const std::uint64_t seq = rank0.batch(stored(6, 6));
+  REQUIRE(seq == 1);
+  CHECK(settled_pool(relay, seq).unique_blocks() == 3);
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->connected());
+  CHECK(source->resets() == 0);
+}
+
 TEST_CASE("engines: each dp rank has its own engine and a batch for another rank is dropped", "[engines]") {
   FakeEngineProcess rank0({"--dp-rank", "0"});
   FakeEngineProcess rank1({"--dp-rank", "1"});

@@ -79,6 +79,10 @@ class FakeEngineProcess {
   static std::uint64_t seq_of(const std::string& answer) { return std::stoull(field(answer, "seq")); }
 
   void await_subscribers(int count) { command({{"op", "await_subscribers"}, {"count", count}, {"timeout_ms", 30000}}); }
+  // Until `count` subscriptions have been made since the engine started, reconnections' included.
+  void await_subscriptions_made(int count) {
+    command({{"op", "await_subscribers"}, {"count", count}, {"timeout_ms", 30000}, {"ever", true}});
+  }
 
   // Ends the process as a crash would (its sockets close).
   void kill_now() {
