@@ -1,7 +1,7 @@
 #pragma once
 // Admission limits (docs/protocol/limits.md#admission-limits): a fixed number of permits, taken
-// without waiting and returned the moment their holder lets go (a stream ends, however it ends; a
-// pool's last subscriber leaves). Shared by gRPC threads and actors, hence thread-safe.
+// without waiting and returned the moment their holder lets go (a stream's call is over, however
+// it ends; a pool's last subscriber leaves). Shared by gRPC threads and actors, hence thread-safe.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -16,6 +16,7 @@ class StreamLimit {
     std::mutex mutex;
     std::condition_variable changed;
     std::size_t in_use = 0;
+    std::size_t ending = 0;  // of in_use: held by streams the relay has ended, whose calls are not over
   };
 
  public:
@@ -27,14 +28,28 @@ class StreamLimit {
       {
         std::lock_guard lock(count_->mutex);
         --count_->in_use;
+        if (ending_) --count_->ending;
       }
       count_->changed.notify_all();
     }
     Permit(const Permit&) = delete;
     Permit& operator=(const Permit&) = delete;
 
+    // The relay ended the stream; the permit stays held until its call is over (a client that
+    // stopped reading has not received the end yet). Once; later calls change nothing.
+    void mark_ending() {
+      {
+        std::lock_guard lock(count_->mutex);
+        if (ending_) return;
+        ending_ = true;
+        ++count_->ending;
+      }
+      count_->changed.notify_all();
+    }
+
    private:
     std::shared_ptr<Count> count_;
+    bool ending_ = false;  // guarded by count_->mutex
   };
 
   StreamLimit(std::string resource, std::size_t max) : resource_(std::move(resource)), max_(max) {}
@@ -54,12 +69,22 @@ class StreamLimit {
     std::lock_guard lock(count_->mutex);
     return count_->in_use;
   }
+  // Permits held by streams the relay has not ended.
+  std::size_t serving() const {
+    std::lock_guard lock(count_->mutex);
+    return count_->in_use - count_->ending;
+  }
 
-  // Block until at most / at least `count` permits are in use, or `timeout` passes; true if
-  // reached. For tests and drain, which await a stream's end or admission.
+  // Block until at most / at least `count` permits are in use (or, for await_serving_at_most,
+  // held by streams the relay has not ended), or `timeout` passes; true if reached. For tests,
+  // which await a stream's end or admission.
   bool await_at_most(std::size_t count, std::chrono::milliseconds timeout) const {
     std::unique_lock lock(count_->mutex);
     return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use <= count; });
+  }
+  bool await_serving_at_most(std::size_t count, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(count_->mutex);
+    return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use - count_->ending <= count; });
   }
   bool await_at_least(std::size_t count, std::chrono::milliseconds timeout) const {
     std::unique_lock lock(count_->mutex);

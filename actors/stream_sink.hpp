@@ -16,7 +16,7 @@ class StreamSink {
   // `more_queued` says further frames wait behind this one, so the transport may coalesce
   // them into one flush instead of completing each write on its own.
   virtual void write(std::shared_ptr<const Message> message, bool more_queued) = 0;
-  // Ends the stream (idempotent); permits held for the stream are released here.
+  // Ends the stream (idempotent); its permits come back once the call is over.
   virtual void finish(RpcStatus status) = 0;
 };
 

@@ -460,6 +460,13 @@ bool RelayRuntime::await_open_streams_at_most(std::string_view kind, std::size_t
   return limit_of(*impl_, kind).await_at_most(count, timeout);
 }
 
+std::size_t RelayRuntime::serving_streams(std::string_view kind) const { return limit_of(*impl_, kind).serving(); }
+
+bool RelayRuntime::await_serving_streams_at_most(std::string_view kind, std::size_t count,
+                                                 std::chrono::milliseconds timeout) const {
+  return limit_of(*impl_, kind).await_serving_at_most(count, timeout);
+}
+
 bool RelayRuntime::await_open_streams_at_least(std::string_view kind, std::size_t count,
                                                std::chrono::milliseconds timeout) const {
   return limit_of(*impl_, kind).await_at_least(count, timeout);

@@ -122,9 +122,13 @@ class RelayRuntime {
   // open after `drain` (clients that do not read) are cancelled. Idempotent.
   void shutdown(std::optional<std::chrono::milliseconds> drain = std::nullopt);
 
-  // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use;
-  // "hubs": pools that have subscribers; "ingest": open PublishKvEvents and ReportLoad streams.
+  // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use, by
+  // streams whose calls are not over; "hubs": pools that have subscribers; "ingest": open
+  // PublishKvEvents and ReportLoad streams.
   std::size_t open_streams(std::string_view kind) const;
+  // Of those, the streams the relay has not ended: a stream it ended (a lag, say) keeps its
+  // permit until its client has read the end.
+  std::size_t serving_streams(std::string_view kind) const;
   // Bytes of bucket-lane copies held for snapshots being sent (kv_relay_snapshot_image_bytes).
   std::uint64_t snapshot_image_bytes() const;
   // Block until at most / at least `count` streams of `kind` are open, or `timeout` passes.
@@ -132,6 +136,9 @@ class RelayRuntime {
                                   std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
   bool await_open_streams_at_least(std::string_view kind, std::size_t count,
                                    std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  // Block until the relay has ended all but `count` of them, or `timeout` passes.
+  bool await_serving_streams_at_most(std::string_view kind, std::size_t count,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
   struct Impl;
 

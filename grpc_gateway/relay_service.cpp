@@ -100,23 +100,39 @@ RawStream* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rp
   return nullptr;
 }
 
-// Logs and counts the admission now, and the end later; the permits are returned when the
-// stream ends, just after its end is counted (so whoever awaits a permit sees the count).
+namespace {
+
+// A stream's admission permits, held until its call is over and then returned newest first:
+// whoever awaits the total pool-stream permit then finds the per-pool one already back, and is
+// not refused by a limit that is about to free up.
+struct HeldPermits {
+  std::vector<std::shared_ptr<StreamLimit::Permit>> permits;
+  ~HeldPermits() {
+    while (!permits.empty()) permits.pop_back();
+  }
+};
+
+}  // namespace
+
+// Logs and counts the admission now, and the end when the relay ends the stream; the permits
+// come back when the call is over (stream_reactor.hpp).
 StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscriber,
                                      grpc::CallbackServerContext* context,
                                      std::vector<std::shared_ptr<StreamLimit::Permit>> permits) {
   spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", metrics::rpc_name(rpc), subscriber,
                context->peer());
   if (config_.metrics != nullptr) config_.metrics->stream_admitted(rpc);
-  return [rpc, subscriber, peer = context->peer(), permits = std::move(permits), recorder = config_.metrics,
-          draining = &draining_](const RpcStatus& status) mutable {
+  auto held = std::make_shared<HeldPermits>(HeldPermits{std::move(permits)});
+  auto ended = [rpc, subscriber, peer = context->peer(), held = std::weak_ptr<HeldPermits>(held),
+                recorder = config_.metrics, draining = &draining_](const RpcStatus& status) {
     if (recorder != nullptr) recorder->stream_ended(rpc, metrics::termination_reason(status, *draining));
-    // Newest first: whoever awaits the total pool-stream permit then finds the per-pool one
-    // already back, and is not refused by a limit that is about to free up.
-    while (!permits.empty()) permits.pop_back();
+    if (const auto permits = held.lock()) {
+      for (const auto& permit : permits->permits) permit->mark_ending();
+    }
     spdlog::info("subscriber ended: rpc={} subscriber_id={} peer={} reason={}", metrics::rpc_name(rpc), subscriber,
                  peer, ending_of(status));
   };
+  return {std::move(ended), std::move(held)};
 }
 
 grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext* context,

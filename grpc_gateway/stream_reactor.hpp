@@ -20,9 +20,16 @@
 
 namespace kvrelay::gateway {
 
-// Runs once when the stream ends, however it ends, with how it ended (admission permits,
-// open-stream gauges, the lifecycle log line).
-using StreamRelease = std::function<void(const RpcStatus&)>;
+// What a stream lets go of as it ends. `ended` runs once, with how it ended (open-stream gauges,
+// the lifecycle log line), just before Finish. `held` (its admission permits) is let go only
+// when gRPC is done with the call: a client that stopped reading receives its final status once
+// it reads again, and until then the call keeps its last frame in the transport's buffers, so
+// returning the permit at Finish would let such calls pile up without bound
+// (docs/protocol/limits.md#admission-limits).
+struct StreamRelease {
+  std::function<void(const RpcStatus&)> ended;
+  std::shared_ptr<const void> held;
+};
 
 // Every stream writes bytes serialized once and shared (grpc_gateway/wire_write.hpp).
 using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
@@ -59,10 +66,10 @@ using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 //    call's initial metadata). A Finish wanted while a StartWrite is on its way (OnCancel
 //    racing the actor) is issued by the writing thread as soon as its StartWrite returns.
 //
-// The release callback runs exactly once, outside the lock: taken together with the Finish
-// step and run by the issuing thread just before Finish (so the end is counted and the permits
-// are back before the client can see the status), or by on_done if Finish never came (gRPC
-// requires Finish before OnDone, so only as a safety net).
+// The `ended` callback runs exactly once, outside the lock: taken together with the Finish step
+// and run by the issuing thread just before Finish (so the end is counted before the client can
+// see the status), or by on_done if Finish never came (gRPC requires Finish before OnDone, so
+// only as a safety net). What the release holds is dropped in on_done, outside the lock.
 //
 // Messages to the actor (write_done, cancelled) are sent after unlocking by the thread whose
 // reaction (or bind) produced them, each exactly once. A write completion or cancellation
@@ -74,7 +81,11 @@ class StreamLink final : public StreamSink<Message> {
   // `metrics` (may be null) counts every frame handed to the transport.
   StreamLink(grpc::CallbackServerContext* context, RawStream* reactor, StreamRelease release,
              metrics::RelayMetrics* metrics)
-      : metrics_(metrics), context_(context), reactor_(reactor), release_(std::move(release)) {}
+      : metrics_(metrics),
+        context_(context),
+        reactor_(reactor),
+        ended_(std::move(release.ended)),
+        held_(std::move(release.held)) {}
 
   // Set once the stream actor exists. The actor may already have written (a pool stream
   // attaches to its publisher as soon as it starts): a write completion or a cancellation
@@ -138,15 +149,18 @@ class StreamLink final : public StreamSink<Message> {
     if (actor) caf::anon_send(actor, atoms::cancelled_atom_v);
   }
   void on_done() ABSL_LOCKS_EXCLUDED(mutex_) {
-    StreamRelease release;
+    std::function<void(const RpcStatus&)> ended;
+    std::shared_ptr<const void> held;
     {
       absl::MutexLock lock(&mutex_);
       finished_ = true;
       reactor_ = nullptr;
       context_ = nullptr;
-      release = std::exchange(release_, nullptr);
+      ended = std::exchange(ended_, nullptr);
+      held = std::exchange(held_, nullptr);
     }
-    if (release) release(RpcStatus{StatusCode::kCancelled, "the call ended", {}});
+    if (ended) ended(RpcStatus{StatusCode::kCancelled, "the call ended", {}});
+    held.reset();  // the permits come back now that the call is over
   }
 
  private:
@@ -155,10 +169,10 @@ class StreamLink final : public StreamSink<Message> {
     enum Kind { kNone, kWrite, kFinish } kind = kNone;
     RawStream* reactor = nullptr;
     grpc::CallbackServerContext* context = nullptr;
-    std::shared_ptr<const WireWrite> write;  // kWrite (alive across the call even if OnWriteDone came first)
-    bool buffered = false;                   // kWrite: more frames follow, flush with a later one
-    RpcStatus status;                        // kFinish
-    StreamRelease release;                   // kFinish: runs just before Finish (empty if already run)
+    std::shared_ptr<const WireWrite> write;       // kWrite (alive across the call even if OnWriteDone came first)
+    bool buffered = false;                        // kWrite: more frames follow, flush with a later one
+    RpcStatus status;                             // kFinish
+    std::function<void(const RpcStatus&)> ended;  // kFinish: runs just before Finish (empty if already run)
   };
 
   // Makes the calls into the reactor that the state wants, unless another thread is making
@@ -187,7 +201,7 @@ class StreamLink final : public StreamSink<Message> {
         continue;
       }
       // The last call: `issuing_` stays set, and the reactor may be deleted from here on.
-      if (step.release) step.release(step.status);
+      if (step.ended) step.ended(step.status);
       step.reactor->Finish(to_grpc(step.context, step.status));
       return;
     }
@@ -202,7 +216,7 @@ class StreamLink final : public StreamSink<Message> {
       step.kind = Step::kFinish;
       step.status = std::move(*finish_status_);
       finish_status_.reset();
-      step.release = std::exchange(release_, nullptr);
+      step.ended = std::exchange(ended_, nullptr);
     } else if (next_write_) {
       step.kind = Step::kWrite;
       in_flight_ = std::exchange(next_write_, nullptr);
@@ -225,7 +239,8 @@ class StreamLink final : public StreamSink<Message> {
   absl::Mutex mutex_;
   grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);         // null once OnDone ran
   RawStream* reactor_ ABSL_GUARDED_BY(mutex_);                           // null once OnDone ran
-  StreamRelease release_ ABSL_GUARDED_BY(mutex_);                        // empty once taken to run
+  std::function<void(const RpcStatus&)> ended_ ABSL_GUARDED_BY(mutex_);  // empty once taken to run
+  std::shared_ptr<const void> held_ ABSL_GUARDED_BY(mutex_);             // until OnDone
   StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                   // the stream actor, from bind()
   std::shared_ptr<const WireWrite> next_write_ ABSL_GUARDED_BY(mutex_);  // from write(), not yet issued
   bool next_write_buffered_ ABSL_GUARDED_BY(mutex_) = false;

@@ -149,8 +149,7 @@ TEST_CASE("engines: malformed frames and payloads are dropped and the source kee
   CHECK(source->resets() == 0);
 }
 
-TEST_CASE("engines: a frame above --max-engine-message-bytes ends the connection, which is dialed again",
-          "[engines]") {
+TEST_CASE("engines: a frame above --max-engine-message-bytes ends the connection, which is dialed again", "[engines]") {
   // Rank 1's engine keeps the pool materialized while rank 0's connection is down, so rank 0's
   // source comes back to the pool it left (a pool withdrawn and materialized again would reset it).
   FakeEngineProcess rank0({"--dp-rank", "0"});

@@ -88,10 +88,10 @@ TEST_CASE("snapshot admission: a subscriber waiting for its encoder permit canno
   auto waiter = subscribe_pool(relay, producer, "waiter");
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 2));
 
-  // Deltas until the holder's 16-frame outbox overflows: it lags out and gives its permit
-  // back. The waiter saw none of them while it waited, so it must not lag with it.
+  // Deltas until the holder's 16-frame outbox overflows: it lags out and gives its encoder
+  // permit back. The waiter saw none of them while it waited, so it must not lag with it.
   std::uint64_t next_batch = 0;
-  for (std::size_t batches = 0; relay.runtime().open_streams("pool") == 2; ++batches) {
+  for (std::size_t batches = 0; relay.runtime().serving_streams("pool") == 2; ++batches) {
     REQUIRE(batches < 10'000);
     publish_until_sequence(relay, only_pool(relay).sequence() + 1, next_batch);
   }

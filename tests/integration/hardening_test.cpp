@@ -291,7 +291,7 @@ TEST_CASE("snapshot progress timeout ends a stalled subscriber alone, the genera
   auto stalled_client = relay.separate_wan_client();
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
-  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));  // the timeout ended it
+  REQUIRE(relay.runtime().await_serving_streams_at_most("pool", 0));  // the timeout ended it
   CHECK(stalled->ending() ==
         std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT")});
   // Its encoder permit came back, and the same generation still serves.
@@ -328,7 +328,7 @@ TEST_CASE("initialized hubs: pools with subscribers are limited, an idle pool fr
   CHECK(admitted->next().has_value());
 }
 
-TEST_CASE("a lagging stream returns its permit", "[limits]") {
+TEST_CASE("a lagging stream returns its permit once its client has read the end", "[limits]") {
   kvrelay::RelayOptions options = big_snapshot_options();
   options.max_pool_streams_total = 1;
   options.stream_queue_frames = 1;
@@ -349,8 +349,13 @@ TEST_CASE("a lagging stream returns its permit", "[limits]") {
     batches.push_back(stored_batch(kBackend, 1, 0, 1, b, blocks));
   }
   relay.publish(batches);
-  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
+  REQUIRE(relay.runtime().await_serving_streams_at_most("pool", 0));  // the relay ended it
+  // Its end waits behind the frame the client does not read: until the client reads, the call
+  // holds that frame, and its permit (docs/protocol/limits.md#admission-limits).
+  CHECK(relay.runtime().open_streams("pool") == 1);
+  CHECK(subscribe_pool(relay, producer, "refused")->ending().second == "RELAY_ERROR_REASON_RESOURCE_LIMIT");
   CHECK(stalled->ending().second == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
+  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
   auto next = subscribe_pool(relay, producer, "next");
   CHECK(next->next().has_value());
 }

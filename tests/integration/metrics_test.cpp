@@ -231,7 +231,7 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
   REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // attached: it gets every delta
   relay.publish(big_batches(3, 64));
-  REQUIRE(relay.runtime().await_open_streams_at_most("pool", 0));
+  REQUIRE(relay.runtime().await_serving_streams_at_most("pool", 0));
   CHECK(ending_reason(*stalled) == "RELAY_ERROR_REASON_SUBSCRIBER_LAGGED");
   {
     const Scrape s = scrape(relay);

@@ -546,7 +546,8 @@ TEST_CASE("serving load: deployment follows the workers' cards", "[serving_load]
   });
 }
 
-TEST_CASE("serving load: a client that never reads ends SUBSCRIBER_LAGGED and frees its permit", "[serving_load]") {
+TEST_CASE("serving load: a client that never reads ends SUBSCRIBER_LAGGED and frees its permit once it reads the end",
+          "[serving_load]") {
   auto options = loopback_options();
   options.load_window_ms = 2;
   options.load_queue_windows = 2;
@@ -564,9 +565,10 @@ TEST_CASE("serving load: a client that never reads ends SUBSCRIBER_LAGGED and fr
   auto stalled_client = relay.separate_wan_client();
   auto stalled = watch_serving_load(relay, "stalled", stalled_client.get());
   REQUIRE(relay.runtime().await_open_streams_at_least("serving_load", 1));
-  REQUIRE(relay.runtime().await_open_streams_at_most("serving_load", 0, std::chrono::seconds(30)));
+  REQUIRE(relay.runtime().await_serving_streams_at_most("serving_load", 0, std::chrono::seconds(30)));
   CHECK(stalled->ending() ==
         std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_SUBSCRIBER_LAGGED")});
+  REQUIRE(relay.runtime().await_open_streams_at_most("serving_load", 0));  // the call is over: its permit is back
   auto next = watch_serving_load(relay, "next");
   const auto window = next->next();
   REQUIRE(window.has_value());
