@@ -137,9 +137,10 @@ void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
   } else if (step.reset == engine::ResetCause::kSequenceGap) {
     state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
   }
-  // A reset with nothing to apply still has to reach the pool now, not with the next batch.
-  if (step.reset && step.apply.empty()) send_on(self, std::make_shared<ingest_v1::KvEventBatch>());
   for (const HeldBatch& held : step.apply) apply(self, held);
+  // A reset has to reach the pool now, not with the next batch: when none of the step's batches
+  // was sent on (none, or none that decodes), an empty one carries it.
+  if (step.reset && state.next_sequence == 0) send_on(self, std::make_shared<ingest_v1::KvEventBatch>());
 }
 
 void on_frames(Self self, const engine_io::MultipartPtr& frames) {

@@ -2,7 +2,8 @@
 // Ordering of one engine source's batches (docs/protocol/engine-sources.md#sequencing): the
 // engine numbers its batches seq 0, 1, 2, ... per process. A gap is filled from the engine's
 // replay socket when it has one and still holds the range, otherwise the source is cold-reset
-// and goes on from the batch after the gap; a seq that goes back is an engine restart.
+// and goes on from the batch after the gap; a seq that goes back is an engine restart, which
+// starts the source over as a fresh one.
 //
 // Pure: the caller feeds it what arrived and carries out each Step in this order: reset,
 // cancel the replay in flight, request a replay, apply every batch in order.
@@ -129,6 +130,9 @@ class Sequencer {
     if (seq == expected_) return apply(step, seq, std::move(batch));
     if (seq < expected_) {
       reset(step, ResetCause::kEngineRestart);
+      // The restarted engine is a fresh source: what it published before this batch (while the
+      // relay was dialing it again, say) is asked of its replay socket, as at a source's start.
+      if (has_replay_ && seq > 0) return start_replay(step, 0, seq, std::move(batch), bytes);
       return apply(step, seq, std::move(batch));
     }
     if (has_replay_) return start_replay(step, expected_, seq, std::move(batch), bytes);

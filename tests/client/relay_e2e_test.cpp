@@ -195,9 +195,9 @@ TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch
   bool lagged = false;
   for (int round = 0; round < 400 && !lagged; ++round) {
     REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
-    lagged = round >= 40 && relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::milliseconds(100));
+    lagged = round >= 40 && relay.runtime().await_serving_streams_at_most("pool", 0, std::chrono::milliseconds(100));
   }
-  lagged = lagged || relay.runtime().await_open_streams_at_most("pool", 0, std::chrono::seconds(60));
+  lagged = lagged || relay.runtime().await_serving_streams_at_most("pool", 0, std::chrono::seconds(60));
   release.count_down();
   REQUIRE(lagged);
   await_converged(consumer, relay);

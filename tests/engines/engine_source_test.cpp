@@ -124,6 +124,30 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   CHECK(source->resets() == 1);
 }
 
+TEST_CASE("engines: an engine restart first seen past seq 0 is replayed from seq 0", "[engines]") {
+  FakeEngineProcess engine({"--replay"});
+  TestRelay relay;
+  relay.put_worker(engine_worker(1, {&engine}));
+  engine.await_subscribers(1);
+  const auto stored = [](int hash) {
+    return Json::array({{{"kind", "stored"}, {"hashes", {hash}}, {"token_ids", {hash, 2, 3, 4}}, {"block_size", 4}}});
+  };
+  std::uint64_t seq = 0;
+  for (int hash = 1; hash <= 5; ++hash) seq = engine.batch(stored(hash));
+  REQUIRE(settled_pool(relay, seq).unique_blocks() == 5);
+  // The new process's seqs 0 and 1 never reach the relay live; its seq 2 is the first it sees.
+  engine.command({{"op", "restart"}});
+  engine.command({{"op", "skip"}, {"batches", Json::array({stored(11), stored(12)})}});
+  seq = engine.batch(stored(13));
+  REQUIRE(seq == 2);
+  const auto pool = settled_pool(relay, seq);
+  CHECK(pool.unique_blocks() == 3);  // 11, 12 and 13; the old process's blocks left with the reset
+  const auto state = relay.get_state();
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->resets() == 1);
+}
+
 TEST_CASE("engines: malformed frames and payloads are dropped and the source keeps going", "[engines]") {
   FakeEngineProcess engine({});
   TestRelay relay;
@@ -147,6 +171,25 @@ TEST_CASE("engines: malformed frames and payloads are dropped and the source kee
   const auto* source = find_source(state, 1, 0);
   REQUIRE(source != nullptr);
   CHECK(source->resets() == 0);
+}
+
+TEST_CASE("engines: a cold reset reaches the pool even when no batch of its step decodes", "[engines]") {
+  FakeEngineProcess engine({});
+  TestRelay relay;
+  relay.put_worker(engine_worker(1, {&engine}));
+  engine.await_subscribers(1);
+  const Json block =
+      Json::array({{{"kind", "stored"}, {"hashes", {5}}, {"token_ids", {1, 2, 3, 4}}, {"block_size", 4}}});
+  REQUIRE(settled_pool(relay, engine.batch(block)).unique_blocks() == 1);
+  // Seqs 1 and 2 are lost, and the batch after the gap is no batch: the source is reset all
+  // the same, and its block leaves the pool now, not with some later batch.
+  engine.command({{"op", "drop"}, {"count", 2}});
+  engine.command({{"op", "raw"}, {"frames", {"", "0000000000000003", "c1"}}});
+  const auto state = await_state(relay, [](const ingest_v1::RelayState& state) {
+    const auto* source = find_source(state, 1, 0);
+    return source != nullptr && source->resets() == 1 && engine_pool(state).unique_blocks() == 0;
+  });
+  CHECK(engine_pool(state).active_sources() == 1);
 }
 
 TEST_CASE("engines: a frame above --max-engine-message-bytes ends the connection, which is dialed again", "[engines]") {

@@ -48,6 +48,30 @@ TEST_CASE("a seq that goes back is an engine restart", "[engine_sequencer]") {
   CHECK(applied(step) == std::vector<std::uint64_t>{100});
 }
 
+TEST_CASE("a restart first seen past seq 0 asks the replay socket for what came before", "[engine_sequencer]") {
+  Seq sequencer(true, kRoomy);
+  for (std::uint64_t seq = 0; seq < 10; ++seq) sequencer.on_live(seq, seq, 1);
+  auto step = sequencer.on_live(3, 103, 1);  // the new process's seq 3: 0..2 were missed
+  CHECK(step.reset == ResetCause::kEngineRestart);
+  REQUIRE(step.request_replay == 0u);
+  CHECK(step.apply.empty());
+  CHECK(applied(sequencer.on_replay(0, 100)) == std::vector<std::uint64_t>{100});
+  CHECK(applied(sequencer.on_replay(1, 101)) == std::vector<std::uint64_t>{101});
+  CHECK(applied(sequencer.on_replay(2, 102)) == std::vector<std::uint64_t>{102});
+  step = sequencer.on_replay_end();
+  CHECK_FALSE(step.reset);
+  CHECK(applied(step) == std::vector<std::uint64_t>{103});
+}
+
+TEST_CASE("without a replay socket a restart first seen past seq 0 goes on from that batch", "[engine_sequencer]") {
+  Seq sequencer(false, kRoomy);
+  for (std::uint64_t seq = 0; seq < 10; ++seq) sequencer.on_live(seq, seq, 1);
+  const auto step = sequencer.on_live(3, 103, 1);
+  CHECK(step.reset == ResetCause::kEngineRestart);
+  CHECK_FALSE(step.request_replay);
+  CHECK(applied(step) == std::vector<std::uint64_t>{103});
+}
+
 TEST_CASE("a gap is replayed in order while live batches wait, then live goes on", "[engine_sequencer]") {
   Seq sequencer(true, kRoomy);
   sequencer.on_live(0, 0, 1);
@@ -150,7 +174,8 @@ TEST_CASE("live batches a finished replay already gave are skipped, not taken fo
   SECTION("back below the previous live batch is still a restart") {
     const auto step = sequencer.on_live(2, 102, 1);
     CHECK(step.reset == ResetCause::kEngineRestart);
-    CHECK(applied(step) == std::vector<std::uint64_t>{102});
+    CHECK(step.request_replay == 0u);  // the new process's 0 and 1
+    CHECK(step.apply.empty());
   }
 }
 
