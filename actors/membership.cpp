@@ -1,6 +1,7 @@
 #include "actors/membership.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <stdexcept>
@@ -49,24 +50,37 @@ std::uint32_t active_sources(const MembershipState& state, const EndpointKey& en
   return count;
 }
 
-// The endpoints that should hold a pool now, with their domains. Endpoints whose domains
-// collide on one PoolId are left out: a PoolId is never shared between endpoints.
-std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipState& state) {
-  std::map<EndpointKey, membership::IndexerDomain> desired;
+// Materializable endpoints (condition 1) whose domains resolve to one PoolId, each with its
+// conflict: a PoolId is never shared between endpoints, and none of them holds the pool,
+// whether or not the others have active sources (docs/protocol/pools.md#materialization).
+std::map<EndpointKey, std::string> shared_pool_claims(const MembershipState& state) {
   std::map<wire::PoolKey, std::vector<EndpointKey>> claims;
   for (const auto& [endpoint, m] : state.projection) {
-    if (!m.materializable() || !m.kv_state_endpoint()) continue;
-    if (active_sources(state, endpoint) == 0) continue;
-    desired.emplace(endpoint, *m.domain);
+    if (!m.materializable()) continue;
     claims[wire::pool_key(membership::pool_id(*m.domain, state.config.dc_id))].push_back(endpoint);
   }
+  std::map<EndpointKey, std::string> shared;
   for (const auto& [pool, endpoints] : claims) {
     if (endpoints.size() < 2) continue;
+    std::vector<std::string> names;
+    for (const EndpointKey& endpoint : endpoints) names.push_back(endpoint.display());
+    const std::string conflict =
+        fmt::format("PoolMaterialization: pool is claimed by multiple serving endpoints: {}", fmt::join(names, ", "));
     for (const EndpointKey& endpoint : endpoints) {
-      shared_pool_log().warn(fmt::format("endpoint {}: its pool is claimed by {} serving endpoints; not materialized",
-                                         endpoint.display(), endpoints.size()));
-      desired.erase(endpoint);
+      shared_pool_log().warn(fmt::format("endpoint {}: {}; not materialized", endpoint.display(), conflict));
+      shared.emplace(endpoint, conflict);
     }
+  }
+  return shared;
+}
+
+// The endpoints that should hold a pool now, with their domains.
+std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipState& state) {
+  std::map<EndpointKey, membership::IndexerDomain> desired;
+  for (const auto& [endpoint, m] : state.projection) {
+    if (!m.materializable() || !m.kv_state_endpoint() || state.shared_pools.contains(endpoint)) continue;
+    if (active_sources(state, endpoint) == 0) continue;
+    desired.emplace(endpoint, *m.domain);
   }
   return desired;
 }
@@ -278,6 +292,7 @@ void reconcile(Self self) {
   auto& state = self->state;
   state.feeds.reconcile(self, state.workers, state.peers.load);
   state.projection = membership::project(state.workers);
+  state.shared_pools = shared_pool_claims(state);
   const auto desired = desired_pools(state);
   std::vector<std::pair<EndpointKey, PoolPublisherActor>> retiring;
   for (auto it = state.pools.begin(); it != state.pools.end();) {
@@ -348,6 +363,9 @@ std::vector<std::string> conflict_texts(const MembershipState& state, const Endp
   std::vector<std::string> texts;
   if (const auto m = state.projection.find(endpoint); m != state.projection.end()) {
     for (const Conflict& c : m->second.conflicts) texts.push_back(c.message);
+  }
+  if (const auto shared = state.shared_pools.find(endpoint); shared != state.shared_pools.end()) {
+    texts.push_back(shared->second);
   }
   if (const auto refusal = state.over_budget.find(endpoint); refusal != state.over_budget.end()) {
     texts.push_back(refusal->second);

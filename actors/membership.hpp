@@ -96,6 +96,8 @@ struct MembershipState {
   std::map<EndpointKey, MaterializedPool> pools;
   // Endpoints that should hold a pool the memory budget cannot: why, as their conflict says.
   std::map<EndpointKey, std::string> over_budget;
+  // Materializable endpoints whose domains resolve to one PoolId with another's: their conflict.
+  std::map<EndpointKey, std::string> shared_pools;
   capacity::MemoryBudget budget{std::nullopt};
   std::shared_ptr<RateLimitedLog> growth_log = std::make_shared<RateLimitedLog>();  // refused re-layouts
   std::uint64_t layout_generation = 0;                                              // of the last attach

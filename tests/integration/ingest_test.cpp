@@ -112,6 +112,40 @@ TEST_CASE("a worker whose card has problems is accepted and reports its conflict
   CHECK(state.endpoints(0).conflicts_size() == response.conflicts_size());
 }
 
+TEST_CASE("endpoints whose domains share one PoolId all report the conflict and none holds the pool", "[ingest]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  const auto second = endpoint_ref("prod", "second");
+  // One explicit routing scope, the same model and block size: one domain, one PoolId.
+  auto first_worker = put_worker_request(kBackend, 1);
+  (*first_worker.mutable_card()->mutable_routing_scope_identity())["pool"] = "shared";
+  REQUIRE(relay.put_worker(first_worker).conflicts_size() == 0);
+  await_single_pool(*catalog);
+  // The second endpoint has no active source, and still takes the pool from the first.
+  WorkerShape sourceless;
+  sourceless.push_sources = false;
+  auto second_worker = put_worker_request(second, 2, sourceless);
+  (*second_worker.mutable_card()->mutable_routing_scope_identity())["pool"] = "shared";
+  const auto response = relay.put_worker(second_worker);
+  REQUIRE(response.conflicts_size() == 1);
+  CHECK(response.conflicts(0) ==
+        "PoolMaterialization: pool is claimed by multiple serving endpoints: prod/backend/generate, "
+        "prod/second/generate");
+  await_catalog(*catalog, 0);
+  auto state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 2);
+  for (const auto& endpoint : state.endpoints()) {
+    CHECK_FALSE(endpoint.pool_materialized());
+    CHECK(endpoint.conflicts_size() == 1);
+  }
+  relay.remove_worker(second, 2);
+  await_single_pool(*catalog);
+  state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 1);
+  CHECK(state.endpoints(0).pool_materialized());
+  CHECK(state.endpoints(0).conflicts_size() == 0);
+}
+
 TEST_CASE("batches: unknown sources and malformed batches are counted, the stream goes on", "[ingest]") {
   TestRelay relay;
   relay.put_worker(put_worker_request(kBackend, 1));
