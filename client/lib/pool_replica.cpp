@@ -88,10 +88,14 @@ Applied PoolReplica::absorb_chunk(const cbi1::Decoded& frame) {
   return std::nullopt;
 }
 
-// Consumer acceptance of a delta (docs/protocol/cbi1-ckf.md#applying-deltas): contiguous,
-// non-empty, no bucket twice.
+// Consumer acceptance of a delta (docs/protocol/cbi1-ckf.md#applying-deltas): stale ones
+// ignored; the others contiguous, non-empty, no bucket twice.
 Applied PoolReplica::apply_delta(const v1::FilterUpdate& update, const cbi1::DecodedDelta& delta) {
   if (!installed()) return fail({"DeltaBeforeSnapshot", "a delta arrived before the snapshot completed"});
+  if (update.sequence() <= sequence_) {  // the replica holds its changes already
+    ++stale_deltas_;
+    return std::nullopt;
+  }
   if (update.base_sequence() != sequence_ || delta.base_epoch != sequence_) {
     return fail({"SequenceGap", fmt::format("delta from {} onto replica at {}", update.base_sequence(), sequence_)});
   }

@@ -31,6 +31,8 @@ class PoolReplica {
   const ckf::Addressing& addressing() const { return addressing_; }
   std::uint64_t deltas_applied() const { return deltas_applied_; }
   std::uint64_t images_applied() const { return images_applied_; }
+  // Deltas at or below the installed sequence, ignored (docs/protocol/cbi1-ckf.md#applying-deltas).
+  std::uint64_t stale_deltas() const { return stale_deltas_; }
   // Fingerprints held: occupied slots over every bucket.
   std::uint64_t occupied_slots() const { return occupied_slots_; }
   std::uint64_t digest() const;  // XXH3 of the bucket words, as GetState's filter_digest
@@ -53,6 +55,7 @@ class PoolReplica {
   std::uint64_t sequence_ = 0;
   std::uint64_t deltas_applied_ = 0;
   std::uint64_t images_applied_ = 0;
+  std::uint64_t stale_deltas_ = 0;
   std::uint64_t occupied_slots_ = 0;
 };
 

@@ -418,6 +418,7 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
     view.sequence = replica->sequence();
     view.deltas_applied = replica->deltas_applied();
     view.images_applied = replica->images_applied();
+    view.stale_deltas = replica->stale_deltas();
     view.occupied_slots = replica->occupied_slots();
   }
   return view;

@@ -94,6 +94,20 @@ TEST_CASE("replica: a lane of 4 MiB or more is advised for huge pages, as the re
   CHECK(advised(&replica.words().back()));
 }
 
+TEST_CASE("replica: a delta at or below the installed sequence is ignored as stale", "[client][replica]") {
+  auto replica = installed_replica(random_words(2));
+  const std::vector<std::uint64_t> before(replica.words().begin(), replica.words().end());
+  const std::uint64_t installed = replica.sequence();
+  CHECK_FALSE(replica.apply(delta_frame(producer(1), installed - 1, {{3, 1}})));
+  CHECK(replica.installed());
+  CHECK(replica.sequence() == installed);
+  CHECK(replica.stale_deltas() == 1);
+  CHECK(std::ranges::equal(replica.words(), before));
+  CHECK_FALSE(replica.apply(delta_frame(producer(1), installed, {{3, 1}})));  // the next one applies
+  CHECK(replica.sequence() == installed + 1);
+  CHECK(replica.words()[3] == 1);
+}
+
 TEST_CASE("replica: every fault retires it", "[client][replica]") {
   auto replica = installed_replica(random_words(2));
   SECTION("a sequence gap") { CHECK(fault_kind(replica, delta_frame(producer(1), 6, {{3, 1}})) == "SequenceGap"); }

@@ -84,6 +84,7 @@ struct PoolView {
   std::uint64_t sequence = 0;
   std::uint64_t deltas_applied = 0;
   std::uint64_t images_applied = 0;
+  std::uint64_t stale_deltas = 0;    // at or below the replica's sequence: ignored
   std::uint64_t occupied_slots = 0;  // fingerprints held
   std::uint64_t bucket_count = 0;
   std::uint64_t subscriptions = 0;  // snapshots requested for this generation
