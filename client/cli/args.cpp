@@ -23,13 +23,13 @@ const char* const kUsage =
     "                       active prefill tokens and decode blocks, workers and concurrency\n"
     "  top                  live view of one or more relays: pools, sequences, delta rates,\n"
     "                       fingerprints held, filter load, readiness, load and serving load\n"
-    "  overlap --model NAME --tokens FILE\n"
+    "  overlap --model NAME --tokens FILE [--cache-namespace NS]\n"
     "                       per relay and pool, how many leading blocks of the prompt are\n"
     "                       cached, and whether the pool's topology is READY\n"
     "Ingest API (default target localhost:50052):\n"
     "  state                what the relay holds: pools, sequences, filter digests, KV sources\n"
     "Offline tools:\n"
-    "  hash --block-size N [--eagle] [--lora NAME] --tokens FILE\n"
+    "  hash --block-size N [--eagle] [--lora NAME] [--cache-namespace NS] --tokens FILE\n"
     "                       block and sequence hashes of a prompt\n"
     "  decode-frame FILE    validate and describe a captured CBI1 payload\n\n"
     "Options:\n"
@@ -37,6 +37,7 @@ const char* const kUsage =
     "  --watch              keep printing every update (catalog/readiness/load/serving-load,\n"
     "                       one target)\n"
     "  --json               machine-readable output\n"
+    "  --cache-namespace NS hash/overlap: the request's cache namespace (vLLM's cache salt)\n"
     "  --interval-ms N      top: refresh period (default 1000)\n"
     "  --iterations N       top: stop after N refreshes (default: until interrupted)\n"
     "  --timeout-ms N       top/overlap: how long to wait for the relays' state (default 10000)\n"
@@ -87,13 +88,14 @@ std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv
     } else if (flag == "--eagle") {
       args.eagle = true;
     } else if (flag == "--target" || flag == "--model" || flag == "--tokens" || flag == "--lora" ||
-               flag == "--ingest-token-file") {
+               flag == "--cache-namespace" || flag == "--ingest-token-file") {
       auto text = value();
       if (!text) return std::unexpected(text.error());
       if (flag == "--target") args.targets.push_back(*text);
       if (flag == "--model") args.model = *text;
       if (flag == "--tokens") args.tokens_file = *text;
       if (flag == "--lora") args.lora = *text;
+      if (flag == "--cache-namespace") args.cache_namespace = *text;
       if (flag == "--ingest-token-file") args.ingest_token_file = *text;
     } else if (flag == "--block-size") {
       outcome = assign_number(args.block_size);

@@ -25,6 +25,7 @@ struct Args {
   std::uint32_t block_size = 0;
   bool eagle = false;
   std::string lora;
+  std::string cache_namespace;
   std::uint32_t interval_ms = 1000;
   std::uint32_t timeout_ms = 10000;
   std::uint32_t iterations = 0;  // top: 0 = until interrupted

@@ -214,7 +214,7 @@ int run_overlap(const Args& args) {
   consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_settled); },
                  std::chrono::milliseconds(args.timeout_ms));
   const int unsettled = report_unsettled(consumer.view());
-  const auto matches = consumer.overlap(*args.model, *tokens);
+  const auto matches = consumer.overlap(*args.model, *tokens, args.cache_namespace);
   if (args.json) {
     auto out = nlohmann::json::array();
     for (const auto& match : matches) out.push_back(match_json(match));

@@ -23,7 +23,7 @@ int run_hash(const Args& args) {
   hashing::BlockHashOptions options;
   options.kv_block_size = args.block_size;
   options.format = args.eagle ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard;
-  options.seed = hashing::block_hash_seed(args.lora, "");
+  options.seed = hashing::block_hash_seed(args.lora, args.cache_namespace);
   const auto local = hashing::block_hashes(*tokens, options);
   const auto sequence = hashing::sequence_hashes(local);
   if (args.json) {
@@ -37,16 +37,18 @@ int run_hash(const Args& args) {
     const nlohmann::json out{{"block_size", args.block_size},
                              {"format", args.eagle ? "DYNAMO_EAGLE_V1" : "DYNAMO_STANDARD_V1"},
                              {"lora", args.lora},
+                             {"cache_namespace", args.cache_namespace},
                              {"seed", options.seed},
                              {"tokens", tokens->size()},
                              {"blocks", blocks}};
     std::printf("%s\n", out.dump(2).c_str());
     return kOk;
   }
-  std::printf("%zu tokens, block size %u, %s%s, seed %#lx: %zu full blocks\n", tokens->size(), args.block_size,
+  std::printf("%zu tokens, block size %u, %s%s%s, seed %#lx: %zu full blocks\n", tokens->size(), args.block_size,
               args.eagle ? "DYNAMO_EAGLE_V1" : "DYNAMO_STANDARD_V1",
-              args.lora.empty() ? "" : (", lora " + args.lora).c_str(), static_cast<unsigned long>(options.seed),
-              local.size());
+              args.lora.empty() ? "" : (", lora " + args.lora).c_str(),
+              args.cache_namespace.empty() ? "" : (", cache namespace " + args.cache_namespace).c_str(),
+              static_cast<unsigned long>(options.seed), local.size());
   Table table({"BLOCK", "TOKENS", "BLOCK HASH", "SEQUENCE HASH"});
   for (std::size_t i = 0; i < local.size(); ++i) {
     const std::size_t first = i * args.block_size;

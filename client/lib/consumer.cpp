@@ -34,8 +34,9 @@ void Consumer::stop() {
   for (auto& link : links_) link->stop();
 }
 
-std::vector<PoolMatch> Consumer::overlap(std::string_view model, std::span<const std::uint32_t> tokens) const {
-  PromptHashes prompt(tokens);
+std::vector<PoolMatch> Consumer::overlap(std::string_view model, std::span<const std::uint32_t> tokens,
+                                         std::string_view cache_namespace) const {
+  PromptHashes prompt(tokens, cache_namespace);
   std::vector<PoolMatch> matches;
   for (const auto& link : links_) link->match(model, prompt, matches);
   return matches;

@@ -18,7 +18,7 @@ std::span<const std::uint64_t> PromptHashes::sequence_hashes(const QuerySemantic
     hashing::BlockHashOptions options;
     options.kv_block_size = semantics.block_size;
     options.format = semantics.format;
-    options.seed = hashing::block_hash_seed(semantics.lora, "");
+    options.seed = hashing::block_hash_seed(semantics.lora, cache_namespace_);
     it->second = hashing::sequence_hashes(hashing::block_hashes(tokens_, options));
   }
   return it->second;

@@ -26,13 +26,17 @@ struct QuerySemantics {
 QuerySemantics semantics_of(const v1::KvPoolDescriptor& descriptor, const Binding& binding);
 
 // One prompt's sequence hashes, computed once per distinct semantics.
+// `cache_namespace` is the request's (vLLM's cache salt): it salts the hashes as the pools salted
+// the blocks stored under it, beside each pool binding's LoRA name.
 class PromptHashes {
  public:
-  explicit PromptHashes(std::span<const std::uint32_t> tokens) : tokens_(tokens) {}
+  explicit PromptHashes(std::span<const std::uint32_t> tokens, std::string_view cache_namespace = {})
+      : tokens_(tokens), cache_namespace_(cache_namespace) {}
   std::span<const std::uint64_t> sequence_hashes(const QuerySemantics& semantics);
 
  private:
   std::span<const std::uint32_t> tokens_;
+  std::string cache_namespace_;
   std::map<QuerySemantics, std::vector<std::uint64_t>> by_semantics_;
 };
 

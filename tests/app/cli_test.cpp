@@ -176,6 +176,14 @@ TEST_CASE("kvrelay-cli hash reproduces the specification's worked example", "[cl
       run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--lora", "a", "--tokens", tokens});
   CHECK(lora_exit == 0);
   CHECK_THAT(lora, Catch::Contains("lora a") && !Catch::Contains("0x7ee2cbedc694ab46"));
+  // The specification's vector for LoRA "tenant-a" under cache namespace "tenant-ns".
+  const auto [salted, salted_exit] =
+      run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--lora", "tenant-a", "--cache-namespace", "tenant-ns",
+                               "--tokens", tokens, "--json"});
+  REQUIRE(salted_exit == 0);
+  const auto salted_json = nlohmann::json::parse(salted);
+  CHECK(salted_json["seed"].get<std::uint64_t>() == 0x61EC37649AE78004);
+  CHECK(salted_json["cache_namespace"] == "tenant-ns");
   const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"hash", "--tokens", tokens});
   CHECK(usage_exit == 2);
 }

@@ -257,3 +257,18 @@ TEST_CASE("query: prefix depth under each pool's semantics, with the LoRA salt",
   CHECK(client::prefix_depth(filter.words(), filter.addressing(), hashes) == filter.prefix_hits(hashes));
   CHECK(client::prefix_depth(filter.words(), filter.addressing(), prompt.sequence_hashes(base)) == 0);
 }
+
+TEST_CASE("query: a request's cache namespace salts its hashes as the blocks stored under it", "[client][query]") {
+  std::vector<std::uint32_t> tokens(16);
+  for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 7 * i;
+  const client::QuerySemantics lora{4, hashing::HashFormat::kStandard, "tenant-a"};
+  client::PromptHashes plain(tokens);
+  client::PromptHashes salted(tokens, "tenant-ns");
+  // What a pool stores for an event under that namespace and LoRA name.
+  hashing::BlockHashOptions stored;
+  stored.kv_block_size = 4;
+  stored.seed = hashing::block_hash_seed("tenant-a", "tenant-ns");
+  const auto expected = hashing::sequence_hashes(hashing::block_hashes(tokens, stored));
+  CHECK(std::ranges::equal(salted.sequence_hashes(lora), expected));
+  CHECK(plain.sequence_hashes(lora)[0] != expected[0]);
+}

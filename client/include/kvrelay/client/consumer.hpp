@@ -156,8 +156,11 @@ class Consumer {
 
   // Every supported pool, across all relays, that serves `model` (a canonical id or alias that
   // resolves to exactly one binding in that relay's catalog), with the prompt's prefix-hit depth
-  // under that pool's own semantics, its readiness and its load. Thread-safe.
-  std::vector<PoolMatch> overlap(std::string_view model, std::span<const std::uint32_t> tokens) const;
+  // under that pool's own semantics, its readiness and its load. `cache_namespace` is the
+  // request's cache namespace (vLLM's cache salt), if it has one: blocks stored under a namespace
+  // match only requests under the same one. Thread-safe.
+  std::vector<PoolMatch> overlap(std::string_view model, std::span<const std::uint32_t> tokens,
+                                 std::string_view cache_namespace = {}) const;
 
   ConsumerView view() const;
 
