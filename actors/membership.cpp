@@ -74,13 +74,14 @@ std::map<EndpointKey, std::string> shared_pool_claims(const MembershipState& sta
   return shared;
 }
 
-// The endpoints that should hold a pool now, with their domains.
-std::map<EndpointKey, membership::IndexerDomain> desired_pools(const MembershipState& state) {
-  std::map<EndpointKey, membership::IndexerDomain> desired;
+// The endpoints that should hold a pool now, with what each would be bound to.
+std::map<EndpointKey, PoolBinding> desired_pools(const MembershipState& state) {
+  std::map<EndpointKey, PoolBinding> desired;
   for (const auto& [endpoint, m] : state.projection) {
-    if (!m.materializable() || !m.kv_state_endpoint() || state.shared_pools.contains(endpoint)) continue;
+    const auto kv_state_endpoint = m.kv_state_endpoint();
+    if (!m.materializable() || !kv_state_endpoint || state.shared_pools.contains(endpoint)) continue;
     if (active_sources(state, endpoint) == 0) continue;
-    desired.emplace(endpoint, *m.domain);
+    desired.emplace(endpoint, PoolBinding{*m.domain, *kv_state_endpoint});
   }
   return desired;
 }
@@ -126,8 +127,8 @@ std::shared_ptr<StreamLimit> generation_subscribers(const MembershipState& state
 
 // The pool's first layout is charged against the budget (docs/protocol/capacity.md#budget); a
 // pool that does not fit is not materialized and its endpoint shows why.
-std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoint,
-                                            const membership::IndexerDomain& domain) {
+std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoint, const PoolBinding& binding) {
+  const membership::IndexerDomain& domain = binding.domain;
   auto& state = self->state;
   const std::uint64_t buckets = capacity::initial_bucket_count(
       state.config.sizing, capacity::declared_capacity(state.projection.at(endpoint).runtime_configs));
@@ -139,7 +140,7 @@ std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoi
     return std::nullopt;
   }
   state.over_budget.erase(endpoint);
-  MaterializedPool pool{domain, {}, {}, new_producer(self, domain, buckets), {}, pool_stats(self, endpoint)};
+  MaterializedPool pool{binding, {}, {}, new_producer(self, domain, buckets), {}, pool_stats(self, endpoint)};
   pool.lineage = pool.producer.layout_generation();
   pool.charged_bytes = charge;
   pool.subscribers = generation_subscribers(state);
@@ -176,7 +177,7 @@ std::optional<std::string> grant_relayout(Self self, const EndpointKey& endpoint
     return refusal;
   }
   pool.charged_bytes += extra;
-  pool.producer = new_producer(self, pool.domain, bucket_count);
+  pool.producer = new_producer(self, pool.binding.domain, bucket_count);
   pool.subscribers = generation_subscribers(state);
   self->send(pool.publisher, atoms::relayout_atom_v, pool.producer);
   return std::nullopt;
@@ -297,7 +298,7 @@ void reconcile(Self self) {
   std::vector<std::pair<EndpointKey, PoolPublisherActor>> retiring;
   for (auto it = state.pools.begin(); it != state.pools.end();) {
     const auto want = desired.find(it->first);
-    if (want != desired.end() && want->second == it->second.domain) {
+    if (want != desired.end() && want->second == it->second.binding) {
       ++it;
       continue;
     }
@@ -306,10 +307,10 @@ void reconcile(Self self) {
     it = state.pools.erase(it);
   }
   std::erase_if(state.over_budget, [&](const auto& entry) { return !desired.contains(entry.first); });
-  for (const auto& [endpoint, domain] : desired) {
+  for (const auto& [endpoint, binding] : desired) {
     if (auto kept = state.pools.find(endpoint); kept != state.pools.end()) {
       follow_declared_capacity(self, endpoint, kept->second);
-    } else if (auto pool = materialize(self, endpoint, domain)) {
+    } else if (auto pool = materialize(self, endpoint, binding)) {
       state.pools.emplace(endpoint, std::move(*pool));
     }
   }

@@ -72,8 +72,16 @@ using MembershipActor = PoolOwnerActor::extend_with<SourceLinksActor>::extend<
     caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
     caf::reacts_to<atoms::crash_atom>>;                // test hook: throw, as an invariant break would
 
-struct MaterializedPool {
+// What a pool generation is bound to (docs/protocol/pools.md#materialization): a change of
+// either withdraws it and materializes a new generation.
+struct PoolBinding {
   membership::IndexerDomain domain;
+  EndpointKey kv_state_endpoint;  // the workers' one effective runtime_config.kv_state_endpoint
+  friend bool operator==(const PoolBinding&, const PoolBinding&) = default;
+};
+
+struct MaterializedPool {
+  PoolBinding binding;
   PoolPublisherActor publisher;  // linked: its failure is membership's
   std::shared_ptr<StreamLimit> subscribers;
   v1::ProducerIdentity producer;  // of the current layout generation

@@ -42,11 +42,6 @@ std::pair<std::vector<ingest_v1::KvEventBatch>, std::vector<std::uint64_t>> uniq
   return {std::move(batches), std::move(sequence_hashes)};
 }
 
-const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
-  REQUIRE(state.pools_size() == 1);
-  return state.pools(0);
-}
-
 // Installs the pool's current generation and follows it until the replica is at the
 // relay's published sequence with nothing pending.
 Replica replicate(TestRelay& relay, const v1::ProducerIdentity& producer) {

@@ -34,12 +34,6 @@ ingest_v1::KvEventBatch removed_batch(std::uint64_t sequence, std::uint64_t engi
   return batch;
 }
 
-ingest_v1::PoolState only_pool(TestRelay& relay) {
-  const auto state = relay.get_state();
-  REQUIRE(state.pools_size() == 1);
-  return state.pools(0);
-}
-
 // Brings the pool to a published sequence of at least `target`, one block per batch.
 void publish_until_sequence(TestRelay& relay, std::uint64_t target, std::uint64_t& next_batch) {
   while (only_pool(relay).sequence() < target) {

@@ -318,6 +318,13 @@ v1::ProducerIdentity await_single_pool(StreamReader<v1::KvPoolCatalogUpdate>& ca
   return await_catalog(catalog, 1).snapshot().pools(0).producer();
 }
 
+const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
+  REQUIRE(state.pools_size() == 1);
+  return state.pools(0);
+}
+
+ingest_v1::PoolState only_pool(TestRelay& relay) { return only_pool(relay.get_state()); }
+
 std::vector<ingest_v1::KvEventBatch> EventScript::next_batches(std::size_t count) {
   std::vector<ingest_v1::KvEventBatch> batches;
   for (std::size_t i = 0; i < count; ++i) {

@@ -183,4 +183,9 @@ v1::KvPoolCatalogUpdate await_catalog(StreamReader<v1::KvPoolCatalogUpdate>& cat
 // Awaits a catalog holding exactly one pool; returns its producer.
 v1::ProducerIdentity await_single_pool(StreamReader<v1::KvPoolCatalogUpdate>& catalog);
 
+// The one pool of a GetState answer; REQUIREs that there is exactly one.
+const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state);
+// The one pool the relay holds now.
+ingest_v1::PoolState only_pool(TestRelay& relay);
+
 }  // namespace kvrelay::test

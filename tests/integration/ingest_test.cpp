@@ -146,6 +146,26 @@ TEST_CASE("endpoints whose domains share one PoolId all report the conflict and 
   CHECK(state.endpoints(0).conflicts_size() == 0);
 }
 
+TEST_CASE("a change of the workers' kv_state_endpoint binds the pool anew: a new generation", "[ingest]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto first = await_single_pool(*catalog);
+  relay.publish({stored_batch(kBackend, 1, 0, 1, 0, {{1, 0x11}})});
+  auto request = put_worker_request(kBackend, 1);
+  *request.mutable_card()->mutable_runtime_config()->mutable_kv_state_endpoint() = endpoint_ref("prod", "kv-state");
+  REQUIRE(relay.put_worker(request).conflicts_size() == 0);
+  REQUIRE(catalog->until([&](const v1::KvPoolCatalogUpdate& update) {
+    return update.snapshot().pools_size() == 1 &&
+           update.snapshot().pools(0).producer().layout_generation() > first.layout_generation();
+  }));
+  CHECK(only_pool(relay).unique_blocks() == 0);  // the new generation starts empty
+  // The same value again changes nothing.
+  const auto second = only_pool(relay);
+  REQUIRE(relay.put_worker(request).conflicts_size() == 0);
+  CHECK(only_pool(relay).layout_generation() == second.layout_generation());
+}
+
 TEST_CASE("batches: unknown sources and malformed batches are counted, the stream goes on", "[ingest]") {
   TestRelay relay;
   relay.put_worker(put_worker_request(kBackend, 1));

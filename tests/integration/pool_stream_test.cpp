@@ -13,11 +13,6 @@ namespace {
 
 const ingest_v1::EndpointRef kBackend = endpoint_ref("prod", "backend");
 
-const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
-  REQUIRE(state.pools_size() == 1);
-  return state.pools(0);
-}
-
 }  // namespace
 
 TEST_CASE("catalog: starts empty at revision 0, attach and withdrawal move it by one", "[catalog]") {
