@@ -26,8 +26,9 @@ namespace kvrelay::gateway {
 // it reads again, and until then the call keeps its last frame in the transport's buffers, so
 // returning the permit at Finish would let such calls pile up without bound
 // (docs/protocol/limits.md#admission-limits).
+using StreamEnded = std::function<void(const RpcStatus&)>;
 struct StreamRelease {
-  std::function<void(const RpcStatus&)> ended;
+  StreamEnded ended;
   std::shared_ptr<const void> held;
 };
 
@@ -149,7 +150,7 @@ class StreamLink final : public StreamSink<Message> {
     if (actor) caf::anon_send(actor, atoms::cancelled_atom_v);
   }
   void on_done() ABSL_LOCKS_EXCLUDED(mutex_) {
-    std::function<void(const RpcStatus&)> ended;
+    StreamEnded ended;
     std::shared_ptr<const void> held;
     {
       absl::MutexLock lock(&mutex_);
@@ -169,10 +170,10 @@ class StreamLink final : public StreamSink<Message> {
     enum Kind { kNone, kWrite, kFinish } kind = kNone;
     RawStream* reactor = nullptr;
     grpc::CallbackServerContext* context = nullptr;
-    std::shared_ptr<const WireWrite> write;       // kWrite (alive across the call even if OnWriteDone came first)
-    bool buffered = false;                        // kWrite: more frames follow, flush with a later one
-    RpcStatus status;                             // kFinish
-    std::function<void(const RpcStatus&)> ended;  // kFinish: runs just before Finish (empty if already run)
+    std::shared_ptr<const WireWrite> write;  // kWrite (alive across the call even if OnWriteDone came first)
+    bool buffered = false;                   // kWrite: more frames follow, flush with a later one
+    RpcStatus status;                        // kFinish
+    StreamEnded ended;                       // kFinish: runs just before Finish (empty if already run)
   };
 
   // Makes the calls into the reactor that the state wants, unless another thread is making
@@ -239,7 +240,7 @@ class StreamLink final : public StreamSink<Message> {
   absl::Mutex mutex_;
   grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mutex_);         // null once OnDone ran
   RawStream* reactor_ ABSL_GUARDED_BY(mutex_);                           // null once OnDone ran
-  std::function<void(const RpcStatus&)> ended_ ABSL_GUARDED_BY(mutex_);  // empty once taken to run
+  StreamEnded ended_ ABSL_GUARDED_BY(mutex_);                            // empty once taken to run
   std::shared_ptr<const void> held_ ABSL_GUARDED_BY(mutex_);             // until OnDone
   StreamTransportActor actor_ ABSL_GUARDED_BY(mutex_);                   // the stream actor, from bind()
   std::shared_ptr<const WireWrite> next_write_ ABSL_GUARDED_BY(mutex_);  // from write(), not yet issued

@@ -20,6 +20,11 @@ std::uint64_t publish_all(FakeEngineProcess& engine, const EngineWorkload& workl
   return seq;
 }
 
+// One stored block of engine id `hash` and tokens {hash, 2, 3, 4}, as a batch's events.
+Json one_block(int hash) {
+  return Json::array({{{"kind", "stored"}, {"hashes", {hash}}, {"token_ids", {hash, 2, 3, 4}}, {"block_size", 4}}});
+}
+
 struct Encoding {
   std::vector<std::string> args;
   WorkloadShape shape;
@@ -129,16 +134,13 @@ TEST_CASE("engines: an engine restart first seen past seq 0 is replayed from seq
   TestRelay relay;
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
-  const auto stored = [](int hash) {
-    return Json::array({{{"kind", "stored"}, {"hashes", {hash}}, {"token_ids", {hash, 2, 3, 4}}, {"block_size", 4}}});
-  };
   std::uint64_t seq = 0;
-  for (int hash = 1; hash <= 5; ++hash) seq = engine.batch(stored(hash));
+  for (int hash = 1; hash <= 5; ++hash) seq = engine.batch(one_block(hash));
   REQUIRE(settled_pool(relay, seq).unique_blocks() == 5);
   // The new process's seqs 0 and 1 never reach the relay live; its seq 2 is the first it sees.
   engine.command({{"op", "restart"}});
-  engine.command({{"op", "skip"}, {"batches", Json::array({stored(11), stored(12)})}});
-  seq = engine.batch(stored(13));
+  engine.command({{"op", "skip"}, {"batches", Json::array({one_block(11), one_block(12)})}});
+  seq = engine.batch(one_block(13));
   REQUIRE(seq == 2);
   const auto pool = settled_pool(relay, seq);
   CHECK(pool.unique_blocks() == 3);  // 11, 12 and 13; the old process's blocks left with the reset
@@ -203,17 +205,14 @@ TEST_CASE("engines: a frame above --max-engine-message-bytes ends the connection
   relay.put_worker(engine_worker(1, {&rank0, &rank1}));
   rank0.await_subscriptions_made(1);
   rank1.await_subscriptions_made(1);
-  const auto stored = [](int hash, int token) {
-    return Json::array({{{"kind", "stored"}, {"hashes", {hash}}, {"token_ids", {token, 2, 3, 4}}, {"block_size", 4}}});
-  };
-  await_engine_seq(relay, 1, 1, rank1.batch(stored(7, 7)));
-  REQUIRE(settled_pool(relay, rank0.batch(stored(5, 5))).unique_blocks() == 2);
+  await_engine_seq(relay, 1, 1, rank1.batch(one_block(7)));
+  REQUIRE(settled_pool(relay, rank0.batch(one_block(5))).unique_blocks() == 2);
 
   // A well-formed [topic, seq, payload] message whose payload passes the bound. It takes no seq
   // of the engine's, so the batch after it follows on and nothing is a gap.
   rank0.command({{"op", "raw"}, {"frames", {"", "0000000000000001", std::string(2 * 8192, 'c')}}});
   rank0.await_subscriptions_made(2);  // the relay subscribed again, on a new connection
-  const std::uint64_t seq = rank0.batch(stored(6, 6));
+  const std::uint64_t seq = rank0.batch(one_block(6));
   REQUIRE(seq == 1);
   CHECK(settled_pool(relay, seq).unique_blocks() == 3);
   const auto state = relay.get_state();
