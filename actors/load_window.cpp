@@ -42,17 +42,17 @@ void publish_coverage(const LoadWindowState::Pool& pool) {
 
 void replace_pools(Self self, const std::vector<LoadPool>& pools) {
   std::map<EndpointKey, LoadWindowState::Pool> next;
-  for (const LoadPool& pool : pools) {
-    auto& slot = next[pool.endpoint];
-    const auto existing = self->state.pools.find(pool.endpoint);
-    if (existing != self->state.pools.end() &&
-        wire::producer_key(existing->second.producer) == wire::producer_key(pool.producer)) {
-      slot = std::move(existing->second);  // same generation: observations carry over
+  for (const auto& [facts, stats] : pools) {
+    auto& slot = next[facts.endpoint];
+    const auto existing = self->state.pools.find(facts.endpoint);
+    if (existing != self->state.pools.end() && existing->second.lineage == facts.lineage) {
+      slot = std::move(existing->second);  // same generation or a re-layout: observations carry over
     }
-    slot.producer = pool.producer;
-    slot.stats = pool.stats;
-    if (auto refreshed = slot.load.set_capacity(pool.runtime_configs); !refreshed) {
-      spdlog::warn("load of pool {}: {}", pool.endpoint.display(), refreshed.error());
+    slot.producer = facts.producer;
+    slot.lineage = facts.lineage;
+    slot.stats = stats;
+    if (auto refreshed = slot.load.set_capacity(facts.runtime_configs); !refreshed) {
+      spdlog::warn("load of pool {}: {}", facts.endpoint.display(), refreshed.error());
     }
     publish_coverage(slot);
   }
@@ -95,8 +95,7 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
   state.metrics = metrics;
   state.mailbox.start(self, metrics::mailbox_gauge(metrics, metrics::ActorKind::kLoadWindow));
   report_crashes(self, "load window");
-  const auto build = [self](std::uint64_t sequence) { return build_window(self->state, sequence); };
-  state.windows.start(self, window, build);
+  state.windows.start(self, window, [self](std::uint64_t sequence) { return build_window(self->state, sequence); });
   return {
       [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
       [=](atoms::report_atom, const LoadReportBatch& batch) { apply_reports(self, batch); },
@@ -110,7 +109,7 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
         self->state.windows.subscribe(self, stream);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.windows.end_all(self, status); },
-      [=](atoms::tick_atom) { self->state.windows.tick(self, build); },
+      [=](atoms::tick_atom) { self->state.windows.tick(self); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }

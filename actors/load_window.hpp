@@ -15,7 +15,7 @@ namespace kvrelay {
 
 // The load windows, as membership, the ingest gateway and load streams see them.
 using LoadWindowActor = caf::typed_actor<
-    // The set of pools; a pool keeps its observations while its producer identity is unchanged.
+    // The set of pools; a pool keeps its observations while its lineage is unchanged.
     caf::reacts_to<atoms::load_pools_atom, std::vector<LoadPool>>,
     caf::reacts_to<atoms::report_atom, LoadReportBatch>,                  // the outcome goes to the batch's reply
     caf::reacts_to<atoms::forget_load_atom, EndpointKey, std::uint64_t>,  // that worker's ranks: unobserved
@@ -27,6 +27,7 @@ using LoadWindowActor = caf::typed_actor<
 struct LoadWindowState {
   struct Pool {
     v1::ProducerIdentity producer;
+    std::uint64_t lineage = 0;  // PoolFacts::lineage
     PoolLoad load;
     std::shared_ptr<metrics::PoolStats> stats;  // where its coverage is published, or none
   };

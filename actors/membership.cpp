@@ -235,7 +235,8 @@ std::vector<LoadPool> load_pools(const MembershipState& state) {
     const auto& projected = state.projection.at(endpoint);
     std::vector<std::string> models;
     for (const Registration& r : projected.registrations) models.push_back(r.canonical_model_id);
-    pools.push_back({endpoint, pool.producer, projected.runtime_configs, std::move(models), pool.stats});
+    pools.push_back(
+        {{endpoint, pool.producer, projected.runtime_configs, std::move(models), pool.lineage}, pool.stats});
   }
   return pools;
 }
@@ -462,15 +463,29 @@ void remove_worker(Self self, const ingest_v1::RemoveWorkerRequest& request) {
   }
 }
 
+// A worker reported not live (after being live, or before any report) takes its load
+// observations with it: its ranks count as unobserved until it reports again
+// (docs/protocol/load.md#observations).
+void forget_load_of_workers_gone(Self self, const EndpointKey& endpoint, const std::set<std::uint64_t>* was_live,
+                                 const std::set<std::uint64_t>& live) {
+  const auto cards = self->state.workers.find(endpoint);
+  if (cards == self->state.workers.end()) return;
+  for (const auto& [worker_id, card] : cards->second) {
+    if (live.contains(worker_id) || (was_live != nullptr && !was_live->contains(worker_id))) continue;
+    self->send(self->state.peers.load, atoms::forget_load_atom_v, endpoint, worker_id);
+  }
+}
+
 void set_availability(Self self, const ingest_v1::SetAvailabilityRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
   std::set<std::uint64_t> live(request.live_worker_ids().begin(), request.live_worker_ids().end());
   const auto current = state.availability.find(endpoint);
-  if (current == state.availability.end() || current->second != live) {
-    state.availability[endpoint] = std::move(live);
-    self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
-  }
+  const std::set<std::uint64_t>* was_live = current == state.availability.end() ? nullptr : &current->second;
+  if (was_live != nullptr && *was_live == live) return;
+  forget_load_of_workers_gone(self, endpoint, was_live, live);
+  state.availability[endpoint] = std::move(live);
+  self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
 }
 
 // The pool whose current publisher sent the message being handled, if any. A publisher is

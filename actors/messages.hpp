@@ -141,12 +141,9 @@ using ReadinessUpdatePtr = std::shared_ptr<const ReadinessBroadcast>;
 using LoadUpdatePtr = std::shared_ptr<const LoadBroadcast>;
 using ServingLoadUpdatePtr = std::shared_ptr<const ServingLoadBroadcast>;
 
-// A pool as the load window sees it.
+// A pool as the load windows see it.
 struct LoadPool {
-  EndpointKey endpoint;
-  v1::ProducerIdentity producer;
-  std::map<std::uint64_t, RuntimeConfig> runtime_configs;
-  std::vector<std::string> models;            // canonical ids of its base and LoRA registrations
+  PoolFacts facts;
   std::shared_ptr<metrics::PoolStats> stats;  // where its load coverage is published (may be null)
 };
 

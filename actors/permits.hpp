@@ -79,16 +79,13 @@ class StreamLimit {
   // held by streams the relay has not ended), or `timeout` passes; true if reached. For tests,
   // which await a stream's end or admission.
   bool await_at_most(std::size_t count, std::chrono::milliseconds timeout) const {
-    std::unique_lock lock(count_->mutex);
-    return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use <= count; });
+    return await([&] { return count_->in_use <= count; }, timeout);
   }
   bool await_serving_at_most(std::size_t count, std::chrono::milliseconds timeout) const {
-    std::unique_lock lock(count_->mutex);
-    return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use - count_->ending <= count; });
+    return await([&] { return count_->in_use - count_->ending <= count; }, timeout);
   }
   bool await_at_least(std::size_t count, std::chrono::milliseconds timeout) const {
-    std::unique_lock lock(count_->mutex);
-    return count_->changed.wait_for(lock, timeout, [&] { return count_->in_use >= count; });
+    return await([&] { return count_->in_use >= count; }, timeout);
   }
 
   std::size_t max() const { return max_; }
@@ -96,6 +93,12 @@ class StreamLimit {
   std::string refusal() const { return "Relay " + resource_ + " limit " + std::to_string(max_) + " reached"; }
 
  private:
+  template <class Reached>
+  bool await(Reached reached, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(count_->mutex);
+    return count_->changed.wait_for(lock, timeout, reached);
+  }
+
   std::string resource_;
   std::size_t max_;
   std::shared_ptr<Count> count_ = std::make_shared<Count>();

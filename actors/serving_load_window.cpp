@@ -24,8 +24,8 @@ ServingLoadUpdatePtr build_window(Self self, std::uint64_t sequence) {
 }
 
 void set_pools(Self self, const std::vector<LoadPool>& pools) {
-  std::vector<serving_load::PoolFacts> facts;
-  for (const LoadPool& pool : pools) facts.push_back({pool.endpoint, pool.producer, pool.runtime_configs, pool.models});
+  std::vector<PoolFacts> facts;
+  for (const LoadPool& pool : pools) facts.push_back(pool.facts);
   self->state.load.set_pools(std::move(facts));
 }
 
@@ -58,8 +58,8 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
   state.load = serving_load::ServingLoad(state.config.sources);
   state.mailbox.start(self, metrics::mailbox_gauge(state.config.metrics, metrics::ActorKind::kServingLoadWindow));
   report_crashes(self, "serving-load window");
-  const auto build = [self](std::uint64_t sequence) { return build_window(self, sequence); };
-  state.windows.start(self, state.config.window, build);
+  state.windows.start(self, state.config.window,
+                      [self](std::uint64_t sequence) { return build_window(self, sequence); });
   return {
       [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { set_pools(self, pools); },
       [=](atoms::frontend_load_atom, const ingest_v1::FrontendLoadReport& report) { return on_frontend(self, report); },
@@ -80,7 +80,7 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
         self->state.windows.subscribe(self, stream);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) { self->state.windows.end_all(self, status); },
-      [=](atoms::tick_atom) { self->state.windows.tick(self, build); },
+      [=](atoms::tick_atom) { self->state.windows.tick(self); },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },
   };
 }

@@ -14,7 +14,7 @@
 namespace kvrelay {
 
 using ServingLoadWindowActor = caf::typed_actor<
-    // The active pools; a pool keeps its router views while its producer identity is unchanged.
+    // The active pools; a pool keeps its router views while its lineage is unchanged.
     caf::reacts_to<atoms::load_pools_atom, std::vector<LoadPool>>,
     caf::replies_to<atoms::frontend_load_atom,
                     ingest_v1::FrontendLoadReport>::with<ingest_v1::ReportFrontendLoadResponse>,

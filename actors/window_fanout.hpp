@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "actors/messages.hpp"
@@ -19,23 +20,26 @@ class WindowFanout {
  public:
   using Window = std::shared_ptr<const Message>;
 
-  // `build(sequence)` makes the window with that sequence; window 0 is built now.
+  // `build(sequence)` makes the window with that sequence. Window 0 is built when first asked
+  // for (the first subscriber or the first tick), so that it holds what the relay was given
+  // before it served anyone (its topology file), not the empty state it started from.
   template <class Self, class Build>
   void start(Self self, std::chrono::milliseconds period, Build build) {
-    current_ = build(sequence_);
+    build_ = std::move(build);
     schedule_.start(self, period, atoms::tick_atom_v);
     self->set_down_handler([this](const caf::down_msg& down) { streams_.remove(down.source); });
   }
 
   template <class Self>
   void subscribe(Self self, const UpdateStreamActor<Message>& stream) {
+    if (!current_) current_ = build_(sequence_);
     if (streams_.add(self, stream)) self->send(stream, atoms::update_atom_v, current_);
   }
 
   // Call from the tick handler.
-  template <class Self, class Build>
-  void tick(Self self, Build build) {
-    current_ = build(++sequence_);
+  template <class Self>
+  void tick(Self self) {
+    current_ = build_(++sequence_);
     streams_.broadcast(self, current_);
     schedule_.rearm(self, atoms::tick_atom_v);
   }
@@ -46,8 +50,9 @@ class WindowFanout {
   }
 
  private:
+  std::function<Window(std::uint64_t)> build_;
   std::uint64_t sequence_ = 0;
-  Window current_;
+  Window current_;  // null until window 0 is asked for
   FixedSchedule schedule_;
   Subscribers<Message> streams_;
 };

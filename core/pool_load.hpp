@@ -6,10 +6,14 @@
 #include <expected>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/topology_model.hpp"
+#include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay {
+
+namespace v1 = ::dynamo::kvrelay::v1;
 
 inline constexpr std::uint32_t kMaxLoadRanksPerWorker = 4096;
 
@@ -25,6 +29,17 @@ struct PoolLoadSnapshot {
   std::uint32_t observed_ranks = 0;
   std::uint32_t expected_ranks = 0;
   friend bool operator==(const PoolLoadSnapshot&, const PoolLoadSnapshot&) = default;
+};
+
+// One active pool generation, as membership knows it: what its load and serving load depend on.
+struct PoolFacts {
+  EndpointKey endpoint;  // the serving endpoint; its namespace keys the pool's models
+  v1::ProducerIdentity producer;
+  std::map<std::uint64_t, RuntimeConfig> runtime_configs;  // the endpoint's workers with a valid card
+  std::vector<std::string> models;                         // canonical ids of its base and LoRA registrations
+  // The generation this layout continues: equal across the pool's re-layouts, which keep its
+  // lineage and sources (and so its load observations); new with every other generation.
+  std::uint64_t lineage = 0;
 };
 
 // Declared ranks and their capacity (nullopt = unknown) from the workers' runtime configs.

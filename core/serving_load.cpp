@@ -108,9 +108,8 @@ void ServingLoad::set_pools(std::vector<PoolFacts> pools) {
   for (PoolFacts& facts : pools) {
     Pool& pool = next[facts.endpoint];
     const auto existing = pools_.find(facts.endpoint);
-    if (existing != pools_.end() &&
-        wire::producer_key(existing->second.facts.producer) == wire::producer_key(facts.producer)) {
-      pool.views = std::move(existing->second.views);  // same generation: views and progress carry over
+    if (existing != pools_.end() && existing->second.facts.lineage == facts.lineage) {
+      pool.views = std::move(existing->second.views);  // same generation or a re-layout: views and progress carry over
       pool.routers = std::move(existing->second.routers);
     }
     auto declared = declared_ranks(facts.runtime_configs);

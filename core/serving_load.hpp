@@ -37,14 +37,6 @@ struct Config {
   std::chrono::milliseconds retention{600000};  // >= freshness
 };
 
-// One active pool generation, as membership knows it.
-struct PoolFacts {
-  EndpointKey endpoint;  // the serving endpoint; its namespace keys the pool's models
-  v1::ProducerIdentity producer;
-  std::map<std::uint64_t, RuntimeConfig> runtime_configs;  // the endpoint's workers with a valid card
-  std::vector<std::string> models;                         // canonical ids of its base and LoRA registrations
-};
-
 struct SchedulerOutcome {
   ingest_v1::ReportOutcome outcome = ingest_v1::REPORT_OUTCOME_UNSPECIFIED;
   std::uint32_t ranks_recorded = 0;
@@ -55,8 +47,9 @@ class ServingLoad {
  public:
   explicit ServingLoad(Config config = {});
 
-  // The active pools. A pool whose producer identity is unchanged keeps its router views and
-  // progress (only declared ranks count); a new generation starts with none.
+  // The active pools. A pool whose lineage is unchanged (the same generation, or a re-layout of
+  // it) keeps its router views and progress (only declared ranks count); a new generation starts
+  // with none.
   void set_pools(std::vector<PoolFacts> pools);
   // The declared sets; each call replaces the set of that namespace / endpoint.
   void set_frontends(const std::string& ns, std::set<std::uint64_t> frontend_ids);

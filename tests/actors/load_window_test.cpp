@@ -23,12 +23,12 @@ std::vector<LoadUpdatePtr> windows_in(const Inbox& inbox) {
 
 LoadPool one_pool() {
   LoadPool pool;
-  pool.endpoint = {"prod", "backend", "generate"};
-  pool.producer.set_layout_generation(1);
-  pool.producer.mutable_pool_id()->set_dc_id(7);
+  pool.facts.endpoint = {"prod", "backend", "generate"};
+  pool.facts.producer.set_layout_generation(1);
+  pool.facts.producer.mutable_pool_id()->set_dc_id(7);
   RuntimeConfig config;
   config.total_kv_blocks = 100;
-  pool.runtime_configs[1] = config;
+  pool.facts.runtime_configs[1] = config;
   return pool;
 }
 
@@ -114,8 +114,24 @@ TEST_CASE("load window actor: forgetting a worker's load lowers the published co
   CHECK(pool.stats->observed_ranks.load() == 1);
 
   // As the engine scraper sends it after a worker's scrapes keep failing.
-  caf::anon_send(window, atoms::forget_load_atom_v, pool.endpoint, std::uint64_t{1});
+  caf::anon_send(window, atoms::forget_load_atom_v, pool.facts.endpoint, std::uint64_t{1});
   fixture.run();
   CHECK(pool.stats->observed_ranks.load() == 0);
   CHECK(pool.stats->expected_ranks.load() == 1);
+}
+
+TEST_CASE("load window actor: window 0 holds the pools it was given before its first subscriber", "[actors][load]") {
+  ActorFixture fixture;
+  auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
+  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{one_pool()});  // a topology file's pool
+  fixture.run();
+  auto inbox = std::make_shared<Inbox>();
+  caf::anon_send(window, atoms::subscribe_atom_v,
+                 caf::actor_cast<UpdateStreamActor<LoadBroadcast>>(spawn_recorder(fixture, inbox)));
+  fixture.run();
+  const auto windows = windows_in(*inbox);
+  REQUIRE(windows.size() == 1);
+  CHECK(windows[0]->message().window_sequence() == 0);
+  REQUIRE(windows[0]->message().pools_size() == 1);
+  CHECK(windows[0]->message().pools(0).kv_expected_ranks() == 1);
 }

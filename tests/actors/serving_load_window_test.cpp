@@ -135,11 +135,11 @@ TEST_CASE("serving-load window actor: an undeclared frontend silent past the ret
 TEST_CASE("serving-load window actor: a router's views expire after the freshness", "[actors][serving_load]") {
   Window w;
   LoadPool pool;
-  pool.endpoint = {"prod", "backend", "generate"};
-  pool.producer.set_layout_generation(1);
-  pool.producer.mutable_pool_id()->set_dc_id(7);
-  pool.runtime_configs[1] = RuntimeConfig{};
-  pool.models = {"llama"};
+  pool.facts.endpoint = {"prod", "backend", "generate"};
+  pool.facts.producer.set_layout_generation(1);
+  pool.facts.producer.mutable_pool_id()->set_dc_id(7);
+  pool.facts.runtime_configs[1] = RuntimeConfig{};
+  pool.facts.models = {"llama"};
   caf::anon_send(w.actor, atoms::load_pools_atom_v, std::vector<LoadPool>{pool});
   ingest_v1::SchedulerLoadReport report;
   report.mutable_endpoint()->set_namespace_("prod");

@@ -197,10 +197,11 @@ LoadEntry entry_of(const v1::KvPoolLoadUpdate& window) {
 }
 
 // Awaits a window built after `after` whose single pool entry equals `expected`.
-void await_load(StreamReader<v1::KvPoolLoadUpdate>& stream, const LoadEntry& expected) {
+v1::KvPoolLoadUpdate await_load(StreamReader<v1::KvPoolLoadUpdate>& stream, const LoadEntry& expected) {
   auto window =
       stream.until([&](const v1::KvPoolLoadUpdate& w) { return w.pools_size() == 1 && entry_of(w) == expected; });
   REQUIRE(window.has_value());
+  return *window;
 }
 
 }  // namespace
@@ -240,6 +241,31 @@ TEST_CASE("load windows: coverage, partial usage, unknown capacity, undeclared r
     CHECK(window->window_sequence() > last);
     last = window->window_sequence();
   }
+}
+
+TEST_CASE("load windows: a re-layout keeps the observations, a worker that is not live loses its own", "[load]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.load_window_ms = 20;
+  options.expected_unique_blocks = std::nullopt;  // auto: the layout follows the declared capacity
+  TestRelay relay(options);
+  auto load = watch_load(relay);
+  WorkerShape shape;
+  shape.dp_size = 2;
+  shape.total_kv_blocks = 4096;
+  relay.put_worker(put_worker_request(kDecode, 1, shape));
+  relay.report_load({load_report(kDecode, 1, 0, 40), load_report(kDecode, 1, 1, 30)});
+  const std::uint64_t first_layout = await_load(*load, {70, 8192, 2, 2}).pools(0).producer().layout_generation();
+
+  // A second worker doubles the declared capacity: the pool re-lays out into more buckets.
+  relay.put_worker(put_worker_request(kDecode, 2, shape));
+  CHECK(await_load(*load, {0, 16384, 2, 4}).pools(0).producer().layout_generation() > first_layout);
+  relay.report_load({load_report(kDecode, 2, 0, 5), load_report(kDecode, 2, 1, 6)});
+  await_load(*load, {81, 16384, 4, 4});
+
+  relay.set_availability(kDecode, {2});  // worker 1 is no longer live: its last values are stale
+  await_load(*load, {0, 16384, 2, 4});
+  relay.report_load({load_report(kDecode, 1, 0, 1), load_report(kDecode, 1, 1, 2)});
+  await_load(*load, {14, 16384, 4, 4});
 }
 
 TEST_CASE("readiness B: two models in one namespace are two entries", "[readiness]") {

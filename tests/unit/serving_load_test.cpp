@@ -582,6 +582,7 @@ TEST_CASE("serving load: pools in PoolId order, withdrawn pools go, a new genera
 
   PoolFacts next = pool_facts('\x30');
   next.producer.set_producer_incarnation(2);
+  next.lineage = 2;
   load.set_pools({next});
   update = window(load, 1000);
   REQUIRE(update.pools_size() == 1);
@@ -589,6 +590,20 @@ TEST_CASE("serving load: pools in PoolId order, withdrawn pools go, a new genera
   CHECK(content(update.pools(0)) == expected<v1::PoolServingLoad>(kPoolUnavailable));
   // No progress carried over: the same sequence is new to this generation.
   CHECK(send(load, scheduler_report(200, 100, 1, 1, kAllRanks)).outcome == kApplied);
+}
+
+TEST_CASE("serving load: a re-layout keeps views and progress", "[serving_load]") {
+  ServingLoad load;
+  load.set_pools({pool_facts()});
+  send(load, scheduler_report(100, 100, 1, 1, kAllRanks));
+  PoolFacts relaid = pool_facts();  // the same lineage in more buckets, under a new layout generation
+  relaid.producer.set_layout_generation(2);
+  relaid.producer.mutable_ckf_format()->set_bucket_count(1048576);
+  load.set_pools({relaid});
+  const auto update = window(load, 1000);
+  CHECK(wire::producer_key(update.pools(0).producer()) == wire::producer_key(relaid.producer));
+  CHECK(update.pools(0).load().status() == v1::DATA_STATUS_COMPLETE);
+  CHECK(send(load, scheduler_report(200, 100, 1, 1, kAllRanks)).outcome == kDuplicate);
 }
 
 TEST_CASE("serving load: the same generation keeps views and progress across a config refresh", "[serving_load]") {
