@@ -81,6 +81,9 @@ std::map<EndpointKey, PoolBinding> desired_pools(const MembershipState& state) {
     const auto kv_state_endpoint = m.kv_state_endpoint();
     if (!m.materializable() || !kv_state_endpoint || state.shared_pools.contains(endpoint)) continue;
     if (active_sources(state, endpoint) == 0) continue;
+    if (const auto hold = state.rebuild_holds.find(endpoint); hold != state.rebuild_holds.end() && hold->second.until) {
+      continue;
+    }
     desired.emplace(endpoint, PoolBinding{*m.domain, *kv_state_endpoint});
   }
   return desired;
@@ -143,6 +146,7 @@ std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoi
   MaterializedPool pool{binding, {}, {}, new_producer(self, domain, buckets), {}, pool_stats(self, endpoint)};
   pool.lineage = pool.producer.layout_generation();
   pool.charged_bytes = charge;
+  pool.materialized_at = self->clock().now();
   pool.subscribers = generation_subscribers(state);
   PublisherConfig config;
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed, buckets};
@@ -294,6 +298,7 @@ void reconcile(Self self) {
   auto& state = self->state;
   state.feeds.reconcile(self, state.workers, state.peers.load);
   state.projection = membership::project(state.workers);
+  std::erase_if(state.rebuild_holds, [&](const auto& hold) { return !state.projection.contains(hold.first); });
   state.shared_pools = shared_pool_claims(state);
   const auto desired = desired_pools(state);
   std::vector<std::pair<EndpointKey, PoolPublisherActor>> retiring;
@@ -372,6 +377,9 @@ std::vector<std::string> conflict_texts(const MembershipState& state, const Endp
   if (const auto refusal = state.over_budget.find(endpoint); refusal != state.over_budget.end()) {
     texts.push_back(refusal->second);
   }
+  if (const auto hold = state.rebuild_holds.find(endpoint); hold != state.rebuild_holds.end() && hold->second.until) {
+    texts.push_back(hold->second.reason);
+  }
   return texts;
 }
 
@@ -414,11 +422,25 @@ std::optional<CountRefusal> count_refusal(const MembershipState& state, const En
                   endpoint.display(), request.worker_id(), request.kv_sources_size(), sources, limits.max_kv_sources)};
 }
 
+// The sets SetAvailability keeps for endpoints with no worker yet (docs/protocol/readiness.md#availability)
+// are bounded as endpoints with workers are, apart from them.
+std::optional<CountRefusal> availability_refusal(const MembershipState& state, const EndpointKey& endpoint) {
+  if (state.workers.contains(endpoint) || state.availability.contains(endpoint)) return std::nullopt;
+  const auto without_workers = std::count_if(state.availability.begin(), state.availability.end(),
+                                             [&](const auto& entry) { return !state.workers.contains(entry.first); });
+  const std::size_t limit = state.config.limits.max_serving_endpoints;
+  if (static_cast<std::size_t>(without_workers) < limit) return std::nullopt;
+  return CountRefusal{metrics::IngestLimit::kServingEndpoints,
+                      fmt::format("endpoint {}: it has no worker, and the relay holds availability for {} endpoints "
+                                  "without workers, the most --max-serving-endpoints ({}) allows",
+                                  endpoint.display(), without_workers, limit)};
+}
+
 // Counted, logged (rate-limited) and answered as a refusal, which the gateway turns into
 // RESOURCE_EXHAUSTED.
-caf::error refuse(Self self, CountRefusal refusal) {
+caf::error refuse(Self self, std::string_view call, CountRefusal refusal) {
   static RateLimitedLog log;
-  log.warn("refused PutWorker: " + refusal.message);
+  log.warn(fmt::format("refused {}: {}", call, refusal.message));
   if (self->state.config.metrics != nullptr) self->state.config.metrics->ingest_limit_refused(refusal.limit);
   return ingest_refusal(std::move(refusal.message));
 }
@@ -426,7 +448,7 @@ caf::error refuse(Self self, CountRefusal refusal) {
 caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1::PutWorkerRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
-  if (auto refusal = count_refusal(state, endpoint, request)) return refuse(self, std::move(*refusal));
+  if (auto refusal = count_refusal(state, endpoint, request)) return refuse(self, "PutWorker", std::move(*refusal));
   ingest_v1::WorkerSpec spec = membership::worker_spec(request);
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
@@ -476,16 +498,20 @@ void forget_load_of_workers_gone(Self self, const EndpointKey& endpoint, const s
   }
 }
 
-void set_availability(Self self, const ingest_v1::SetAvailabilityRequest& request) {
+caf::result<ingest_v1::SetAvailabilityResponse> set_availability(Self self,
+                                                                 const ingest_v1::SetAvailabilityRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
+  if (auto refusal = availability_refusal(state, endpoint)) return refuse(self, "SetAvailability", std::move(*refusal));
   std::set<std::uint64_t> live(request.live_worker_ids().begin(), request.live_worker_ids().end());
   const auto current = state.availability.find(endpoint);
   const std::set<std::uint64_t>* was_live = current == state.availability.end() ? nullptr : &current->second;
-  if (was_live != nullptr && *was_live == live) return;
-  forget_load_of_workers_gone(self, endpoint, was_live, live);
-  state.availability[endpoint] = std::move(live);
-  self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
+  if (was_live == nullptr || *was_live != live) {
+    forget_load_of_workers_gone(self, endpoint, was_live, live);
+    state.availability[endpoint] = std::move(live);
+    self->send(state.peers.topology, atoms::facts_atom_v, readiness_facts(state));
+  }
+  return ingest_v1::SetAvailabilityResponse{};
 }
 
 // The pool whose current publisher sent the message being handled, if any. A publisher is
@@ -498,15 +524,39 @@ std::map<EndpointKey, MaterializedPool>::iterator sending_pool(Self self) {
                       [&](const auto& entry) { return entry.second.publisher.address() == sender; });
 }
 
-// A publisher fenced its generation (it refuses batches until retired): reconcile builds a
-// new generation, whose sources all start over (SourceLane::sequence), and points the lanes
-// at it; only then is the fenced one retired, so no batch is sent to it after its retirement.
+// The endpoint's next generation waits out its backoff: a generation that served for the
+// backoff's longest wait starts the count over, one fenced sooner doubles it.
+void hold_rebuild(Self self, const EndpointKey& endpoint, const MaterializedPool& fenced) {
+  RebuildHold& hold = self->state.rebuild_holds[endpoint];
+  const auto now = self->clock().now();
+  hold.backoff.attempt_ended(fenced.materialized_at, now);
+  const auto delay = hold.backoff.next();
+  hold.until = now + delay;
+  hold.reason = fmt::format("pool generation {} was fenced; its successor is materialized after {} ms",
+                            fenced.producer.layout_generation(), delay.count());
+  spdlog::warn("endpoint {}: {}", endpoint.display(), hold.reason);
+  self->delayed_send(self, delay, atoms::rebuild_due_atom_v, endpoint);
+}
+
+void on_rebuild_due(Self self, const EndpointKey& endpoint) {
+  const auto hold = self->state.rebuild_holds.find(endpoint);
+  if (hold == self->state.rebuild_holds.end() || !hold->second.until) return;  // the endpoint went meanwhile
+  if (self->clock().now() < *hold->second.until) return;                       // a timer of an earlier hold
+  hold->second.until.reset();
+  reconcile(self);
+}
+
+// A publisher fenced its generation (it refuses batches until retired): the catalog withdraws
+// it and the lanes stop routing to it before it is retired, so no batch is sent to it after
+// its retirement. A new generation, whose sources all start over (SourceLane::sequence),
+// follows after the endpoint's rebuild backoff.
 void on_fenced(Self self) {
   auto& pools = self->state.pools;
   const auto fenced = sending_pool(self);
   if (fenced == pools.end()) return;  // already replaced or withdrawn
   const EndpointKey endpoint = fenced->first;
   const PoolPublisherActor publisher = fenced->second.publisher;
+  hold_rebuild(self, endpoint, fenced->second);
   self->state.budget.release(fenced->second.charged_bytes);
   pools.erase(fenced);
   reconcile(self);
@@ -674,14 +724,14 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         return ingest_v1::RemoveWorkerResponse{};
       },
       [=](atoms::availability_atom, const ingest_v1::SetAvailabilityRequest& request) {
-        set_availability(self, request);
-        return ingest_v1::SetAvailabilityResponse{};
+        return set_availability(self, request);
       },
       [=](atoms::get_state_atom) { return get_state(self); },
       [=](atoms::link_atom, const SourceId& source, bool connected) {
         if (self->state.feeds.set_link(self->current_sender(), source, connected)) reconcile(self);
       },
       [=](atoms::generation_fenced_atom, std::uint64_t) { on_fenced(self); },
+      [=](atoms::rebuild_due_atom, const EndpointKey& endpoint) { on_rebuild_due(self, endpoint); },
       [=](atoms::grow_atom, std::uint64_t layout_generation, std::uint64_t bucket_count) {
         on_grow(self, layout_generation, bucket_count);
       },

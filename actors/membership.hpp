@@ -19,6 +19,7 @@
 #include "actors/serving_load_window.hpp"
 #include "actors/source_lanes.hpp"
 #include "actors/topology_projector.hpp"
+#include "core/backoff.hpp"
 #include "core/capacity.hpp"
 #include "core/membership.hpp"
 #include "metrics/relay_metrics.hpp"
@@ -66,11 +67,12 @@ using MembershipActor = PoolOwnerActor::extend_with<SourceLinksActor>::extend<
     caf::replies_to<atoms::availability_atom,
                     ingest_v1::SetAvailabilityRequest>::with<ingest_v1::SetAvailabilityResponse>,
     caf::replies_to<atoms::get_state_atom>::with<ingest_v1::RelayState>,
-    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,   // retire every pool with this status
-    caf::reacts_to<atoms::sample_atom>,                // its mailbox sampling timer
-    caf::reacts_to<atoms::corrupt_atom>,               // test hook: every pool's next delta breaks
-    caf::reacts_to<atoms::evict_atom, std::uint64_t>,  // test hook: every pool loses a fingerprint
-    caf::reacts_to<atoms::crash_atom>>;                // test hook: throw, as an invariant break would
+    caf::reacts_to<atoms::shutdown_atom, RpcStatus>,       // retire every pool with this status
+    caf::reacts_to<atoms::sample_atom>,                    // its mailbox sampling timer
+    caf::reacts_to<atoms::rebuild_due_atom, EndpointKey>,  // a fenced pool's rebuild backoff ran out
+    caf::reacts_to<atoms::corrupt_atom>,                   // test hook: every pool's next delta breaks
+    caf::reacts_to<atoms::evict_atom, std::uint64_t>,      // test hook: every pool loses a fingerprint
+    caf::reacts_to<atoms::crash_atom>>;                    // test hook: throw, as an invariant break would
 
 // What a pool generation is bound to (docs/protocol/pools.md#materialization): a change of
 // either withdraws it and materializes a new generation.
@@ -90,7 +92,17 @@ struct MaterializedPool {
   // The layout generation the publisher was built with: re-layouts keep the lineage, so
   // source cursors compare this, not the current generation.
   std::uint64_t lineage = 0;
-  std::uint64_t charged_bytes = 0;  // against the memory budget
+  std::uint64_t charged_bytes = 0;                 // against the memory budget
+  caf::actor_clock::time_point materialized_at{};  // re-layouts keep it
+};
+
+// An endpoint whose pool generation fenced itself (docs/protocol/pools.md#fencing). Its next
+// generation waits out a backoff, which grows while generations keep fencing soon after they
+// were built, so a fault that recurs on the same input does not loop at the feeder's pace.
+struct RebuildHold {
+  Backoff backoff{{std::chrono::milliseconds(100), std::chrono::milliseconds(5000)}};
+  std::optional<caf::actor_clock::time_point> until;  // none: not waiting
+  std::string reason;                                 // GetState's conflict while waiting
 };
 
 struct MembershipState {
@@ -106,6 +118,7 @@ struct MembershipState {
   std::map<EndpointKey, std::string> over_budget;
   // Materializable endpoints whose domains resolve to one PoolId with another's: their conflict.
   std::map<EndpointKey, std::string> shared_pools;
+  std::map<EndpointKey, RebuildHold> rebuild_holds;  // endpoints whose pool fenced itself
   capacity::MemoryBudget budget{std::nullopt};
   std::shared_ptr<RateLimitedLog> growth_log = std::make_shared<RateLimitedLog>();  // refused re-layouts
   std::uint64_t layout_generation = 0;                                              // of the last attach

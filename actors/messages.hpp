@@ -217,6 +217,7 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, grow_atom, "grow")                  // a p
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, relayout_atom, "relayout")          // re-lay out as this generation
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, growth_refused_atom, "growrefuse")  // no bigger layout: why
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, growth_due_atom, "growthdue")       // the re-layout interval ran out
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, rebuild_due_atom, "rebuilddue")     // a fenced pool's backoff ran out
 // ingest
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, put_worker_atom, "putworker")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, remove_worker_atom, "rmworker")

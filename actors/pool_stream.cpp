@@ -14,6 +14,11 @@ namespace {
 
 using Self = PoolStreamActor::stateful_pointer<PoolStreamState>;
 
+RpcStatus lagged_status() {
+  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED,
+                                "subscriber fell behind its bounded stream queue");
+}
+
 // The frame's serialization is built here, once; the transport sends its pieces as they are.
 std::shared_ptr<const wire::FilterFrame> frame_of(const PoolStreamState& state, v1::FilterUpdateKind kind,
                                                   std::uint64_t base_sequence, std::uint64_t sequence,

@@ -3,7 +3,10 @@
 // readiness streams carry "latest value" watches: they coalesce and never lag. Load
 // streams have a bounded outbox; overflow ends that stream alone as lagged. (Pool streams,
 // which also carry a snapshot, are in pool_stream.hpp.)
+#include <fmt/format.h>
 #include <caf/all.hpp>
+
+#include <string>
 
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
@@ -53,20 +56,16 @@ void on_write_done(Self self, StreamWriter<Message>& writer, bool ok, WriteNext 
 }
 
 // A watch stream subscribes itself to its source and ends if the source goes away first: a
-// stream never waits for updates that cannot come.
+// stream never waits for updates that cannot come. `plane` names the publication in the
+// status ("serving load publication stopped").
 template <class Self, class Message>
-void follow_source(Self self, StreamWriter<Message>& writer, const UpdateSourceActor<Message>& source) {
+void follow_source(Self self, StreamWriter<Message>& writer, const UpdateSourceActor<Message>& source,
+                   const std::string& plane) {
   self->monitor(source);
-  self->set_down_handler([self, &writer](const caf::down_msg&) {
-    end_stream(self, writer,
-               RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the stream's source is gone"));
+  self->set_down_handler([self, &writer, stopped = plane + " publication stopped"](const caf::down_msg&) {
+    end_stream(self, writer, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, stopped));
   });
   self->send(source, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<Message>>(self));
-}
-
-inline RpcStatus lagged_status() {
-  return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED,
-                                "subscriber fell behind its bounded stream queue");
 }
 
 // ---- latest-value streams (catalog, readiness) ----
@@ -99,12 +98,12 @@ void write_unsent(
 template <class Message>
 typename LatestValueStreamActor<Message>::behavior_type latest_value_stream(
     typename LatestValueStreamActor<Message>::template stateful_pointer<LatestValueStreamState<Message>> self,
-    StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, std::chrono::milliseconds heartbeat,
-    prometheus::Gauge* mailbox_depth) {
+    StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, std::string plane,
+    std::chrono::milliseconds heartbeat, prometheus::Gauge* mailbox_depth) {
   self->state.writer.attach(std::move(sink));
   self->state.mailbox.start(self, mailbox_depth);
   if (heartbeat.count() > 0) self->state.heartbeat.start(self, heartbeat, atoms::heartbeat_atom_v);
-  follow_source(self, self->state.writer, source);
+  follow_source(self, self->state.writer, source, plane);
   return {
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
         self->state.latest = update;
@@ -148,20 +147,26 @@ void write_queued(typename BoundedStreamActor<Message>::template stateful_pointe
   state.writer.write(std::move(next), !state.outbox.empty());
 }
 
+// A client more windows behind than `limits` allows ends SUBSCRIBER_LAGGED, counting the
+// windows it has not received: those queued and the one that did not fit.
 template <class Message>
 typename BoundedStreamActor<Message>::behavior_type bounded_stream(
     typename BoundedStreamActor<Message>::template stateful_pointer<BoundedStreamState<Message>> self,
-    StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, OutboxLimits limits,
+    StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, std::string plane, OutboxLimits limits,
     prometheus::Gauge* mailbox_depth) {
   self->state.writer.attach(std::move(sink));
   self->state.mailbox.start(self, mailbox_depth);
   self->state.outbox = Outbox<Message>(limits);
-  follow_source(self, self->state.writer, source);
+  follow_source(self, self->state.writer, source, plane);
   return {
       [=](atoms::update_atom, std::shared_ptr<const Message> update) {
         const std::size_t bytes = update->bytes().size();
         if (!self->state.outbox.push(std::move(update), bytes)) {
-          return end_stream(self, self->state.writer, lagged_status());
+          return end_stream(
+              self, self->state.writer,
+              RpcStatus::relay_error(v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED,
+                                     fmt::format("{} subscriber lagged by {} complete windows; resubscribe", plane,
+                                                 self->state.outbox.size() + 1)));
         }
         write_queued<Message>(self);
       },

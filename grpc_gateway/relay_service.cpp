@@ -159,7 +159,8 @@ RawStream* RelayService::WatchKvPoolCatalog(grpc::CallbackServerContext* context
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit(context, rpc, catalog_streams_, permit)) return refused;
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, peers_.catalog, latest_value_stream<Message>, config_.catalog_heartbeat,
+                             context, peers_.catalog, latest_value_stream<Message>, std::string("catalog"),
+                             config_.catalog_heartbeat,
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kCatalogStream));
 }
 
@@ -172,14 +173,15 @@ RawStream* RelayService::SubscribeServingReadiness(grpc::CallbackServerContext* 
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit(context, rpc, readiness_streams_, permit)) return refused;
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, peers_.topology, latest_value_stream<Message>, config_.readiness_heartbeat,
+                             context, peers_.topology, latest_value_stream<Message>, std::string("readiness"),
+                             config_.readiness_heartbeat,
                              metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kReadinessStream));
 }
 
 template <class Message, class Request, class Source>
 RawStream* RelayService::open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
                                       metrics::Rpc rpc, StreamLimit& limit, const Source& source,
-                                      metrics::ActorKind stream_kind) {
+                                      std::string_view plane, metrics::ActorKind stream_kind) {
   Request request;
   if (auto* refused = read_request(context, rpc, bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
@@ -187,18 +189,19 @@ RawStream* RelayService::open_windows(grpc::CallbackServerContext* context, cons
   // A window stream lags when more than load_outbox_windows windows wait for the client.
   const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, source, bounded_stream<Message>, limits,
+                             context, source, bounded_stream<Message>, std::string(plane), limits,
                              metrics::mailbox_gauge(config_.metrics, stream_kind));
 }
 
 RawStream* RelayService::SubscribeKvPoolLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   return open_windows<LoadBroadcast, v1::SubscribeKvPoolLoadRequest>(
-      context, *bytes, metrics::Rpc::kSubscribeKvPoolLoad, load_streams_, peers_.load, metrics::ActorKind::kLoadStream);
+      context, *bytes, metrics::Rpc::kSubscribeKvPoolLoad, load_streams_, peers_.load, "load",
+      metrics::ActorKind::kLoadStream);
 }
 
 RawStream* RelayService::SubscribeServingLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   return open_windows<ServingLoadBroadcast, v1::SubscribeServingLoadRequest>(
-      context, *bytes, metrics::Rpc::kSubscribeServingLoad, serving_load_streams_, peers_.serving_load,
+      context, *bytes, metrics::Rpc::kSubscribeServingLoad, serving_load_streams_, peers_.serving_load, "serving load",
       metrics::ActorKind::kServingLoadStream);
 }
 

@@ -83,7 +83,8 @@ class RelayService final : public RawStreamingService {
   // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
   template <class Message, class Request, class Source>
   RawStream* open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
-                          StreamLimit& limit, const Source& source, metrics::ActorKind stream_kind);
+                          StreamLimit& limit, const Source& source, std::string_view plane,
+                          metrics::ActorKind stream_kind);
   RawStream* open_pool_stream(grpc::CallbackServerContext* context, const v1::SubscribeKvPoolRequest& request);
   StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
                          std::vector<std::shared_ptr<StreamLimit::Permit>> permits);

@@ -120,7 +120,7 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
     if (!usable_since && usable()) usable_since = std::chrono::steady_clock::now();
   }
   end.status = reader->Finish();
-  backoff.stream_ended(usable_since, std::chrono::steady_clock::now());
+  backoff.attempt_ended(usable_since, std::chrono::steady_clock::now());
   control.detach();
   end.reason = parse_reason(reason_trailer(context));
   return end;

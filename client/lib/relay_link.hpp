@@ -11,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "client/lib/backoff.hpp"
 #include "client/lib/catalog_state.hpp"
 #include "client/lib/load_state.hpp"
 #include "client/lib/pool_replica.hpp"
@@ -20,6 +19,7 @@
 #include "client/lib/readiness_state.hpp"
 #include "client/lib/serving_load_state.hpp"
 #include "client/lib/stream_control.hpp"
+#include "core/backoff.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "kvrelay/client/consumer.hpp"
 

@@ -16,7 +16,8 @@ TEST_CASE("latest-value stream actor: heartbeats re-send the latest update, and 
   auto sink = std::make_shared<RecordingSink<CatalogBroadcast>>();
   auto source = spawn_recorder(fixture, std::make_shared<Inbox>());
   auto stream = fixture.spawn(latest_value_stream<CatalogBroadcast>, sink,
-                              caf::actor_cast<UpdateSourceActor<CatalogBroadcast>>(source), heartbeat, nullptr);
+                              caf::actor_cast<UpdateSourceActor<CatalogBroadcast>>(source), std::string("catalog"),
+                              heartbeat, nullptr);
   fixture.run();
   v1::KvPoolCatalogUpdate update;
   update.set_revision(3);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <random>
 
-#include "client/lib/backoff.hpp"
 #include "client/lib/pool_replica.hpp"
 #include "client/lib/query.hpp"
 #include "client/lib/reaction.hpp"
@@ -205,36 +204,6 @@ TEST_CASE("reactions follow the contract's error table, and the status code with
   CHECK(react(Plane::kServingLoad, unimplemented, std::nullopt).retry == Retry::kNever);
   CHECK(react(Plane::kServingLoad, precondition, v1::RELAY_ERROR_REASON_UNSUPPORTED_FEATURE).retry == Retry::kNever);
   CHECK(react(Plane::kLoad, unimplemented, std::nullopt).retry == Retry::kBackoff);
-}
-
-TEST_CASE("backoff grows exponentially with jitter up to its bound, and resets", "[client][backoff]") {
-  client::Backoff backoff({std::chrono::milliseconds(100), std::chrono::milliseconds(1000)}, 7);
-  std::vector<std::int64_t> delays;
-  for (int i = 0; i < 8; ++i) delays.push_back(backoff.next().count());
-  CHECK((delays[0] >= 50 && delays[0] <= 100));
-  CHECK((delays[2] >= 200 && delays[2] <= 400));
-  for (int i = 4; i < 8; ++i) CHECK((delays[i] >= 500 && delays[i] <= 1000));
-  backoff.reset();
-  CHECK(backoff.next().count() <= 100);
-}
-
-TEST_CASE("backoff: only a stream usable for at least the longest wait resets it", "[client][backoff]") {
-  using std::chrono::milliseconds;
-  client::Backoff backoff({milliseconds(100), milliseconds(1000)}, 7);
-  for (int i = 0; i < 4; ++i) backoff.next();  // the next wait is at least 500 ms
-  const auto opened = std::chrono::steady_clock::now();
-  SECTION("never usable") {
-    backoff.stream_ended(std::nullopt, opened + milliseconds(5000));
-    CHECK(backoff.next().count() >= 500);
-  }
-  SECTION("usable, but for less than the longest wait") {
-    backoff.stream_ended(opened, opened + milliseconds(999));
-    CHECK(backoff.next().count() >= 500);
-  }
-  SECTION("usable for the longest wait") {
-    backoff.stream_ended(opened, opened + milliseconds(1000));
-    CHECK(backoff.next().count() <= 100);
-  }
 }
 
 TEST_CASE("query: prefix depth under each pool's semantics, with the LoRA salt", "[client][query]") {

@@ -73,6 +73,16 @@ ingest_v1::KvEventBatch token_batch(std::uint64_t sequence, std::uint32_t blocks
   return batch;
 }
 
+grpc::Status set_availability_status(TestRelay& relay, const ingest_v1::EndpointRef& endpoint,
+                                     std::uint64_t live_worker) {
+  grpc::ClientContext context;
+  ingest_v1::SetAvailabilityRequest request;
+  *request.mutable_endpoint() = endpoint;
+  request.add_live_worker_ids(live_worker);
+  ingest_v1::SetAvailabilityResponse response;
+  return relay.ingest().SetAvailability(&context, request, &response);
+}
+
 double refusals(const Scrape& scrape, const std::string& limit) {
   return scrape.count("kv_relay_ingest_limit_refusals_total", {{"limit", limit}});
 }
@@ -191,4 +201,31 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   CHECK(refusals(s, "serving_endpoints") == 1);
   CHECK(refusals(s, "kv_sources") == 1);
   CHECK(refusals(s, "ingest_streams") == 2);
+}
+
+TEST_CASE("ingest limits: availability kept for endpoints without workers is bounded by --max-serving-endpoints",
+          "[ingest][limits]") {
+  TestRelay relay(limited_options());
+  const auto third = endpoint_ref("prod", "third");
+  relay.set_availability(kBackend, {1});  // neither endpoint has a worker yet: both sets are kept
+  relay.set_availability(kOther, {1});
+  require_refusal(set_availability_status(relay, third, 1), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "endpoint prod/third/generate: it has no worker, and the relay holds availability for 2 endpoints "
+                  "without workers, the most --max-serving-endpoints (2) allows");
+  relay.set_availability(kOther, {2});  // a set already kept is replaced, never refused
+
+  auto state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 2);
+  CHECK(state.endpoints(0).endpoint().component() == "backend");
+  CHECK(state.endpoints(1).endpoint().component() == "other");
+  CHECK(state.endpoints(1).live_worker_ids(0) == 2);
+
+  // A worker arriving makes its endpoint count among those with workers, which makes room.
+  relay.put_worker(put_worker_request(kBackend, 1));
+  relay.set_availability(third, {1});
+  state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 3);
+  CHECK(state.endpoints(0).worker_ids_size() == 1);
+  CHECK(state.endpoints(2).endpoint().component() == "third");
+  CHECK(refusals(scrape(relay), "serving_endpoints") == 1);
 }

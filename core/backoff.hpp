@@ -1,15 +1,16 @@
 #pragma once
 // Bounded exponential backoff with full jitter: attempt n waits a uniform draw from
-// [initial * 2^n / 2, initial * 2^n], capped at `max`. Only a stream that stayed usable for
-// at least `max` resets it (docs/consumer.md#backoff): a stream that fails soon after it opens,
-// even after delivering messages, counts as one more consecutive failure.
+// [initial * 2^n / 2, initial * 2^n], capped at `max`. Only an attempt that stayed usable for
+// at least `max` resets it: a consumer's stream that fails soon after it opens, even after
+// delivering messages (docs/consumer.md#backoff), or a pool generation that fences itself soon
+// after it was built (docs/protocol/pools.md#fencing), counts as one more consecutive failure.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <random>
 
-namespace kvrelay::client {
+namespace kvrelay {
 
 struct BackoffPolicy {
   std::chrono::milliseconds initial{100};
@@ -28,10 +29,10 @@ class Backoff {
     return std::chrono::milliseconds(draw(rng_));
   }
   void reset() { attempt_ = 0; }
-  // A stream ended: it resets the count if it was usable from `usable_since` until `ended`
+  // An attempt ended: it resets the count if it was usable from `usable_since` until `ended`
   // for at least `max`; otherwise the count stands.
-  void stream_ended(std::optional<std::chrono::steady_clock::time_point> usable_since,
-                    std::chrono::steady_clock::time_point ended) {
+  void attempt_ended(std::optional<std::chrono::steady_clock::time_point> usable_since,
+                     std::chrono::steady_clock::time_point ended) {
     if (usable_since && ended - *usable_since >= policy_.max) reset();
   }
 
@@ -41,4 +42,4 @@ class Backoff {
   unsigned attempt_ = 0;
 };
 
-}  // namespace kvrelay::client
+}  // namespace kvrelay

@@ -1,0 +1,123 @@
+// Membership alone, on virtual time, with recorders for its peers: a fenced pool generation
+// is withdrawn at once and its successor materialized after a backoff that grows while
+// generations keep fencing soon after they were built.
+#include <catch2/catch.hpp>
+
+#include "actors/membership.hpp"
+#include "tests/actors/actor_fixture.hpp"
+
+using namespace kvrelay;
+using namespace kvrelay::test;
+using std::chrono::milliseconds;
+
+namespace {
+
+ingest_v1::PutWorkerRequest worker_with_push_source() {
+  ingest_v1::PutWorkerRequest request;
+  request.mutable_endpoint()->set_namespace_("ns");
+  request.mutable_endpoint()->set_component("backend");
+  request.mutable_endpoint()->set_endpoint("generate");
+  request.set_worker_id(1);
+  auto* card = request.mutable_card();
+  card->set_display_name("llama");
+  card->set_kv_cache_block_size(4);
+  card->set_worker_type(ingest_v1::WORKER_TYPE_AGGREGATED);
+  card->set_model_type(1);
+  card->mutable_runtime_config()->set_data_parallel_size(1);
+  auto* source = request.add_kv_sources();
+  source->set_dp_rank(0);
+  source->mutable_push();
+  return request;
+}
+
+struct MembershipUnderTest {
+  ActorFixture& fixture;
+  std::shared_ptr<Inbox> catalog_inbox = std::make_shared<Inbox>();
+  std::shared_ptr<Inbox> peers_inbox = std::make_shared<Inbox>();  // readiness facts and load pools
+  MembershipActor membership;
+
+  explicit MembershipUnderTest(ActorFixture& f) : fixture(f) {
+    const caf::actor catalog = spawn_recorder(fixture, catalog_inbox);
+    const caf::actor peers = spawn_recorder(fixture, peers_inbox);
+    MembershipPeers handles{caf::actor_cast<CatalogActor>(catalog), caf::actor_cast<TopologyProjectorActor>(peers),
+                            caf::actor_cast<LoadWindowActor>(peers), caf::actor_cast<ServingLoadWindowActor>(peers)};
+    membership = fixture.spawn(membership_actor, MembershipConfig{}, std::move(handles));
+    caf::anon_send(membership, atoms::put_worker_atom_v, worker_with_push_source());
+    fixture.run();
+  }
+
+  // The pools of the catalog membership sent last.
+  std::vector<CatalogEntry> catalog() const {
+    std::vector<CatalogEntry> last;
+    for (const auto& message : catalog_inbox->messages) {
+      if (message.match_elements<atoms::catalog_atom, std::vector<CatalogEntry>>()) {
+        last = message.get_as<std::vector<CatalogEntry>>(1);
+      }
+    }
+    return last;
+  }
+
+  std::uint64_t generation() const {
+    const auto pools = catalog();
+    REQUIRE(pools.size() == 1);
+    return pools[0].descriptor.producer().layout_generation();
+  }
+
+  ingest_v1::RelayState relay_state() {
+    auto answer = std::make_shared<std::optional<ingest_v1::RelayState>>();
+    fixture.spawn(
+        [answer](caf::event_based_actor* self, const MembershipActor& target) {
+          self->request(target, caf::infinite, atoms::get_state_atom_v)
+              .then([answer](const ingest_v1::RelayState& state) { *answer = state; });
+        },
+        membership);
+    fixture.run();
+    REQUIRE(answer->has_value());
+    return **answer;
+  }
+
+  // The pool's publisher fences its generation, as when a stream finds a broken delta.
+  void fence() {
+    const auto pools = catalog();
+    REQUIRE(pools.size() == 1);
+    const caf::actor detector = spawn_recorder(fixture, std::make_shared<Inbox>());
+    caf::anon_send(pools[0].publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(detector),
+                   std::string("a delta that does not continue its sequence"));
+    fixture.run();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("membership actor: a fenced pool is withdrawn at once and rebuilt after a growing backoff",
+          "[actors][membership]") {
+  ActorFixture fixture;
+  MembershipUnderTest under_test(fixture);
+  const std::uint64_t first = under_test.generation();
+
+  under_test.fence();
+  CHECK(under_test.catalog().empty());
+  const auto waiting = under_test.relay_state();
+  REQUIRE(waiting.endpoints_size() == 1);
+  CHECK_FALSE(waiting.endpoints(0).pool_materialized());
+  REQUIRE(waiting.endpoints(0).conflicts_size() == 1);
+  CHECK_THAT(waiting.endpoints(0).conflicts(0), Catch::Contains("was fenced"));
+  fixture.advance(milliseconds(49));  // the first wait is drawn from [50, 100] ms
+  CHECK(under_test.catalog().empty());
+  fixture.advance(milliseconds(51));
+  const std::uint64_t second = under_test.generation();
+  CHECK(second > first);
+  CHECK(under_test.relay_state().endpoints(0).conflicts_size() == 0);
+
+  under_test.fence();  // fenced soon after it was built: the wait doubles, to [100, 200] ms
+  fixture.advance(milliseconds(99));
+  CHECK(under_test.catalog().empty());
+  fixture.advance(milliseconds(101));
+  const std::uint64_t third = under_test.generation();
+  CHECK(third > second);
+
+  fixture.advance(milliseconds(5000));  // a generation that served the longest wait starts the count over
+  under_test.fence();
+  fixture.advance(milliseconds(100));
+  CHECK(under_test.generation() > third);
+}
