@@ -43,6 +43,55 @@ TEST_CASE("catalog: starts empty at revision 0, attach and withdrawal move it by
   CHECK(withdrawn.revision() == 2);
 }
 
+TEST_CASE("catalog: a call that changes nothing moves nothing, a registration change updates the pool in place",
+          "[catalog]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto attached = await_catalog(*catalog, 1);
+  REQUIRE(attached.revision() == 1);
+  const auto producer = attached.snapshot().pools(0).producer();
+
+  relay.put_worker(put_worker_request(kBackend, 1));  // the same card again
+  auto with_alias = put_worker_request(kBackend, 1);
+  with_alias.mutable_card()->add_aliases("llama-latest");
+  relay.put_worker(with_alias);
+  const auto updated = catalog->until([](const v1::KvPoolCatalogUpdate& u) {
+    return u.snapshot().pools_size() == 1 && u.snapshot().pools(0).registrations(0).aliases_size() == 1;
+  });
+  REQUIRE(updated.has_value());
+  CHECK(updated->revision() == 2);  // the repeated card moved nothing, the alias one revision
+  CHECK(updated->snapshot().pools(0).registrations(0).aliases(0) == "llama-latest");
+  CHECK(updated->snapshot().pools(0).producer().SerializeAsString() == producer.SerializeAsString());
+}
+
+TEST_CASE("catalog: pools are listed in PoolId order, whatever order their endpoints came in", "[catalog]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  const std::vector<std::string> components = {"a", "b", "c", "d"};
+  for (std::size_t i = 0; i < components.size(); ++i) {
+    WorkerShape shape;
+    shape.model = "model-" + std::to_string(i);
+    relay.put_worker(put_worker_request(endpoint_ref("prod", components[i]), 1, shape));
+  }
+  const auto listed = await_catalog(*catalog, components.size());
+  // docs/protocol/pools.md#catalog-order, spelled out here.
+  const auto order_key = [](const v1::KvPoolDescriptor& pool) {
+    const auto& id = pool.producer().pool_id();
+    const auto& domain = id.indexer_domain();
+    return std::make_tuple(id.identity_version(), domain.cache_semantics().digest(),
+                           static_cast<int>(domain.cache_semantics().source()), domain.routing_scope().digest(),
+                           static_cast<int>(domain.routing_scope().source()), id.dc_id());
+  };
+  std::vector<std::string> listed_components;
+  for (int i = 0; i + 1 < listed.snapshot().pools_size(); ++i) {
+    CHECK(order_key(listed.snapshot().pools(i)) < order_key(listed.snapshot().pools(i + 1)));
+  }
+  for (const auto& pool : listed.snapshot().pools()) listed_components.push_back(pool.serving_endpoint().component());
+  INFO("listed: " << listed_components[0] << listed_components[1] << listed_components[2] << listed_components[3]);
+  CHECK(listed_components != components);  // the endpoints' own order would not pass
+}
+
 TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the producer's filter", "[pool]") {
   TestRelay relay;
   auto catalog = watch_catalog(relay);
