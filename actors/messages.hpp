@@ -206,6 +206,7 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, granted_atom, "granted")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, release_atom, "release")
 // pool publication
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, attach_atom, "attach")              // a stream joins the fan-out
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, waiting_atom, "waiting")            // a stream waits to attach
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, publish_atom, "publish")            // the publication delay ran out
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, apply_batch_atom, "applybatch")     // KV events for the pool
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, reset_atom, "reset")                // drop one source's blocks

@@ -31,6 +31,15 @@ void end_all_streams(Self self, const RpcStatus& status, const PoolFrameSinkActo
   self->state.hub_slot.reset();
 }
 
+// Ends the streams waiting to attach: the generation they were admitted to is gone.
+void end_waiting_streams(Self self, const RpcStatus& status) {
+  for (const PoolFrameSinkActor& stream : self->state.waiting) {
+    self->demonitor(stream.address());
+    self->send(stream, atoms::end_stream_atom_v, status);
+  }
+  self->state.waiting.clear();
+}
+
 // The generation can no longer be trusted: every stream ends, membership is told to build a
 // new generation (whose sources all start over), and until membership retires this actor it
 // refuses what still reaches it, so no ingest call waits on it. `detector`, if any, is the
@@ -40,8 +49,9 @@ void fence(Self self, const std::string& reason, const PoolFrameSinkActor& detec
   if (state.fenced) return;
   state.fenced = true;
   spdlog::error("pool generation {} fenced: {}", state.config.spec.producer.layout_generation(), reason);
-  end_all_streams(self, publication_unavailable("the pool generation was fenced; resubscribe from the catalog"),
-                  detector, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
+  const RpcStatus fenced = publication_unavailable("the pool generation was fenced; resubscribe from the catalog");
+  end_all_streams(self, fenced, detector, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
+  end_waiting_streams(self, fenced);
   if (state.config.owner) {
     self->send(state.config.owner, atoms::generation_fenced_atom_v, state.config.spec.producer.layout_generation());
   }
@@ -180,9 +190,11 @@ void relayout(Self self, const v1::ProducerIdentity& producer) {
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t unplaced = state.index->relayout(buckets);
   const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started);
-  end_all_streams(self, publication_unavailable(fmt::format(
-                            "the pool was re-laid out into generation {} ({} buckets); resubscribe from the catalog",
-                            producer.layout_generation(), buckets)));
+  const RpcStatus relaid_out = publication_unavailable(
+      fmt::format("the pool was re-laid out into generation {} ({} buckets); resubscribe from the catalog",
+                  producer.layout_generation(), buckets));
+  end_all_streams(self, relaid_out);
+  end_waiting_streams(self, relaid_out);
   state.config.spec.producer = producer;
   state.config.spec.bucket_count = buckets;
   state.sequence = 0;
@@ -262,15 +274,29 @@ std::shared_ptr<const SnapshotImage> take_snapshot_image(Self self) {
   });
 }
 
-void attach_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
-  auto& state = self->state;
-  if (state.fenced) {
-    self->send(stream, atoms::end_stream_atom_v, publication_unavailable("the pool generation was fenced"));
+// Why a stream admitted to `layout_generation` cannot join this one, if it cannot.
+std::optional<RpcStatus> generation_refusal(const PoolPublisherState& state, std::uint64_t layout_generation) {
+  if (state.fenced) return publication_unavailable("the pool generation was fenced");
+  if (layout_generation != state.config.spec.producer.layout_generation()) {  // re-laid out since admission
+    return publication_unavailable("the pool was re-laid out; resubscribe from the catalog");
+  }
+  return std::nullopt;
+}
+
+void await_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
+  if (auto refusal = generation_refusal(self->state, layout_generation)) {
+    self->send(stream, atoms::end_stream_atom_v, std::move(*refusal));
     return;
   }
-  if (layout_generation != state.config.spec.producer.layout_generation()) {  // re-laid out since admission
-    self->send(stream, atoms::end_stream_atom_v,
-               publication_unavailable("the pool was re-laid out; resubscribe from the catalog"));
+  self->monitor(stream);
+  self->state.waiting.push_back(stream);
+}
+
+void attach_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
+  auto& state = self->state;
+  if (std::erase(state.waiting, stream) > 0) self->demonitor(stream.address());
+  if (auto refusal = generation_refusal(state, layout_generation)) {
+    self->send(stream, atoms::end_stream_atom_v, std::move(*refusal));
     return;
   }
   if (!state.hub_slot && state.config.hub_slots) {
@@ -335,7 +361,9 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
   publish_stats(self);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
-    std::erase_if(state.streams, [&](const PoolFrameSinkActor& s) { return s.address() == down.source; });
+    const auto gone = [&](const PoolFrameSinkActor& s) { return s.address() == down.source; };
+    std::erase_if(state.streams, gone);
+    std::erase_if(state.waiting, gone);
     if (state.streams.empty()) state.hub_slot.reset();  // an idle pool gives its hub slot back
     publish_stats(self);
   });
@@ -357,6 +385,9 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
         reset_source(self, source, steady_now_ns());
         if (!self->state.fenced) publish_or_arm_delay(self);
         publish_stats(self);
+      },
+      [=](atoms::waiting_atom, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
+        await_stream(self, stream, layout_generation);
       },
       [=](atoms::attach_atom, const PoolFrameSinkActor& stream, std::uint64_t layout_generation) {
         attach_stream(self, stream, layout_generation);
@@ -382,6 +413,7 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
       [=](atoms::pool_state_atom) { return state_report(self); },
       [=](atoms::retire_atom, const RpcStatus& status) {
         end_all_streams(self, status);
+        end_waiting_streams(self, status);
         self->quit();
       },
       [=](atoms::publish_atom) {

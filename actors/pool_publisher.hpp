@@ -61,6 +61,8 @@ using PoolPublisherActor = caf::typed_actor<
     // goes to the reply. receipt_ns: when the batch reached the relay (steady clock).
     caf::reacts_to<atoms::apply_batch_atom, EventBatchPtr, bool, BatchReplyPtr, std::int64_t>,
     caf::reacts_to<atoms::reset_atom, SourceKey>,  // drop one source's blocks
+    // a stream admitted to this layout generation, waiting for its encoder permit
+    caf::reacts_to<atoms::waiting_atom, PoolFrameSinkActor, std::uint64_t>,
     // a stream with its encoder permit, for the layout generation it was admitted to
     caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor, std::uint64_t>,
     caf::reacts_to<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>,  // fence, from a stream
@@ -87,6 +89,9 @@ struct PoolPublisherState {
   // sent it, so an idle publisher pins no lane copy.
   std::weak_ptr<const SnapshotImage> snapshot_at_sequence;
   std::vector<PoolFrameSinkActor> streams;
+  // Admitted to this generation, waiting for an encoder permit: ended if the generation is
+  // re-laid out, fenced or retired first, so none waits for a generation that is gone.
+  std::vector<PoolFrameSinkActor> waiting;
   std::shared_ptr<StreamLimit::Permit> hub_slot;  // held while `streams` is not empty
   bool fenced = false;                            // waiting for membership to retire this generation
   caf::actor_clock::time_point last_relayout{};   // when the current layout was made

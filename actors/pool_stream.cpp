@@ -192,6 +192,9 @@ PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<wire::Filter
                RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the pool generation is gone"));
   });
   if (state.pacing.encoders) {
+    // The publisher ends the wait if the generation goes first (re-laid out, fenced, retired).
+    self->send(state.publisher, atoms::waiting_atom_v, caf::actor_cast<PoolFrameSinkActor>(self),
+               state.spec.producer.layout_generation());
     self->send(state.pacing.encoders, atoms::acquire_atom_v, caf::actor_cast<PermitHolderActor>(self));
   } else {
     join_publisher(self);

@@ -306,6 +306,48 @@ TEST_CASE("publisher actor: past the re-layout load it asks its owner once, then
   CHECK(under_test.sink->outcomes[1].applied);
 }
 
+TEST_CASE("publisher actor: a stream waiting for its encoder permit ends when its generation goes first",
+          "[actors][publisher][relayout]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 16);
+  const auto wait = [&] {
+    auto inbox = std::make_shared<Inbox>();
+    const auto stream = caf::actor_cast<PoolFrameSinkActor>(spawn_recorder(fixture, inbox));
+    caf::anon_send(under_test.publisher, atoms::waiting_atom_v, stream, std::uint64_t{5});
+    fixture.run();
+    return std::pair{stream, inbox};
+  };
+  const auto relayout = [&] {
+    caf::anon_send(under_test.publisher, atoms::relayout_atom_v, grown_producer(6, 2 * kBuckets));
+    fixture.run();
+  };
+  const auto [stream, inbox] = wait();
+  CHECK(inbox->messages.empty());
+  SECTION("re-laid out") {
+    relayout();
+    REQUIRE(ending_of(*inbox).has_value());
+    CHECK(ending_of(*inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
+    CHECK_THAT(ending_of(*inbox)->message, Catch::Contains("re-laid out into generation 6"));
+    const auto late = wait().second;  // a stream admitted to the old generation is ended at once
+    REQUIRE(ending_of(*late).has_value());
+    CHECK(ending_of(*late)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
+  }
+  SECTION("retired") {
+    caf::anon_send(under_test.publisher, atoms::retire_atom_v,
+                   RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "withdrawn"));
+    fixture.run();
+    REQUIRE(ending_of(*inbox).has_value());
+    CHECK(ending_of(*inbox)->message == "withdrawn");
+  }
+  SECTION("granted first: it attaches, and a later re-layout ends it once") {
+    caf::anon_send(under_test.publisher, atoms::attach_atom_v, stream, std::uint64_t{5});
+    fixture.run();
+    CHECK(inbox->count<PoolSnapshotMsg>() == 1);
+    relayout();
+    CHECK(inbox->count<atoms::end_stream_atom, RpcStatus>() == 1);
+  }
+}
+
 TEST_CASE("publisher actor: re-layouts are at least the min interval apart", "[actors][publisher][relayout]") {
   ActorFixture fixture;
   PublisherUnderTest under_test(fixture, 16);

@@ -52,12 +52,14 @@ TEST_CASE("pool stream actor: holds nothing and joins no fan-out until it has an
   ActorFixture fixture;
   StreamUnderTest under_test(fixture, 1024, /*paced=*/true);
   CHECK(under_test.encoders_inbox->count<atoms::acquire_atom, PermitHolderActor>() == 1);
-  CHECK(under_test.publisher_inbox->messages.empty());  // not attached: no image, no deltas
+  // Not attached (no image, no deltas), only known to the publisher as waiting.
+  REQUIRE(under_test.publisher_inbox->messages.size() == 1);
+  CHECK(under_test.publisher_inbox->count<atoms::waiting_atom, PoolFrameSinkActor, std::uint64_t>() == 1);
 
   caf::anon_send(under_test.stream, atoms::granted_atom_v);
   fixture.run();
   REQUIRE(under_test.publisher_inbox->count<atoms::attach_atom, PoolFrameSinkActor, std::uint64_t>() == 1);
-  CHECK(under_test.publisher_inbox->messages[0].get_as<PoolFrameSinkActor>(1).address() == under_test.stream.address());
+  CHECK(under_test.publisher_inbox->messages[1].get_as<PoolFrameSinkActor>(1).address() == under_test.stream.address());
 }
 
 TEST_CASE("pool stream actor: without encoder pacing it attaches at once", "[actors][pool]") {
