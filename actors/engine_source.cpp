@@ -253,7 +253,12 @@ EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig con
   // (frames may overtake it) is not refused as a predecessor's.
   report_link(self);
   return {
-      [=](atoms::link_atom, bool connected) { on_link(self, connected); },
+      [=](atoms::link_atom, bool connected) {
+        // The reset goes ahead of the report: if this was the last source of its endpoint,
+        // membership withdraws the pool, and the reset must reach it first.
+        if (!connected && self->state.connected) carry_out(self, self->state.sequencer->on_disconnect());
+        on_link(self, connected);
+      },
       [=](atoms::frames_atom, const engine_io::MultipartPtr& frames) { on_frames(self, frames); },
       [=](atoms::replay_atom, const engine_io::MultipartPtr& frames, std::uint64_t attempt) {
         on_replay(self, frames, attempt);

@@ -16,6 +16,8 @@ std::string_view to_string(ResetCause cause) {
       return "replay_timeout";
     case ResetCause::kReplayOverflow:
       return "replay_overflow";
+    case ResetCause::kDisconnected:
+      return "disconnected";
     case ResetCause::kCount:
       break;
   }

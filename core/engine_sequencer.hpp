@@ -2,8 +2,8 @@
 // Ordering of one engine source's batches (docs/protocol/engine-sources.md#sequencing): the
 // engine numbers its batches seq 0, 1, 2, ... per process. A gap is filled from the engine's
 // replay socket when it has one and still holds the range, otherwise the source is cold-reset
-// and goes on from the batch after the gap; a seq that goes back is an engine restart, which
-// starts the source over as a fresh one.
+// and goes on from the batch after the gap; a seq that goes back is an engine restart, and a
+// lost connection may hide one: both start the source over as a fresh one.
 //
 // Pure: the caller feeds it what arrived and carries out each Step in this order: reset,
 // cancel the replay in flight, request a replay, apply every batch in order.
@@ -24,6 +24,7 @@ enum class ResetCause : std::uint8_t {
   kReplayGap,       // the replay itself skipped a seq
   kReplayTimeout,   // no end of replay in time
   kReplayOverflow,  // too many live batches (or bytes of them) arrived while the replay ran
+  kDisconnected,    // the connection to the engine was lost
   kCount
 };
 std::string_view to_string(ResetCause cause);
@@ -94,6 +95,23 @@ class Sequencer {
     }
     replay_.reset();
     drain_buffered(step);
+    return step;
+  }
+
+  // Whatever the connection brings next may come from another process of the engine (one
+  // that restarted meanwhile need not have gone back below the seq expected), so the source
+  // drops its blocks and starts over as a fresh one: from a replay of seq 0, with a replay socket.
+  Step on_disconnect() {
+    Step step;
+    if (replay_) {
+      replay_.reset();
+      step.cancel_replay = true;
+    }
+    buffered_.clear();
+    buffered_bytes_ = 0;
+    last_live_.reset();
+    if (started_) reset(step, ResetCause::kDisconnected);
+    bootstrap_ = has_replay_;
     return step;
   }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -89,6 +90,18 @@ std::optional<Multipart> receive(zmq::socket_t& socket) {
     message.frames.push_back(std::move(frame));
   } while (message.frames.back().more());
   return message;
+}
+
+// Polls; false when a signal interrupted the wait (a handled signal, such as a profiler's, may
+// land on this thread), which is not an error: the caller polls again.
+bool poll_interruptible(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
+  try {
+    zmq::poll(items, timeout);
+    return true;
+  } catch (const zmq::error_t& error) {
+    if (error.num() == EINTR) return false;
+    throw;
+  }
 }
 
 }  // namespace
@@ -325,7 +338,7 @@ void ZmqIo::run() {
       if (source->replay) poll_on(source.get(), *source->replay, Socket::kReplay);
       poll_on(source.get(), source->sub, Socket::kLive);
     }
-    zmq::poll(items, poll_timeout(now));
+    if (!poll_interruptible(items, poll_timeout(now))) continue;
     if (items[0].revents & ZMQ_POLLIN) {
       std::uint64_t count = 0;
       [[maybe_unused]] const auto read_bytes = read(wake_fd_, &count, sizeof count);

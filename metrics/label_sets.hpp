@@ -201,13 +201,14 @@ KVRELAY_LABEL_SET(EngineBatchResult, "result", KVRELAY_ENGINE_BATCH_RESULTS);
 KVRELAY_LABEL_SET(EngineEventResult, "result", KVRELAY_ENGINE_EVENT_RESULTS);
 
 // Why an engine source was cold-reset (engine::ResetCause, same order).
-#define KVRELAY_ENGINE_RESET_CAUSES(X) \
-  X(kSequenceGap, "sequence_gap")      \
-  X(kEngineRestart, "engine_restart")  \
-  X(kReplayEvicted, "replay_evicted")  \
-  X(kReplayGap, "replay_gap")          \
-  X(kReplayTimeout, "replay_timeout")  \
-  X(kReplayOverflow, "replay_overflow")
+#define KVRELAY_ENGINE_RESET_CAUSES(X)  \
+  X(kSequenceGap, "sequence_gap")       \
+  X(kEngineRestart, "engine_restart")   \
+  X(kReplayEvicted, "replay_evicted")   \
+  X(kReplayGap, "replay_gap")           \
+  X(kReplayTimeout, "replay_timeout")   \
+  X(kReplayOverflow, "replay_overflow") \
+  X(kDisconnected, "disconnected")
 KVRELAY_LABEL_SET(EngineResetCause, "cause", KVRELAY_ENGINE_RESET_CAUSES);
 
 }  // namespace kvrelay::metrics

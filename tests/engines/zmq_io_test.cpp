@@ -3,6 +3,9 @@
 // credit as live messages do; an oversized frame costs its connection, not memory.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <mutex>
 
@@ -134,4 +137,42 @@ TEST_CASE("zmq io: a frame above the size bound ends its connection unread, and 
   engine.publish({});
   CHECK(seen.await([](const Counts& s) { return s.live == 1; }));
   io.unsubscribe(id);
+}
+
+namespace {
+
+void ignore_signal(int) {}
+
+// Blocks (or unblocks) SIGUSR1 in the calling thread; threads started meanwhile inherit it.
+void block_sigusr1(bool block) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  REQUIRE(pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("zmq io: a handled signal that interrupts the thread's poll costs nothing", "[engines][zmq]") {
+  struct sigaction handler {};
+  handler.sa_handler = ignore_signal;  // no SA_RESTART: a poll it interrupts fails with EINTR
+  struct sigaction previous {};
+  REQUIRE(sigaction(SIGUSR1, &handler, &previous) == 0);
+  block_sigusr1(true);  // the fake engine's threads never take it
+  FakeEngine engine(FakeEngineOptions{});
+  block_sigusr1(false);
+  ZmqIo io;  // the one thread of the process that takes it (libzmq's own threads block every signal)
+  block_sigusr1(true);
+  Seen seen;
+  const auto id = subscribe_connected(io, engine, seen);
+  REQUIRE(engine.await_subscribers(1, std::chrono::seconds(30)));
+
+  for (int round = 1; round <= 10; ++round) {
+    REQUIRE(kill(getpid(), SIGUSR1) == 0);
+    engine.publish({});
+    REQUIRE(seen.await([round](const Counts& s) { return s.live == round; }));
+  }
+  io.unsubscribe(id);
+  block_sigusr1(false);
+  sigaction(SIGUSR1, &previous, nullptr);
 }

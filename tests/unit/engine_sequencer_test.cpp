@@ -236,6 +236,46 @@ TEST_CASE("the second replay of a drain keeps the later live batches behind the 
   CHECK(applied(sequencer.on_live(9, 9, 1)) == std::vector<std::uint64_t>{9});
 }
 
+TEST_CASE("a lost connection starts the source over, even when the next seq would continue it", "[engine_sequencer]") {
+  SECTION("without a replay socket: dropped, then on from the next batch") {
+    Seq sequencer(false, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(1, 1, 1);
+    CHECK(sequencer.on_disconnect().reset == ResetCause::kDisconnected);
+    const auto step = sequencer.on_live(7, 107, 1);  // another process past the old seq: no gap replay
+    CHECK_FALSE(step.reset);
+    CHECK_FALSE(step.request_replay);
+    CHECK(applied(step) == std::vector<std::uint64_t>{107});
+  }
+  SECTION("with a replay socket: dropped, then everything from seq 0, as a fresh source") {
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(1, 1, 1);
+    CHECK(sequencer.on_disconnect().reset == ResetCause::kDisconnected);
+    auto step = sequencer.on_live(2, 102, 1);  // what continued the old one is not trusted to
+    CHECK_FALSE(step.reset);
+    REQUIRE(step.request_replay == 0u);
+    CHECK(applied(sequencer.on_replay(0, 100)) == std::vector<std::uint64_t>{100});
+    CHECK(applied(sequencer.on_replay(1, 101)) == std::vector<std::uint64_t>{101});
+    CHECK(applied(sequencer.on_replay_end()) == std::vector<std::uint64_t>{102});
+  }
+  SECTION("during a replay: the replay is given up with the batches it held") {
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    REQUIRE(sequencer.on_live(5, 5, 1).request_replay == 1u);
+    sequencer.on_live(6, 6, 1);
+    const auto step = sequencer.on_disconnect();
+    CHECK(step.reset == ResetCause::kDisconnected);
+    CHECK(step.cancel_replay);
+    CHECK(step.apply.empty());
+    CHECK_FALSE(sequencer.replaying());
+  }
+  SECTION("before any batch: nothing to drop") {
+    Seq sequencer(true, kRoomy);
+    CHECK_FALSE(sequencer.on_disconnect().reset);
+  }
+}
+
 TEST_CASE("engine frames: live, replay and the end-of-replay marker", "[engine_sequencer]") {
   const std::string topic = "kv", seq = replay_request(258), payload = "\x93\x01\x90\xc0";
   const auto frame = [](const std::string& s) { return Frame(reinterpret_cast<const std::byte*>(s.data()), s.size()); };
