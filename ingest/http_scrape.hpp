@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,7 +32,7 @@ class HttpScraper {
   static constexpr std::size_t kMaxBodyBytes = 16u << 20;
 
   explicit HttpScraper(std::size_t threads);
-  ~HttpScraper();  // waits for the GETs in progress; drops the queued ones unanswered
+  ~HttpScraper();  // aborts the GETs in progress and drops the queued ones, unanswered
   HttpScraper(const HttpScraper&) = delete;
   HttpScraper& operator=(const HttpScraper&) = delete;
 
@@ -44,15 +45,17 @@ class HttpScraper {
     std::chrono::milliseconds timeout;
     std::function<void(HttpResult)> done;
   };
-  void run();
+  void run(const std::stop_token& stopping);
 
   std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<Job> jobs_;   // guarded by mutex_
-  bool stopping_ = false;  // guarded by mutex_
-  std::vector<std::thread> threads_;
+  std::condition_variable_any wake_;
+  std::deque<Job> jobs_;  // guarded by mutex_
+  std::vector<std::jthread> threads_;
 };
 
-HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout);
+// The whole GET, from connecting to the last byte of the page, ends within `timeout`: a server
+// that trickles its status line, headers or body fails it. A stop requested on `cancel` ends it
+// at once (unanswered pages never hold a thread the relay is waiting to join).
+HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, const std::stop_token& cancel = {});
 
 }  // namespace kvrelay::engine_io

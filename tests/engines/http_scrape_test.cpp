@@ -1,9 +1,18 @@
 // The engine metrics client (ingest/http_scrape.hpp) against a real HTTP server on loopback:
-// the addresses it accepts, and a page that arrives too slowly.
+// the addresses it accepts, a page or headers that arrive too slowly, and a scraper that goes
+// away while a GET is in progress.
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "ingest/http_scrape.hpp"
@@ -46,4 +55,85 @@ TEST_CASE("http scrape: a page trickled in slower than the timeout as a whole fa
   serving.join();
   CHECK_FALSE(result.ok);
   CHECK_THAT(result.error, Catch::Contains("took longer than 1000 ms"));
+}
+
+namespace {
+
+// A server that answers one connection with a status line, then one header line every 50 ms
+// (well within a read timeout) for up to 30 s, then an empty page: an engine that trickles its
+// headers. It stops early once the client is gone.
+class TricklingServer {
+ public:
+  TricklingServer() {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listener_ >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(listen(listener_, 1) == 0);
+    socklen_t length = sizeof address;
+    REQUIRE(getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    url_ = "http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + "/metrics";
+    serving_ = std::thread([this] { serve(); });
+  }
+  ~TricklingServer() {
+    shutdown(listener_, SHUT_RDWR);  // wakes an accept still waiting for a client that never came
+    serving_.join();
+    close(listener_);
+  }
+  const std::string& url() const { return url_; }
+  // Once a client has connected: its GET is in progress.
+  bool await_accepted() {
+    std::unique_lock lock(mutex_);
+    return accepted_changed_.wait_for(lock, std::chrono::seconds(30), [this] { return accepted_; });
+  }
+
+ private:
+  void serve() {
+    const int connection = accept(listener_, nullptr, nullptr);
+    if (connection < 0) return;
+    {
+      std::lock_guard lock(mutex_);
+      accepted_ = true;
+    }
+    accepted_changed_.notify_all();
+    const auto send_text = [&](std::string_view text) {
+      return send(connection, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+    };
+    bool client_there = send_text("HTTP/1.1 200 OK\r\n");
+    for (int line = 0; client_there && line < 600; ++line) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the slow engine, not a wait in the test
+      client_there = send_text("X-Slow: 1\r\n");
+    }
+    if (client_there) send_text("Content-Length: 0\r\n\r\n");
+    close(connection);
+  }
+
+  int listener_ = -1;
+  std::string url_;
+  std::mutex mutex_;
+  std::condition_variable accepted_changed_;
+  bool accepted_ = false;  // guarded by mutex_
+  std::thread serving_;
+};
+
+}  // namespace
+
+TEST_CASE("http scrape: headers trickled in slower than the timeout as a whole fail the scrape", "[engines][http]") {
+  TricklingServer server;
+  const auto result = http_get(server.url(), std::chrono::milliseconds(1000));
+  CHECK_FALSE(result.ok);
+  CHECK_THAT(result.error, Catch::Contains("took longer than 1000 ms"));
+}
+
+TEST_CASE("http scrape: a scraper that goes away abandons its GETs in progress, unanswered", "[engines][http]") {
+  TricklingServer server;
+  std::atomic<bool> answered = false;
+  {
+    kvrelay::engine_io::HttpScraper scraper(1);
+    scraper.get(server.url(), std::chrono::seconds(60), [&](kvrelay::engine_io::HttpResult) { answered = true; });
+    REQUIRE(server.await_accepted());
+  }  // without the abort, this would wait out the server's 30 s and then answer
+  CHECK_FALSE(answered.load());
 }
