@@ -55,22 +55,23 @@ ingest_v1::EndpointRef endpoint_ref(const EndpointKey& key) {
 }
 
 // Hands a numbered batch to the source's lane; the outcome comes back as a message.
-void hand_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
+void hand_on(Self self, SentBatch sent) {
   auto reply = std::make_shared<Reply<BatchOutcome>>(
-      [self = EngineSourceActor(self)](const BatchOutcome& outcome) {
-        caf::anon_send(self, atoms::outcome_atom_v, outcome);
+      [self = EngineSourceActor(self), from_engine = sent.from_engine](const BatchOutcome& outcome) {
+        caf::anon_send(self, atoms::outcome_atom_v, outcome, from_engine);
       },
       BatchOutcome{false, false, 0, true});
   const std::int64_t receipt_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   self->state.config.router.route(
-      {std::move(batch), std::move(reply), receipt_ns, SourceTransport::kZmq, self->address()});
+      {std::move(sent.batch), std::move(reply), receipt_ns, SourceTransport::kZmq, self->address()});
 }
 
 // Numbers one batch as the source's next and hands it on, or holds it while a connection
 // report is unanswered; an empty one only carries a reset. A held batch counts as in flight,
 // so the I/O thread's credit bounds what is held too.
-void send_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
+void send_on(Self self, SentBatch sent) {
   auto& state = self->state;
+  auto& batch = sent.batch;
   *batch->mutable_endpoint() = endpoint_ref(state.config.source.endpoint);
   batch->set_worker_id(state.config.source.worker_id);
   batch->set_dp_rank(state.config.source.dp_rank);
@@ -78,9 +79,9 @@ void send_on(Self self, std::shared_ptr<ingest_v1::KvEventBatch> batch) {
   batch->set_sequence(state.next_sequence++);
   ++state.in_flight;
   if (state.links_unanswered > 0) {
-    state.held_for_link.push_back(std::move(batch));
+    state.held_for_link.push_back(std::move(sent));
   } else {
-    hand_on(self, std::move(batch));
+    hand_on(self, std::move(sent));
   }
 }
 
@@ -108,7 +109,7 @@ void apply(Self self, const HeldBatch& held) {
     case engine::DecodeResult::Batch::kDecoded:
       break;
   }
-  send_on(self, std::move(batch));
+  send_on(self, {std::move(batch)});
 }
 
 // The I/O thread numbers replays as they are requested, 1 for the first, as this does.
@@ -130,17 +131,16 @@ void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
     reset_log().info(fmt::format("{}: cold reset ({})", describe(state), engine::to_string(*step.reset)));
   }
   if (step.cancel_replay) state.config.io->cancel_replay(state.subscription);
+  if (step.gap) state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
   if (step.request_replay) {
-    state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
     state.config.stats->replays.fetch_add(1, std::memory_order_relaxed);
     request_replay(self, *step.request_replay);
-  } else if (step.reset == engine::ResetCause::kSequenceGap) {
-    state.config.stats->gaps.fetch_add(1, std::memory_order_relaxed);
   }
+  state.config.stats->batches[EngineBatchResult::kSkipped].fetch_add(step.dropped, std::memory_order_relaxed);
   for (const HeldBatch& held : step.apply) apply(self, held);
   // A reset has to reach the pool now, not with the next batch: when none of the step's batches
   // was sent on (none, or none that decodes), an empty one carries it.
-  if (step.reset && state.next_sequence == 0) send_on(self, std::make_shared<ingest_v1::KvEventBatch>());
+  if (step.reset && state.next_sequence == 0) send_on(self, {std::make_shared<ingest_v1::KvEventBatch>(), false});
 }
 
 void on_frames(Self self, const engine_io::MultipartPtr& frames) {
@@ -155,7 +155,8 @@ void on_frames(Self self, const engine_io::MultipartPtr& frames) {
   release_credit(self);
 }
 
-void take_replay_reply(Self self, const engine_io::MultipartPtr& frames) {
+// A reply of a replay given up late must not count against the one in flight: it is skipped.
+void take_replay_reply(Self self, const engine_io::MultipartPtr& frames, bool of_replay_in_flight) {
   auto& sequencer = *self->state.sequencer;
   const auto views = frames->views();
   const auto message = engine::parse_replay(views);
@@ -163,22 +164,23 @@ void take_replay_reply(Self self, const engine_io::MultipartPtr& frames) {
     count(self, EngineBatchResult::kMalformedFrames);
     engine_input_log().warn(fmt::format("{}: dropped a replay reply: {}", describe(self->state), message.error()));
   } else if (message->seq == engine::kEndOfReplay) {
-    carry_out(self, sequencer.on_replay_end());
+    if (of_replay_in_flight) carry_out(self, sequencer.on_replay_end());
+  } else if (!of_replay_in_flight) {
+    count(self, EngineBatchResult::kSkipped);
   } else {
     carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload}));
   }
 }
 
 void on_replay(Self self, const engine_io::MultipartPtr& frames, std::uint64_t attempt) {
-  // A late reply of a replay given up would count against the one in flight: only its credit matters.
-  if (attempt == self->state.replay_attempt) take_replay_reply(self, frames);
+  take_replay_reply(self, frames, attempt == self->state.replay_attempt);
   release_credit(self);
 }
 
-void on_outcome(Self self, const BatchOutcome& outcome) {
+void on_outcome(Self self, const BatchOutcome& outcome, bool from_engine) {
   auto& state = self->state;
   --state.in_flight;
-  count(self, outcome.applied ? EngineBatchResult::kApplied : EngineBatchResult::kRefused);
+  if (from_engine) count(self, outcome.applied ? EngineBatchResult::kApplied : EngineBatchResult::kRefused);
   while (state.withheld_credit > 0 && state.in_flight < state.config.batches_in_flight) {
     --state.withheld_credit;
     state.config.io->return_credit(state.subscription);
@@ -196,7 +198,7 @@ void report_link(Self self) {
       .then([self] {
         auto& state = self->state;
         if (--state.links_unanswered > 0) return;
-        for (auto& batch : std::exchange(state.held_for_link, {})) hand_on(self, std::move(batch));
+        for (auto& sent : std::exchange(state.held_for_link, {})) hand_on(self, std::move(sent));
       });
 }
 
@@ -266,7 +268,9 @@ EngineSourceActor::behavior_type engine_source(Self self, EngineSourceConfig con
       [=](atoms::replay_deadline_atom, std::uint64_t attempt) {
         if (attempt == self->state.replay_attempt) carry_out(self, self->state.sequencer->on_replay_timeout());
       },
-      [=](atoms::outcome_atom, const BatchOutcome& outcome) { on_outcome(self, outcome); },
+      [=](atoms::outcome_atom, const BatchOutcome& outcome, bool from_engine) {
+        on_outcome(self, outcome, from_engine);
+      },
       [=](atoms::get_state_atom) { return source_state(self->state); },
       [=](atoms::stop_atom) {
         // Its pool forgets the source through membership, which hears it is gone.

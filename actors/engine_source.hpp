@@ -43,9 +43,17 @@ using EngineSourceActor =
                      caf::reacts_to<atoms::frames_atom, engine_io::MultipartPtr>,                 // from the I/O thread
                      caf::reacts_to<atoms::replay_atom, engine_io::MultipartPtr, std::uint64_t>,  // I/O thread
                      caf::reacts_to<atoms::replay_deadline_atom, std::uint64_t>,                  // its own timer
-                     caf::reacts_to<atoms::outcome_atom, BatchOutcome>,                           // a batch's outcome
+                     // a batch's outcome; false: the batch only carried a reset, the engine sent none
+                     caf::reacts_to<atoms::outcome_atom, BatchOutcome, bool>,
                      caf::replies_to<atoms::get_state_atom>::with<ingest_v1::SourceState>,
                      caf::reacts_to<atoms::stop_atom>>;
+
+// A batch numbered for the source's lane. Not from the engine: an empty one that only carries
+// a reset to the pool, which the source's batch counts leave out.
+struct SentBatch {
+  std::shared_ptr<ingest_v1::KvEventBatch> batch;
+  bool from_engine = true;
+};
 
 // A batch the engine published, held until the sequencer hands it out.
 struct HeldBatch {
@@ -67,7 +75,7 @@ struct EngineSourceState {
   // Connection reports membership has not answered yet: until it has, the source's lane may
   // not route to the pool this connection materializes, so batches wait here, in order.
   std::size_t links_unanswered = 0;
-  std::vector<std::shared_ptr<ingest_v1::KvEventBatch>> held_for_link;
+  std::vector<SentBatch> held_for_link;
   static inline const char* name = "engine-source";
 };
 

@@ -357,6 +357,9 @@ std::expected<void, Refusal> read_tokens(const Object& list, hashing::HashFormat
     }
     return read_token_pairs(items, tokens);
   }
+  if (!items.empty() && format == hashing::HashFormat::kEagle) {
+    return refuse(EventRejection::kHashFormatMismatch, "a flat token list from a worker whose card is Eagle");
+  }
   tokens.reserve(items.size());
   for (const Object& item : items) {
     if (!is_u32(item)) return malformed("a token id that is not a u32");

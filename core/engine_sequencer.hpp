@@ -43,6 +43,9 @@ class Sequencer {
     std::optional<std::uint64_t> request_replay;  // ask the replay socket from this seq
     bool cancel_replay = false;                   // stop listening to the replay in flight
     std::vector<Batch> apply;                     // in this order
+    bool gap = false;                             // the engine's seq skipped ahead: the batches between were lost
+    std::size_t dropped = 0;                      // batches received that will never apply: a replay gave them
+                                                  // already, or a reset dropped them before they applied
   };
 
   // A fresh source with a replay socket first asks it from seq 0: an engine younger than its
@@ -64,14 +67,20 @@ class Sequencer {
     // Behind what was applied, yet past the live batch before it: a replay that ended got ahead
     // of live batches still on their way, and gave this one already. (Back below the previous
     // live batch is a restart, which admit sees.)
-    if (started_ && previous_live && seq > *previous_live && seq < expected_) return step;
+    if (started_ && previous_live && seq > *previous_live && seq < expected_) {
+      ++step.dropped;
+      return step;
+    }
     admit(step, seq, std::move(batch), bytes);
     return step;
   }
 
   Step on_replay(std::uint64_t seq, Batch batch) {
     Step step;
-    if (!replay_) return step;  // a late reply of a replay already given up
+    // Below what applied already, or a reply the replay cannot use: it gives the replay up
+    // unless it is a late one of a replay already given up.
+    if (!replay_ || seq != expected_) ++step.dropped;
+    if (!replay_) return step;
     if (!replay_->answered && seq > expected_) {
       abandon_replay(step, ResetCause::kReplayEvicted);
       return step;
@@ -107,6 +116,7 @@ class Sequencer {
       replay_.reset();
       step.cancel_replay = true;
     }
+    step.dropped += buffered_.size();
     buffered_.clear();
     buffered_bytes_ = 0;
     last_live_.reset();
@@ -153,6 +163,7 @@ class Sequencer {
       if (has_replay_ && seq > 0) return start_replay(step, 0, seq, std::move(batch), bytes);
       return apply(step, seq, std::move(batch));
     }
+    step.gap = true;
     if (has_replay_) return start_replay(step, expected_, seq, std::move(batch), bytes);
     reset(step, ResetCause::kSequenceGap);
     apply(step, seq, std::move(batch));
@@ -188,7 +199,10 @@ class Sequencer {
       buffered_bytes_ -= held.bytes;
       const bool went_back = previous && held.seq <= *previous;
       previous = held.seq;
-      if (started_ && held.seq < expected_ && !went_back) continue;
+      if (started_ && held.seq < expected_ && !went_back) {
+        ++step.dropped;
+        continue;
+      }
       admit(step, held.seq, std::move(held.batch), held.bytes);
     }
   }
@@ -199,6 +213,7 @@ class Sequencer {
   void reset(Step& step, ResetCause cause) {
     started_ = false;
     bootstrap_ = false;
+    step.dropped += step.apply.size();
     step.apply.clear();
     step.reset = cause;
   }

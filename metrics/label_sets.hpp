@@ -180,12 +180,13 @@ KVRELAY_LABEL_SET(EventResultLabel, "result", KVRELAY_EVENT_RESULTS);
 KVRELAY_LABEL_SET(ReadinessLabel, "state", KVRELAY_READINESS_STATES);
 
 // What became of a batch an engine (ZeroMQ) source received.
-#define KVRELAY_ENGINE_BATCH_RESULTS(X)                                            \
-  X(kApplied, "applied")                    /* handed to its pool */               \
-  X(kMalformedFrames, "malformed_frames")   /* not [topic, 8-byte seq, payload] */ \
-  X(kMalformedPayload, "malformed_payload") /* not an engine batch */              \
-  X(kOtherRank, "other_rank")               /* for another data-parallel rank */   \
-  X(kRefused, "refused")                    /* the pool did not take it (e.g. no pool yet) */
+#define KVRELAY_ENGINE_BATCH_RESULTS(X)                                                       \
+  X(kApplied, "applied")                    /* handed to its pool */                          \
+  X(kMalformedFrames, "malformed_frames")   /* not [topic, 8-byte seq, payload] */            \
+  X(kMalformedPayload, "malformed_payload") /* not an engine batch */                         \
+  X(kOtherRank, "other_rank")               /* for another data-parallel rank */              \
+  X(kRefused, "refused")                    /* the pool did not take it (e.g. no pool yet) */ \
+  X(kSkipped, "skipped")                    /* never applied: held already, or dropped by a reset */
 KVRELAY_LABEL_SET(EngineBatchResult, "result", KVRELAY_ENGINE_BATCH_RESULTS);
 
 // What became of one event of an engine batch (positions match engine::EventRejection first).

@@ -5,6 +5,7 @@
 
 #include "tests/engines/engine_support.hpp"
 #include "tests/integration/replica.hpp"
+#include "tests/integration/scrape.hpp"
 
 using namespace kvrelay::test;
 
@@ -29,6 +30,23 @@ struct Encoding {
   std::vector<std::string> args;
   WorkloadShape shape;
 };
+
+// A relay with /metrics on loopback, and its engine source's counters (docs/metrics.md).
+kvrelay::RelayOptions with_metrics() {
+  kvrelay::RelayOptions options = loopback_options();
+  options.metrics_listen = "127.0.0.1:0";
+  return options;
+}
+
+Labels engine_source_labels(std::string key = "", std::string value = "") {
+  Labels labels{{"serving_endpoint", "prod/engines/generate"}, {"worker", "1"}, {"dp_rank", "0"}};
+  if (!key.empty()) labels[key] = value;
+  return labels;
+}
+
+double batches_counted(const Scrape& scrape, const std::string& result) {
+  return scrape.count("kv_relay_engine_source_batches_total", engine_source_labels("result", result));
+}
 
 }  // namespace
 
@@ -75,7 +93,7 @@ TEST_CASE("engines: a gap is filled from the replay socket in order and nothing 
   EngineWorkload workload(11, {});
   const auto batches = workload.next(30);
   const auto twin = push_twin(engine_worker(1, {&engine}), workload, batches);
-  TestRelay relay;
+  TestRelay relay(with_metrics());
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
   publish_all(engine, workload, std::vector(batches.begin(), batches.begin() + 10));
@@ -91,6 +109,11 @@ TEST_CASE("engines: a gap is filled from the replay socket in order and nothing 
   REQUIRE(source != nullptr);
   CHECK(source->resets() == 0);
   CHECK(twin.filter_digest() == pool.filter_digest());
+  // Every batch applied once (one that came both live and by replay also counts as skipped).
+  const auto metrics = scrape_until(relay, [](const Scrape& now) { return batches_counted(now, "applied") >= 30; });
+  CHECK(batches_counted(metrics, "applied") == 30);
+  CHECK(metrics.count("kv_relay_engine_source_gaps_total", engine_source_labels()) == 1);
+  CHECK(metrics.count("kv_relay_engine_source_replays_total", engine_source_labels()) == 1);
 }
 
 TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine restart cold-resets the source",
@@ -131,7 +154,7 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
 
 TEST_CASE("engines: an engine restart first seen past seq 0 is replayed from seq 0", "[engines]") {
   FakeEngineProcess engine({"--replay"});
-  TestRelay relay;
+  TestRelay relay(with_metrics());
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
   std::uint64_t seq = 0;
@@ -148,6 +171,11 @@ TEST_CASE("engines: an engine restart first seen past seq 0 is replayed from seq
   const auto* source = find_source(state, 1, 0);
   REQUIRE(source != nullptr);
   CHECK(source->resets() == 1);
+  // The restarted process's seq 0 and 1 were asked of the replay socket: no gap in its seqs.
+  const auto metrics = scrape(relay);
+  CHECK(metrics.count("kv_relay_engine_source_replays_total", engine_source_labels()) == 1);
+  CHECK(metrics.count("kv_relay_engine_source_gaps_total", engine_source_labels()) == 0);
+  CHECK(metrics.count("kv_relay_engine_source_resets_total", engine_source_labels("cause", "engine_restart")) == 1);
 }
 
 TEST_CASE("engines: malformed frames and payloads are dropped and the source keeps going", "[engines]") {
@@ -177,7 +205,7 @@ TEST_CASE("engines: malformed frames and payloads are dropped and the source kee
 
 TEST_CASE("engines: a cold reset reaches the pool even when no batch of its step decodes", "[engines]") {
   FakeEngineProcess engine({});
-  TestRelay relay;
+  TestRelay relay(with_metrics());
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
   const Json block =
@@ -192,6 +220,16 @@ TEST_CASE("engines: a cold reset reaches the pool even when no batch of its step
     return source != nullptr && source->resets() == 1 && engine_pool(state).unique_blocks() == 0;
   });
   CHECK(engine_pool(state).active_sources() == 1);
+  // The empty batch that carried the reset is not one the engine sent: the engine's batches
+  // are the one applied, the one after the gap that did not decode, and the next one.
+  engine.command({{"op", "drop"}, {"count", 1}});  // the raw batch took seq 3: the engine skips it
+  const std::uint64_t seq = engine.batch(one_block(7));
+  REQUIRE(seq == 4);
+  REQUIRE(settled_pool(relay, seq).unique_blocks() == 1);
+  const auto metrics = scrape_until(relay, [](const Scrape& now) { return batches_counted(now, "applied") >= 2; });
+  CHECK(batches_counted(metrics, "applied") == 2);
+  CHECK(batches_counted(metrics, "malformed_payload") == 1);
+  CHECK(metrics.count("kv_relay_engine_source_gaps_total", engine_source_labels()) == 1);
 }
 
 TEST_CASE("engines: a frame above --max-engine-message-bytes ends the connection, which is dialed again", "[engines]") {

@@ -321,6 +321,13 @@ TEST_CASE("Eagle token pairs flatten into windows one token wider than the block
     CHECK(decoded.result.rejections(EventRejection::kHashFormatMismatch) == 1);
     CHECK(decoded.result.detail.starts_with("events[0]: "));
   }
+  SECTION("an Eagle worker rejects a flat token list, hashed for the standard format") {
+    EventDecoder decoder(eagle_config());
+    const auto decoded = decode(decoder, batch({stored_map({.block_hashes = {1, 2}, .token_ids = token_run(0, 9)})}));
+    CHECK(decoded.out.events_size() == 0);
+    CHECK(decoded.result.rejections(EventRejection::kHashFormatMismatch) == 1);
+    CHECK_THAT(decoded.result.detail, Catch::Contains("flat token list"));
+  }
   SECTION("pairs mixed with plain tokens are malformed") {
     EventDecoder decoder(eagle_config());
     const auto decoded =

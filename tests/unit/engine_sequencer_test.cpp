@@ -276,6 +276,75 @@ TEST_CASE("a lost connection starts the source over, even when the next seq woul
   }
 }
 
+TEST_CASE("a gap is told apart from the replays a start or a restart asks for", "[engine_sequencer]") {
+  SECTION("a fresh source's replay from seq 0 fills no gap") {
+    Seq sequencer(true, kRoomy);
+    const auto step = sequencer.on_live(3, 3, 1);
+    CHECK(step.request_replay == 0u);
+    CHECK_FALSE(step.gap);
+  }
+  SECTION("nor does a restarted engine's") {
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(1, 1, 1);
+    const auto step = sequencer.on_live(0, 100, 1);
+    CHECK(step.reset == ResetCause::kEngineRestart);
+    CHECK_FALSE(step.gap);
+  }
+  SECTION("a seq skipped ahead is a gap, replayed or reset") {
+    for (const bool has_replay : {true, false}) {
+      Seq sequencer(has_replay, kRoomy);
+      sequencer.on_live(0, 0, 1);
+      CHECK_FALSE(sequencer.on_live(1, 1, 1).gap);
+      const auto step = sequencer.on_live(4, 4, 1);
+      CHECK(step.gap);
+      CHECK(step.request_replay.has_value() == has_replay);
+      CHECK((step.reset == ResetCause::kSequenceGap) == !has_replay);
+    }
+  }
+}
+
+TEST_CASE("a batch received and never applied counts as dropped, once", "[engine_sequencer]") {
+  Seq sequencer(true, kRoomy);
+  sequencer.on_live(0, 0, 1);
+  REQUIRE(sequencer.on_live(3, 3, 1).request_replay == 1u);
+  SECTION("a live batch the replay gave already") {
+    for (std::uint64_t seq = 1; seq <= 4; ++seq) CHECK(sequencer.on_replay(seq, seq).dropped == 0);
+    CHECK(sequencer.on_replay_end().dropped == 1);  // 3, held while the replay ran
+    CHECK(sequencer.on_live(4, 4, 1).dropped == 1);
+    CHECK(sequencer.on_live(5, 5, 1).dropped == 0);
+  }
+  SECTION("a reply below what applied, and one of a replay given up") {
+    CHECK(sequencer.on_replay(0, 0).dropped == 1);
+    const auto timeout = sequencer.on_replay_timeout();
+    REQUIRE(timeout.reset == ResetCause::kReplayTimeout);
+    CHECK(applied(timeout) == std::vector<std::uint64_t>{3});  // the held batch starts the source over
+    CHECK(sequencer.on_replay(1, 1).dropped == 1);
+  }
+  SECTION("a reply past the seq asked for: the replay is given up without it") {
+    const auto evicted = sequencer.on_replay(2, 2);
+    REQUIRE(evicted.reset == ResetCause::kReplayEvicted);
+    CHECK(evicted.dropped == 1);
+    CHECK(applied(evicted) == std::vector<std::uint64_t>{3});
+  }
+  SECTION("the batches a lost connection leaves held") {
+    sequencer.on_live(4, 4, 1);
+    const auto step = sequencer.on_disconnect();
+    CHECK(step.dropped == 2);
+    CHECK(step.apply.empty());
+  }
+  SECTION("the batches a restart found during a drain came after") {
+    sequencer.on_live(4, 4, 1);
+    sequencer.on_live(1, 101, 1);  // the engine restarted: 101 is its seq 1
+    for (std::uint64_t seq = 1; seq <= 2; ++seq) sequencer.on_replay(seq, seq);
+    const auto step = sequencer.on_replay_end();
+    // 3 and 4 apply, then the restart drops them with the step and asks for its seq 0.
+    CHECK(step.reset == ResetCause::kEngineRestart);
+    CHECK(step.dropped == 2);
+    CHECK(step.request_replay == 0u);
+  }
+}
+
 TEST_CASE("engine frames: live, replay and the end-of-replay marker", "[engine_sequencer]") {
   const std::string topic = "kv", seq = replay_request(258), payload = "\x93\x01\x90\xc0";
   const auto frame = [](const std::string& s) { return Frame(reinterpret_cast<const std::byte*>(s.data()), s.size()); };
@@ -355,15 +424,22 @@ TEST_CASE("with a replay buffer that holds everything, every batch applies once 
     LossyEngine engine(seed);
     Seq sequencer(true, kRoomy);
     std::vector<std::uint64_t> applied_seqs;
+    std::size_t received = 0, dropped = 0;
     const auto deliver_live = [&] {
       const std::uint64_t seq = engine.live().front();
       engine.live().pop_front();
-      carry_out(sequencer.on_live(seq, seq, 1), engine, applied_seqs);
+      ++received;
+      const auto step = sequencer.on_live(seq, seq, 1);
+      dropped += step.dropped;
+      carry_out(step, engine, applied_seqs);
     };
     const auto deliver_reply = [&] {
       const std::uint64_t seq = engine.replies().front();
       engine.replies().pop_front();
-      carry_out(seq == kEndOfReplay ? sequencer.on_replay_end() : sequencer.on_replay(seq, seq), engine, applied_seqs);
+      received += seq == kEndOfReplay ? 0 : 1;
+      const auto step = seq == kEndOfReplay ? sequencer.on_replay_end() : sequencer.on_replay(seq, seq);
+      dropped += step.dropped;
+      carry_out(step, engine, applied_seqs);
     };
     while (engine.published() < 40) {
       switch (std::uniform_int_distribution<int>(0, 2)(engine.random())) {
@@ -389,6 +465,7 @@ TEST_CASE("with a replay buffer that holds everything, every batch applies once 
     std::vector<std::uint64_t> every(engine.published());
     std::iota(every.begin(), every.end(), 0);
     REQUIRE(applied_seqs == every);
+    CHECK(applied_seqs.size() + dropped == received);  // every batch received is accounted for
   }
 }
 
