@@ -19,12 +19,13 @@ RpcStatus lagged_status() {
                                 "subscriber fell behind its bounded stream queue");
 }
 
-// The frame's serialization is built here, once; the transport sends its pieces as they are.
+// The frame's serialization is built here, once; the transport sends its pieces as they are,
+// with send_ts_us stamped as it hands the frame on.
 std::shared_ptr<const wire::FilterFrame> frame_of(const PoolStreamState& state, v1::FilterUpdateKind kind,
                                                   std::uint64_t base_sequence, std::uint64_t sequence,
                                                   std::shared_ptr<const std::string> payload = nullptr) {
   return std::make_shared<const wire::FilterFrame>(
-      state.identity, wire::FilterFrameFields{kind, base_sequence, sequence, wall_clock_us()}, std::move(payload));
+      state.identity, wire::FilterFrameFields{kind, base_sequence, sequence, 0}, std::move(payload));
 }
 
 // kv_relay_snapshot_encode_seconds: the chunks of one image are encoded one at a time,
@@ -167,12 +168,6 @@ void on_heartbeat_due(Self self) {
 }
 
 }  // namespace
-
-std::uint64_t wall_clock_us() {
-  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count();
-  return us < 0 ? 0 : static_cast<std::uint64_t>(us);
-}
 
 PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<wire::FilterFrame> sink, PoolStreamSpec spec,
                                            OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,

@@ -64,7 +64,4 @@ PoolStreamActor::behavior_type pool_stream(PoolStreamActor::stateful_pointer<Poo
                                            OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,
                                            metrics::RelayMetrics* metrics);
 
-// Wall-clock microseconds since the Unix epoch (0 before it), as FilterUpdate.send_ts_us.
-std::uint64_t wall_clock_us();
-
 }  // namespace kvrelay

@@ -1,5 +1,7 @@
 #include "core/filter_frame.hpp"
 
+#include <chrono>
+
 #include "core/wire_validation.hpp"
 
 namespace kvrelay::wire {
@@ -76,6 +78,18 @@ FilterFrame::FilterFrame(std::shared_ptr<const std::string> identity, const Filt
     at += put_varint(header_.data() + at, payload_->size());
   }
   header_size_ = static_cast<std::uint8_t>(at);
+}
+
+FilterFrame FilterFrame::stamped(std::uint64_t send_ts_us) const {
+  FilterFrameFields fields = fields_;
+  fields.send_ts_us = send_ts_us;
+  return FilterFrame(identity_, fields, payload_);
+}
+
+std::uint64_t wall_clock_us() {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(since_epoch).count();
+  return us < 0 ? 0 : static_cast<std::uint64_t>(us);
 }
 
 std::string_view FilterFrame::trailer_bytes() const {

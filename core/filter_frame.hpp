@@ -30,11 +30,14 @@ namespace v1 = ::dynamo::kvrelay::v1;
 std::shared_ptr<const std::string> encode_frame_identity(const v1::RelayIdentity& relay,
                                                          const v1::ProducerIdentity& producer);
 
+// Wall-clock microseconds since the Unix epoch (0 before it): what a frame's send_ts_us holds.
+std::uint64_t wall_clock_us();
+
 struct FilterFrameFields {
   v1::FilterUpdateKind kind = v1::FILTER_UPDATE_KIND_UNSPECIFIED;
   std::uint64_t base_sequence = 0;
   std::uint64_t sequence = 0;
-  std::uint64_t send_ts_us = 0;
+  std::uint64_t send_ts_us = 0;  // when the transport hands the frame on: see stamped()
 };
 
 class FilterFrame {
@@ -48,6 +51,10 @@ class FilterFrame {
   std::uint64_t sequence() const { return fields_.sequence; }
   std::uint64_t send_ts_us() const { return fields_.send_ts_us; }
   std::string_view payload() const { return payload_ ? std::string_view(*payload_) : std::string_view(); }
+
+  // The same frame sent at `send_ts_us`: a frame waits in its stream's queue, and its send time
+  // is when it leaves it. The header is rebuilt; identity and payload stay shared.
+  FilterFrame stamped(std::uint64_t send_ts_us) const;
 
   // The serialization's pieces in order (any may be empty), and what keeps the shared ones alive.
   std::string_view identity_bytes() const { return *identity_; }

@@ -14,6 +14,8 @@
 
 namespace kvrelay::gateway {
 
+namespace v1 = ::dynamo::kvrelay::v1;
+
 // What a frame carries, for kv_relay_frames_sent_total{kind}.
 inline metrics::FrameKind frame_kind(const wire::FilterFrame& frame) {
   switch (frame.kind()) {
@@ -61,17 +63,19 @@ WireWrite wire_write(const std::shared_ptr<const wire::Serialized<Message>>& upd
   return {frame_kind(update->message()), grpc::ByteBuffer(&slice, 1)};
 }
 
-// A pool frame: its pieces, the shared ones (identity, payload) referenced.
-inline WireWrite wire_write(const std::shared_ptr<const wire::FilterFrame>& frame) {
-  const std::string_view header = frame->header_bytes();
-  const std::string_view trailer = frame->trailer_bytes();
+// A pool frame: its pieces, the shared ones (identity, payload) referenced, with send_ts_us
+// stamped now, as it goes to gRPC (docs/protocol/rpcs.md#filter-frames).
+inline WireWrite wire_write(const std::shared_ptr<const wire::FilterFrame>& queued) {
+  const wire::FilterFrame frame = queued->stamped(wire::wall_clock_us());
+  const std::string_view header = frame.header_bytes();
+  const std::string_view trailer = frame.trailer_bytes();
   grpc::Slice slices[4];
   std::size_t count = 0;
-  slices[count++] = shared_slice(frame->shared_identity(), frame->identity_bytes());
-  slices[count++] = grpc::Slice(header.data(), header.size());
-  if (frame->shared_payload()) slices[count++] = shared_slice(frame->shared_payload(), frame->payload());
+  slices[count++] = shared_slice(frame.shared_identity(), frame.identity_bytes());
+  slices[count++] = grpc::Slice(header.data(), header.size());  // copied: the stamped header is this call's
+  if (frame.shared_payload()) slices[count++] = shared_slice(frame.shared_payload(), frame.payload());
   slices[count++] = grpc::Slice(trailer.data(), trailer.size(), grpc::Slice::STATIC_SLICE);
-  return {frame_kind(*frame), grpc::ByteBuffer(slices, count)};
+  return {frame_kind(frame), grpc::ByteBuffer(slices, count)};
 }
 
 }  // namespace kvrelay::gateway

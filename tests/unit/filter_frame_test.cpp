@@ -72,6 +72,13 @@ TEST_CASE("FilterFrame: its pieces are exactly the FilterUpdate's serialization"
     CHECK(parsed.sequence() == fields.sequence);
     CHECK(parsed.send_ts_us() == fields.send_ts_us);
     CHECK(parsed.payload() == frame.payload());
+
+    // Stamped with another send time: that field alone changes, and the payload stays shared.
+    const std::uint64_t send_ts_us = random_varint_value(rng);
+    const wire::FilterFrame stamped = frame.stamped(send_ts_us);
+    expected.set_send_ts_us(send_ts_us);
+    REQUIRE(stamped.serialize() == expected.SerializeAsString());
+    CHECK(stamped.payload().data() == frame.payload().data());
   }
 }
 
