@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -451,6 +452,17 @@ const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kin
   return kind == "hubs" ? *impl.hub_slots : impl.relay_service->limit_of(kind);
 }
 
+// Until then the listeners stay open and the services refuse new calls themselves, with
+// UNAVAILABLE: a gRPC server shutting down would cancel them instead, which a client cannot
+// tell from a call it cancelled itself.
+void await_streams_ended(const RelayRuntime::Impl& impl, std::chrono::system_clock::time_point deadline) {
+  for (const std::string_view kind : {"catalog", "readiness", "pool", "load", "serving_load", "ingest"}) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::system_clock::now());
+    limit_of(impl, kind).await_at_most(0, std::max(left, std::chrono::milliseconds(0)));
+  }
+}
+
 }  // namespace
 
 std::size_t RelayRuntime::open_streams(std::string_view kind) const { return limit_of(*impl_, kind).in_use(); }
@@ -489,6 +501,7 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   caf::anon_send(impl_->membership, atoms::shutdown_atom_v, closing);
   // Calls still open at the deadline (clients that stopped reading) are cancelled.
   const auto deadline = std::chrono::system_clock::now() + drain.value_or(impl_->drain);
+  await_streams_ended(*impl_, deadline);
   impl_->wan_server->Shutdown(deadline);
   impl_->ingest_server->Shutdown(deadline);
   impl_->wan_server->Wait();

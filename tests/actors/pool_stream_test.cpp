@@ -34,11 +34,11 @@ struct StreamUnderTest {
   PoolStreamActor stream;
 
   StreamUnderTest(ActorFixture& fixture, std::uint64_t bucket_count, bool paced,
-                  std::chrono::milliseconds heartbeat = std::chrono::milliseconds(0)) {
+                  std::chrono::milliseconds heartbeat = std::chrono::milliseconds(0), OutboxLimits outbox = {}) {
     publisher = spawn_recorder(fixture, publisher_inbox);
     if (paced) encoders = spawn_recorder(fixture, encoders_inbox);
     SnapshotPacing pacing{caf::actor_cast<SnapshotEncodersActor>(encoders), kProgressTimeout, heartbeat};
-    stream = fixture.spawn(pool_stream, sink, spec_with_buckets(bucket_count), OutboxLimits{},
+    stream = fixture.spawn(pool_stream, sink, spec_with_buckets(bucket_count), outbox,
                            caf::actor_cast<PoolPublisherActor>(publisher), pacing, nullptr);
     fixture.run();
   }
@@ -110,6 +110,28 @@ TEST_CASE("pool stream actor: a full outbox ends the stream as lagged", "[actors
   fixture.run();
   CHECK_FALSE(under_test.sink->finished.has_value());
   caf::anon_send(under_test.stream, delta_from(OutboxLimits{}.max_frames));
+  fixture.run();
+  REQUIRE(under_test.sink->finished.has_value());
+  CHECK(under_test.sink->finished->reason == v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED);
+}
+
+TEST_CASE("pool stream actor: an outbox full of bytes ends the stream as lagged, however few its frames",
+          "[actors][pool]") {
+  constexpr std::size_t kPayload = 1000;
+  constexpr std::size_t kFrameBytes = kPayload + OutboxLimits::kFrameOverheadBytes;
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, 1024, /*paced=*/false, std::chrono::milliseconds(0),
+                             OutboxLimits{16, 3 * kFrameBytes});
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(1024, 0)});
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 1);  // the chunk, never completed: deltas queue
+  const auto delta = [&](std::uint64_t base) {
+    return PoolDeltaMsg{base, base + 1, std::make_shared<const std::string>(kPayload, 'd'), 0};
+  };
+  for (std::uint64_t base = 0; base < 3; ++base) caf::anon_send(under_test.stream, delta(base));
+  fixture.run();
+  CHECK_FALSE(under_test.sink->finished.has_value());  // three frames of sixteen, all the bytes
+  caf::anon_send(under_test.stream, delta(3));
   fixture.run();
   REQUIRE(under_test.sink->finished.has_value());
   CHECK(under_test.sink->finished->reason == v1::RELAY_ERROR_REASON_SUBSCRIBER_LAGGED);

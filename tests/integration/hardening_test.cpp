@@ -11,6 +11,7 @@
 
 #include "kvrelay_test/standard_services.pb.h"
 #include "tests/integration/harness.hpp"
+#include "tests/integration/scrape.hpp"
 
 using namespace kvrelay::test;
 
@@ -237,6 +238,47 @@ TEST_CASE("health and reflection on both listeners, drain flips health and refus
   CHECK(relay.wan().GetRelayInfo(&context, request, &info).error_code() == grpc::StatusCode::UNAVAILABLE);
 }
 
+TEST_CASE("drain: while open streams end, new calls are refused with UNAVAILABLE, not cancelled", "[health]") {
+  TestRelay relay;
+  using Status = kvrelay::test::HealthCheckResponse;
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  const auto producer = await_single_pool(*catalog);
+  // A feeder's stream, which the relay leaves to its feeder: it holds the drain open.
+  grpc::ClientContext feeder_context;
+  ingest_v1::PublishKvEventsResponse tally;
+  auto feeder = relay.ingest().PublishKvEvents(&feeder_context, &tally);
+  REQUIRE(relay.runtime().await_open_streams_at_least("ingest", 1));
+
+  grpc::ClientContext watch_context;
+  const grpc::internal::RpcMethod watch_method("/grpc.health.v1.Health/Watch",
+                                               grpc::internal::RpcMethod::SERVER_STREAMING, relay.wan_channel());
+  kvrelay::test::HealthCheckRequest watch_request;
+  watch_request.set_service("dynamo.kvrelay.v1.KvEventRelay");
+  std::unique_ptr<grpc::ClientReader<Status>> watch(grpc::internal::ClientReaderFactory<Status>::Create(
+      relay.wan_channel().get(), watch_method, &watch_context, watch_request));
+  Status seen;
+  REQUIRE(watch->Read(&seen));
+  REQUIRE(seen.status() == Status::SERVING);
+
+  // The relay is shut down from the thread that started it; the late client runs beside it.
+  std::pair<grpc::StatusCode, std::string> late_end;
+  bool feeder_closed = false;
+  std::thread late_client([&] {
+    while (watch->Read(&seen) && seen.status() != Status::NOT_SERVING) {
+    }
+    late_end = subscribe_pool(relay, producer, "late")->ending();
+    feeder_closed = feeder->WritesDone();
+    feeder->Finish();  // the drain can end now
+  });
+  relay.runtime().shutdown(std::chrono::seconds(60));  // ends once the feeder has closed its stream
+  late_client.join();
+  CHECK(seen.status() == Status::NOT_SERVING);
+  CHECK(late_end ==
+        std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
+  CHECK(feeder_closed);
+}
+
 namespace {
 
 // One pool whose snapshot is four 4 MiB chunks: a client that never reads stalls its stream
@@ -253,6 +295,8 @@ kvrelay::RelayOptions big_snapshot_options() {
 TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when the pool retires", "[limits]") {
   kvrelay::RelayOptions options = big_snapshot_options();
   options.snapshot_encoders = 1;
+  options.max_subscribers_per_pool = 2;
+  options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
@@ -267,6 +311,28 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
   SECTION("the permit passes on when the holder goes") {
     holder->cancel();
     const auto snapshot = queued->next();  // arrives only once the holder's permit is back
+    REQUIRE(snapshot.has_value());
+    CHECK(snapshot->kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK);
+  }
+  SECTION("one past the pool's limit is refused at once, not after a wait (decision 38)") {
+    // The queued stream holds its per-pool permit once it is admitted (the total one comes first).
+    const Labels admitted{{"rpc", "SubscribeKvPool"}, {"result", "admitted"}};
+    const auto metrics = scrape_until(
+        relay, [&](const Scrape& now) { return now.count("kv_relay_stream_admissions_total", admitted) >= 2; });
+    REQUIRE(metrics.count("kv_relay_stream_admissions_total", admitted) == 2);
+    auto third = subscribe_pool(relay, producer, "third");
+    CHECK(third->ending() ==
+          std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_RESOURCE_LIMIT")});
+    holder->cancel();
+  }
+  SECTION("a waiting subscriber that goes away gives its permits back") {
+    queued->cancel();
+    queued->ending();
+    REQUIRE(relay.runtime().await_open_streams_at_most("pool", 1));
+    auto next = subscribe_pool(relay, producer, "next");
+    REQUIRE(relay.runtime().await_open_streams_at_least("pool", 2));  // admitted, waiting in turn
+    holder->cancel();
+    const auto snapshot = next->next();
     REQUIRE(snapshot.has_value());
     CHECK(snapshot->kind() == v1::FILTER_UPDATE_KIND_SNAPSHOT_CHUNK);
   }
