@@ -7,7 +7,6 @@
 #include <unistd.h>
 #include <caf/all.hpp>
 
-#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -456,11 +455,8 @@ const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kin
 // UNAVAILABLE: a gRPC server shutting down would cancel them instead, which a client cannot
 // tell from a call it cancelled itself.
 void await_streams_ended(const RelayRuntime::Impl& impl, std::chrono::system_clock::time_point deadline) {
-  for (const std::string_view kind : {"catalog", "readiness", "pool", "load", "serving_load", "ingest"}) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::system_clock::now());
-    limit_of(impl, kind).await_at_most(0, std::max(left, std::chrono::milliseconds(0)));
-  }
+  impl.relay_service->await_streams_ended(deadline);
+  impl.ingest_service->streams().await_at_most(0, deadline);
 }
 
 }  // namespace

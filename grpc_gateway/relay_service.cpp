@@ -62,6 +62,13 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
 
 std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
 
+void RelayService::await_streams_ended(std::chrono::system_clock::time_point deadline) const {
+  for (const StreamLimit* limit :
+       {&catalog_streams_, &readiness_streams_, &load_streams_, &serving_load_streams_, &pool_streams_}) {
+    limit->await_at_most(0, deadline);
+  }
+}
+
 // The request as the typed API would have parsed it, then validated.
 template <class Request>
 RawStream* RelayService::read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,

@@ -70,6 +70,8 @@ class RelayService final : public RawStreamingService {
   // Permits in use per stream kind ("catalog", "readiness", "load", "serving_load", "pool").
   std::size_t open_streams(std::string_view kind) const;
   const StreamLimit& limit_of(std::string_view kind) const;
+  // Until every stream of every kind has ended, or `deadline`.
+  void await_streams_ended(std::chrono::system_clock::time_point deadline) const;
 
  private:
   // Each returns the refusal, or nullptr when the call may go on.

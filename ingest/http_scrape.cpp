@@ -77,24 +77,18 @@ HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, c
   client.set_write_timeout(seconds.count(), micros.count());
   HttpResult result;
   bool too_big = false;
-  std::optional<std::string> stopped;
-  {
-    // A page trickled in small pieces, or headers trickled before it, would otherwise hold one
-    // of the few scrape threads for as long as the server likes.
-    GetWatchdog watchdog(client, std::chrono::steady_clock::now() + timeout, cancel);
-    const auto response = client.Get(parsed->path, [&](const char* data, std::size_t length) {
-      result.body.append(data, length);
-      too_big = result.body.size() > HttpScraper::kMaxBodyBytes;
-      return !too_big;
-    });
-    stopped = watchdog.reason(timeout);
-    if (!stopped && !too_big) {
-      if (!response) return {false, {}, httplib::to_string(response.error())};
-      if (response->status != 200) return {false, {}, "HTTP status " + std::to_string(response->status)};
-    }
-  }
+  // A page trickled in small pieces, or headers trickled before it, would otherwise hold one
+  // of the few scrape threads for as long as the server likes.
+  const GetWatchdog watchdog(client, std::chrono::steady_clock::now() + timeout, cancel);
+  const auto response = client.Get(parsed->path, [&](const char* data, std::size_t length) {
+    result.body.append(data, length);
+    too_big = result.body.size() > HttpScraper::kMaxBodyBytes;
+    return !too_big;
+  });
   if (too_big) return {false, {}, "the page is larger than 16 MiB"};
-  if (stopped) return {false, {}, std::move(*stopped)};
+  if (auto stopped = watchdog.reason(timeout)) return {false, {}, std::move(*stopped)};
+  if (!response) return {false, {}, httplib::to_string(response.error())};
+  if (response->status != 200) return {false, {}, "HTTP status " + std::to_string(response->status)};
   result.ok = true;
   return result;
 }

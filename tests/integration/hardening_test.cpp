@@ -32,6 +32,32 @@ kvrelay::test::HealthCheckResponse::ServingStatus health(const std::shared_ptr<g
   return response.status();
 }
 
+// A grpc.health.v1 Watch of the relay's WAN service: each read is its next status.
+class HealthWatch {
+ public:
+  using Status = kvrelay::test::HealthCheckResponse;
+
+  explicit HealthWatch(TestRelay& relay) {
+    const grpc::internal::RpcMethod method("/grpc.health.v1.Health/Watch", grpc::internal::RpcMethod::SERVER_STREAMING,
+                                           relay.wan_channel());
+    kvrelay::test::HealthCheckRequest request;
+    request.set_service("dynamo.kvrelay.v1.KvEventRelay");
+    reader_.reset(
+        grpc::internal::ClientReaderFactory<Status>::Create(relay.wan_channel().get(), method, &context_, request));
+  }
+
+  // The next status, or nullopt once the watch has ended.
+  std::optional<Status::ServingStatus> next() {
+    Status seen;
+    if (!reader_->Read(&seen)) return std::nullopt;
+    return seen.status();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<Status>> reader_;
+};
+
 std::vector<std::string> reflected_services(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ClientContext context;
   const grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
@@ -204,16 +230,8 @@ TEST_CASE("health and reflection on both listeners, drain flips health and refus
 
   // Watch health during the drain; read the catalog stream as it ends. The relay itself is
   // shut down from the thread that started it.
-  grpc::ClientContext watch_context;
-  const grpc::internal::RpcMethod watch_method("/grpc.health.v1.Health/Watch",
-                                               grpc::internal::RpcMethod::SERVER_STREAMING, relay.wan_channel());
-  kvrelay::test::HealthCheckRequest watch_request;
-  watch_request.set_service("dynamo.kvrelay.v1.KvEventRelay");
-  std::unique_ptr<grpc::ClientReader<Status>> watch(grpc::internal::ClientReaderFactory<Status>::Create(
-      relay.wan_channel().get(), watch_method, &watch_context, watch_request));
-  Status seen;
-  REQUIRE(watch->Read(&seen));
-  CHECK(seen.status() == Status::SERVING);
+  HealthWatch watch(relay);
+  CHECK(watch.next() == Status::SERVING);
 
   auto catalog = watch_catalog(relay);
   REQUIRE(catalog->next().has_value());
@@ -221,7 +239,7 @@ TEST_CASE("health and reflection on both listeners, drain flips health and refus
   std::vector<Status::ServingStatus> health_during_drain;
   std::thread readers([&] {
     catalog_end = catalog->ending();
-    while (watch->Read(&seen)) health_during_drain.push_back(seen.status());
+    while (const auto status = watch.next()) health_during_drain.push_back(*status);
   });
   relay.shutdown();
   readers.join();
@@ -250,22 +268,15 @@ TEST_CASE("drain: while open streams end, new calls are refused with UNAVAILABLE
   auto feeder = relay.ingest().PublishKvEvents(&feeder_context, &tally);
   REQUIRE(relay.runtime().await_open_streams_at_least("ingest", 1));
 
-  grpc::ClientContext watch_context;
-  const grpc::internal::RpcMethod watch_method("/grpc.health.v1.Health/Watch",
-                                               grpc::internal::RpcMethod::SERVER_STREAMING, relay.wan_channel());
-  kvrelay::test::HealthCheckRequest watch_request;
-  watch_request.set_service("dynamo.kvrelay.v1.KvEventRelay");
-  std::unique_ptr<grpc::ClientReader<Status>> watch(grpc::internal::ClientReaderFactory<Status>::Create(
-      relay.wan_channel().get(), watch_method, &watch_context, watch_request));
-  Status seen;
-  REQUIRE(watch->Read(&seen));
-  REQUIRE(seen.status() == Status::SERVING);
+  HealthWatch watch(relay);
+  REQUIRE(watch.next() == Status::SERVING);
 
   // The relay is shut down from the thread that started it; the late client runs beside it.
   std::pair<grpc::StatusCode, std::string> late_end;
   bool feeder_closed = false;
+  std::optional<Status::ServingStatus> seen;
   std::thread late_client([&] {
-    while (watch->Read(&seen) && seen.status() != Status::NOT_SERVING) {
+    while ((seen = watch.next()) && *seen != Status::NOT_SERVING) {
     }
     late_end = subscribe_pool(relay, producer, "late")->ending();
     feeder_closed = feeder->WritesDone();
@@ -273,7 +284,7 @@ TEST_CASE("drain: while open streams end, new calls are refused with UNAVAILABLE
   });
   relay.runtime().shutdown(std::chrono::seconds(60));  // ends once the feeder has closed its stream
   late_client.join();
-  CHECK(seen.status() == Status::NOT_SERVING);
+  CHECK(seen == Status::NOT_SERVING);
   CHECK(late_end ==
         std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
   CHECK(feeder_closed);
