@@ -2,10 +2,10 @@
 
 #include <httplib.h>
 
-#include <atomic>
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "core/network_address.hpp"
 
@@ -20,53 +20,106 @@ std::optional<HttpUrl> parse_http_url(const std::string& url) {
   return parsed;
 }
 
+GetWatchdog::GetWatchdog() : thread_([this](const std::stop_token& over) { run(over); }) {}
+
+GetWatchdog::~GetWatchdog() {
+  thread_.request_stop();  // wakes the wait, which is stop-aware
+}
+
+void GetWatchdog::begin_watch(std::function<void()> stop_get, std::chrono::steady_clock::time_point deadline,
+                              std::stop_token cancel) {
+  {
+    std::lock_guard lock(mutex_);
+    stop_get_ = std::move(stop_get);
+    deadline_ = deadline;
+    cancel_ = std::move(cancel);
+    stopped_ = Stopped::kNo;
+    ++generation_;
+  }
+  changed_.notify_all();
+}
+
+void GetWatchdog::recheck() {
+  { std::lock_guard lock(mutex_); }  // the watchdog is either before its check or waiting
+  changed_.notify_all();
+}
+
+GetWatchdog::Stopped GetWatchdog::end_watch() {
+  Stopped stopped;
+  {
+    // Taken while stop_get runs, so the GET's client outlives every call of it.
+    std::lock_guard lock(mutex_);
+    stop_get_ = nullptr;
+    stopped = std::exchange(stopped_, Stopped::kNo);
+    ++generation_;
+  }
+  changed_.notify_all();
+  return stopped;
+}
+
+void GetWatchdog::run(const std::stop_token& over) {
+  constexpr auto kTick = std::chrono::milliseconds(100);
+  std::unique_lock lock(mutex_);
+  while (!over.stop_requested()) {
+    if (!stop_get_) {
+      changed_.wait(lock, over, [this] { return static_cast<bool>(stop_get_); });
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (stopped_ == Stopped::kNo && now >= deadline_) stopped_ = Stopped::kExpired;
+    if (stopped_ == Stopped::kNo && cancel_.stop_requested()) stopped_ = Stopped::kCancelled;
+    if (stopped_ != Stopped::kNo) stop_get_();
+    const auto next = stopped_ == Stopped::kNo ? deadline_ : now + kTick;
+    const std::uint64_t watching = generation_;
+    changed_.wait_until(lock, over, next, [&] {
+      return generation_ != watching || (stopped_ == Stopped::kNo && cancel_.stop_requested());
+    });
+  }
+}
+
 namespace {
 
-// Stops a GET's client once its deadline passes or the caller cancels it, and again every
-// tick after that (a stop that lands before the request has its socket stops nothing), until
-// the GET is over. httplib's own timeouts bound each read, not the whole response.
-class GetWatchdog {
+// A GET watched from its start to its end, whatever way it ends.
+class WatchedGet {
  public:
-  GetWatchdog(httplib::Client& client, std::chrono::steady_clock::time_point deadline, std::stop_token cancel)
-      : thread_([this, &client, deadline, cancel](const std::stop_token& over) {
-          constexpr auto kTick = std::chrono::milliseconds(100);
-          std::mutex mutex;
-          std::condition_variable_any never_notified;
-          std::unique_lock lock(mutex);
-          while (!over.stop_requested()) {
-            const auto now = std::chrono::steady_clock::now();
-            const bool expired = now >= deadline;
-            if (expired || cancel.stop_requested()) {
-              why_.store(expired ? Why::kExpired : Why::kCancelled);
-              client.stop();
-            }
-            const auto next = expired ? now + kTick : std::min(deadline, now + kTick);
-            never_notified.wait_until(lock, over, next, [] { return false; });
-          }
-        }) {}
+  WatchedGet(GetWatchdog& watchdog, httplib::Client& client, std::chrono::milliseconds timeout,
+             const std::stop_token& cancel)
+      : watchdog_(watchdog), timeout_(timeout) {
+    watchdog_.begin_watch([&client] { client.stop(); }, std::chrono::steady_clock::now() + timeout, cancel);
+    wake_on_cancel_.emplace(cancel, [this] { watchdog_.recheck(); });
+  }
+  ~WatchedGet() {
+    if (!ended_) end();
+  }
+  WatchedGet(const WatchedGet&) = delete;
+  WatchedGet& operator=(const WatchedGet&) = delete;
 
-  // Why the GET was stopped, if it was: the error it failed with says so.
-  std::optional<std::string> reason(std::chrono::milliseconds timeout) const {
-    switch (why_.load()) {
-      case Why::kExpired:
-        return "the page took longer than " + std::to_string(timeout.count()) + " ms to arrive";
-      case Why::kCancelled:
+  // Ends the watch; why the GET was stopped, if it was: the error it failed with says so.
+  std::optional<std::string> end() {
+    wake_on_cancel_.reset();
+    ended_ = true;
+    switch (watchdog_.end_watch()) {
+      case GetWatchdog::Stopped::kExpired:
+        return "the page took longer than " + std::to_string(timeout_.count()) + " ms to arrive";
+      case GetWatchdog::Stopped::kCancelled:
         return std::string("the scrape was cancelled");
-      case Why::kRunning:
+      case GetWatchdog::Stopped::kNo:
         break;
     }
     return std::nullopt;
   }
 
  private:
-  enum class Why { kRunning, kExpired, kCancelled };
-  std::atomic<Why> why_{Why::kRunning};
-  std::jthread thread_;  // declared last: stopped and joined before the rest goes
+  GetWatchdog& watchdog_;
+  std::chrono::milliseconds timeout_;
+  bool ended_ = false;
+  std::optional<std::stop_callback<std::function<void()>>> wake_on_cancel_;
 };
 
 }  // namespace
 
-HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, const std::stop_token& cancel) {
+HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, GetWatchdog& watchdog,
+                    const std::stop_token& cancel) {
   const auto parsed = parse_http_url(url);
   if (!parsed) return {false, {}, "not an http:// URL"};
   httplib::Client client(parsed->origin);
@@ -79,18 +132,24 @@ HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, c
   bool too_big = false;
   // A page trickled in small pieces, or headers trickled before it, would otherwise hold one
   // of the few scrape threads for as long as the server likes.
-  const GetWatchdog watchdog(client, std::chrono::steady_clock::now() + timeout, cancel);
+  WatchedGet watched(watchdog, client, timeout, cancel);
   const auto response = client.Get(parsed->path, [&](const char* data, std::size_t length) {
     result.body.append(data, length);
     too_big = result.body.size() > HttpScraper::kMaxBodyBytes;
     return !too_big;
   });
+  const auto stopped = watched.end();
   if (too_big) return {false, {}, "the page is larger than 16 MiB"};
-  if (auto stopped = watchdog.reason(timeout)) return {false, {}, std::move(*stopped)};
+  if (stopped) return {false, {}, *stopped};
   if (!response) return {false, {}, httplib::to_string(response.error())};
   if (response->status != 200) return {false, {}, "HTTP status " + std::to_string(response->status)};
   result.ok = true;
   return result;
+}
+
+HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout) {
+  GetWatchdog watchdog;
+  return http_get(url, timeout, watchdog);
 }
 
 HttpScraper::HttpScraper(std::size_t threads) {
@@ -117,6 +176,7 @@ void HttpScraper::get(std::string url, std::chrono::milliseconds timeout, std::f
 }
 
 void HttpScraper::run(const std::stop_token& stopping) {
+  GetWatchdog watchdog;
   for (;;) {
     Job job;
     {
@@ -127,7 +187,7 @@ void HttpScraper::run(const std::stop_token& stopping) {
     }
     HttpResult result;
     try {
-      result = http_get(job.url, job.timeout, stopping);
+      result = http_get(job.url, job.timeout, watchdog, stopping);
     } catch (const std::exception& error) {  // the client library's own: a failed scrape, not a dead thread
       result = {false, {}, std::string("the HTTP client failed: ") + error.what()};
     }

@@ -1,6 +1,6 @@
 // The engine metrics client (ingest/http_scrape.hpp) against a real HTTP server on loopback:
 // the addresses it accepts, a page or headers that arrive too slowly, and a scraper that goes
-// away while a GET is in progress.
+// away while a GET is in progress, and one watchdog serving GET after GET.
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include "ingest/http_scrape.hpp"
@@ -136,4 +137,57 @@ TEST_CASE("http scrape: a scraper that goes away abandons its GETs in progress, 
     REQUIRE(server.await_accepted());
   }  // without the abort, this would wait out the server's 30 s and then answer
   CHECK_FALSE(answered.load());
+}
+
+namespace {
+
+// A plain server answering /metrics with a one-line page, on a thread of its own.
+class PageServer {
+ public:
+  PageServer() {
+    server_.Get("/metrics", [](const httplib::Request&, httplib::Response& response) {
+      response.set_content("kv_cache_usage 0.5\n", "text/plain");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    REQUIRE(port_ > 0);
+    serving_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~PageServer() {
+    server_.stop();
+    serving_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/metrics"; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread serving_;
+};
+
+}  // namespace
+
+TEST_CASE("http scrape: one watchdog serves GET after GET, a stopped one does not stop the next", "[engines][http]") {
+  using kvrelay::engine_io::GetWatchdog;
+  GetWatchdog watchdog;
+  PageServer page;
+  SECTION("after a GET that ran out of time") {
+    TricklingServer slow;
+    const auto expired = http_get(slow.url(), std::chrono::milliseconds(300), watchdog);
+    CHECK_THAT(expired.error, Catch::Contains("took longer than 300 ms"));
+  }
+  SECTION("after a GET that was cancelled") {
+    TricklingServer slow;
+    std::stop_source cancel;
+    kvrelay::engine_io::HttpResult cancelled;
+    std::thread getting(
+        [&] { cancelled = http_get(slow.url(), std::chrono::seconds(60), watchdog, cancel.get_token()); });
+    REQUIRE(slow.await_accepted());
+    cancel.request_stop();
+    getting.join();
+    CHECK_FALSE(cancelled.ok);
+    CHECK(cancelled.error == "the scrape was cancelled");
+  }
+  const auto next = http_get(page.url(), std::chrono::milliseconds(300), watchdog);
+  CHECK(next.ok);
+  CHECK(next.body == "kv_cache_usage 0.5\n");
 }
