@@ -71,4 +71,10 @@ Reaction react(Plane plane, const grpc::Status& status, std::optional<v1::RelayE
   }
 }
 
+Reaction react_to_fault(const Fault& fault) {
+  const bool other_contract = fault.kind == wire::to_string(wire::ErrorCode::kContractMarker) ||
+                              fault.kind == wire::to_string(wire::ErrorCode::kProtocolVersion);
+  return {.retry = other_contract ? Retry::kNever : Retry::kBackoff, .stop_relay = other_contract};
+}
+
 }  // namespace kvrelay::client

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "client/lib/fault.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay::client {
@@ -37,5 +38,10 @@ std::optional<dynamo::kvrelay::v1::RelayErrorReason> parse_reason(std::string_vi
 
 // `status.ok()` is an unexpected clean end of stream. State is always invalidated by the caller.
 Reaction react(Plane plane, const grpc::Status& status, std::optional<dynamo::kvrelay::v1::RelayErrorReason> reason);
+
+// A stream this consumer ended on a local fault reopens with backoff, unless the message was
+// another contract's (a wrong marker or protocol_version): that is a contract mismatch
+// (docs/protocol/errors.md#contract-mismatch).
+Reaction react_to_fault(const Fault& fault);
 
 }  // namespace kvrelay::client

@@ -22,6 +22,10 @@ bool envelope_ok(const Response& message) {
   return !wire::check_envelope(message.contract_marker(), message.protocol_version()) && message.has_relay();
 }
 
+Reaction reaction_to(Plane plane, const StreamEnd& end) {
+  return end.fault ? react_to_fault(*end.fault) : react(plane, end.status, end.reason);
+}
+
 }  // namespace
 
 std::string StreamEnd::describe() const {
@@ -71,8 +75,11 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
     const auto open = [&](grpc::ClientContext* context) -> Reader<Response> {
       return (stub_.get()->*rpc)(context, request);
     };
-    const auto apply = [&](const Response& update) {
+    const auto apply = [&](const Response& update) -> Applied {
       std::unique_lock lock(mutex_);
+      // Found incompatible by another stream, whose stop of this one may not have landed yet:
+      // nothing more of this relay is applied (a catalog would subscribe its pools again).
+      if (incompatible_) return std::nullopt;
       if (envelope_ok(update)) observe_identity(update.relay());
       auto fault = state.apply(update);
       if (!fault && after_apply != nullptr) (this->*after_apply)();
@@ -142,7 +149,7 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
     const StreamEnd end = read_stream<Response>(
         control, &stats, open, apply, [] { return true; }, backoff);
     if (control.stopped()) return;
-    const Reaction reaction = end.fault ? Reaction{} : react(plane, end.status, end.reason);
+    const Reaction reaction = reaction_to(plane, end);
     // Every end — an error, a local fault, even a clean end — leaves this plane's state stale.
     {
       std::unique_lock lock(mutex_);
@@ -287,7 +294,7 @@ void RelayLink::run_pool(std::shared_ptr<Subscription> subscription, wire::PoolK
     const StreamEnd end = read_stream<v1::FilterUpdate>(
         subscription->control, nullptr, open, apply, [&] { return replica_installed(subscription, key); }, backoff);
     if (subscription->control.stopped()) return;
-    const Reaction reaction = end.fault ? Reaction{} : react(Plane::kPool, end.status, end.reason);
+    const Reaction reaction = reaction_to(Plane::kPool, end);
     if (reaction.stop_relay) return mark_incompatible(end.describe());
     if (!settle_pool_stream(subscription, key, end, reaction)) return;
     if (!subscription->control.wait(backoff.next())) return;

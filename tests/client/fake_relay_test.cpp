@@ -137,10 +137,6 @@ TEST_CASE("fake relay: a faulty frame invalidates only that replica, which resub
     bad = delta_frame(identity, 5, {{1, 0x10001}}, 0x99);
     expected_fault = "DcIdMismatch";
   }
-  SECTION("contract marker mismatch on a frame") {
-    bad.set_contract_marker(0x12345678);
-    expected_fault = "ContractMarker";
-  }
   SECTION("unknown filter frame kind") {
     bad.set_kind(static_cast<v1::FilterUpdateKind>(9));
     expected_fault = "FilterUpdateKind";
@@ -275,6 +271,35 @@ TEST_CASE("fake relay: a contract mismatch stops every stream of that relay", "[
   CHECK_THAT(view.incompatibility, Catch::Contains("ContractMarker"));
   CHECK_FALSE(view.catalog.valid);
   CHECK(scenario.relay().pool_requests() == 0);
+}
+
+TEST_CASE("fake relay: a streamed message of another contract or protocol version is a contract mismatch",
+          "[client][fake]") {
+  Scenario scenario;
+  std::string expected;
+  SECTION("a catalog update of protocol version 2") {
+    auto update = catalog(1, {descriptor(1)});
+    update.set_protocol_version(2);
+    scenario.relay().push_catalog(update);
+    expected = "ProtocolVersion";
+  }
+  SECTION("a pool frame with another marker") {
+    scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+    scenario.relay().set_pool_script([](const auto& request, int) {
+      auto script = snapshot_script(request.expected_producer());
+      std::get<v1::FilterUpdate>(script.front()).set_contract_marker(0x12345678);
+      return script;
+    });
+    expected = "ContractMarker";
+  }
+  scenario.start();
+  scenario.await([](const RelayView& relay) { return relay.incompatible; });
+  const auto view = scenario.view();
+  CHECK_THAT(view.incompatibility, Catch::Contains(expected));
+  CHECK_FALSE(view.catalog.valid);
+  CHECK(view.pools.empty());
+  CHECK(scenario.relay().pool_requests() <= 1);  // no stream of this relay is opened again
+  CHECK(view.catalog.opens == 1);
 }
 
 TEST_CASE("fake relay: invalid catalogs and clean ends invalidate the plane, which reopens", "[client][fake]") {
