@@ -459,6 +459,11 @@ void await_streams_ended(const RelayRuntime::Impl& impl, std::chrono::system_clo
   impl.ingest_service->streams().await_at_most(0, deadline);
 }
 
+// What a listener still serves once the relay's streams have ended: unary calls, which finish
+// within this, and health watches, which never end by themselves (they have been told
+// NOT_SERVING) and would otherwise hold the drain to its deadline.
+constexpr auto kGraceAfterStreams = std::chrono::seconds(1);
+
 }  // namespace
 
 std::size_t RelayRuntime::open_streams(std::string_view kind) const { return limit_of(*impl_, kind).in_use(); }
@@ -498,8 +503,9 @@ void RelayRuntime::shutdown(std::optional<std::chrono::milliseconds> drain) {
   // Calls still open at the deadline (clients that stopped reading) are cancelled.
   const auto deadline = std::chrono::system_clock::now() + drain.value_or(impl_->drain);
   await_streams_ended(*impl_, deadline);
-  impl_->wan_server->Shutdown(deadline);
-  impl_->ingest_server->Shutdown(deadline);
+  const auto cancel_at = std::min(deadline, std::chrono::system_clock::now() + kGraceAfterStreams);
+  impl_->wan_server->Shutdown(cancel_at);
+  impl_->ingest_server->Shutdown(cancel_at);
   impl_->wan_server->Wait();
   impl_->ingest_server->Wait();
   stop_actors(*impl_);

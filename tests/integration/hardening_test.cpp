@@ -4,6 +4,7 @@
 // docs/protocol/decisions.md#d6).
 #include <catch2/catch.hpp>
 
+#include <future>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -52,6 +53,7 @@ class HealthWatch {
     if (!reader_->Read(&seen)) return std::nullopt;
     return seen.status();
   }
+  void cancel() { context_.TryCancel(); }
 
  private:
   grpc::ClientContext context_;
@@ -288,6 +290,28 @@ TEST_CASE("drain: while open streams end, new calls are refused with UNAVAILABLE
   CHECK(late_end ==
         std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
   CHECK(feeder_closed);
+}
+
+TEST_CASE("drain: an open health watch does not hold the drain to its timeout", "[health]") {
+  TestRelay relay;
+  using Status = kvrelay::test::HealthCheckResponse;
+  HealthWatch watch(relay);
+  REQUIRE(watch.next() == Status::SERVING);
+  bool cancelled_by_test = false;
+  std::thread watcher([&] {
+    auto ended = std::async(std::launch::async, [&] {
+      while (watch.next()) {
+      }
+    });
+    // Past this the drain would wait out its hour: the test cancels the watch to end it.
+    if (ended.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      cancelled_by_test = true;
+      watch.cancel();
+    }
+  });
+  relay.runtime().shutdown(std::chrono::hours(1));
+  watcher.join();
+  CHECK_FALSE(cancelled_by_test);
 }
 
 namespace {
