@@ -247,6 +247,19 @@ void ZmqIo::carry_out(Command& command) {
       command.what);
 }
 
+// The SUB socket keeps what a lost connection delivered and nobody read (a source without
+// credit reads nothing). The cold reset that follows makes those batches moot, and read after
+// it they would start the source again from a process that may be gone for good
+// (docs/protocol/engine-sources.md#activity).
+void ZmqIo::discard_unread(Source& source) {
+  std::size_t discarded = 0;
+  while (receive(source.sub)) ++discarded;
+  if (discarded > 0) {
+    spdlog::info("engine source {}: {} messages of the lost connection to {} discarded unread", source.id, discarded,
+                 source.config.endpoint);
+  }
+}
+
 void ZmqIo::read_monitor(Source& source) {
   while (auto event = receive(source.monitor)) {
     if (event->frames.empty() || event->frames[0].size() < sizeof(std::uint16_t)) continue;
@@ -256,6 +269,7 @@ void ZmqIo::read_monitor(Source& source) {
     if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) source.callbacks.connection(true);
     if (id == ZMQ_EVENT_DISCONNECTED) {
       source.redial_at = std::chrono::steady_clock::now() + source.redial_delay;
+      discard_unread(source);
       source.callbacks.connection(false);
     }
   }

@@ -80,6 +80,7 @@ class ZmqIo {
   void carry_out(Command& command);
   void open(Id id, SubscriptionConfig config, SourceCallbacks callbacks);
   void read_monitor(Source& source);
+  void discard_unread(Source& source);
   void redial_due(std::chrono::steady_clock::time_point now);
   std::chrono::milliseconds poll_timeout(std::chrono::steady_clock::time_point now) const;
   void read_live(Source& source);

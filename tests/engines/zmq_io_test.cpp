@@ -1,6 +1,7 @@
 // The engine I/O thread (ingest/zmq_io.hpp) against an in-process fake engine: a replay that
 // ZeroMQ refuses costs that replay only, not the thread (and so not the relay); replies spend
-// credit as live messages do; an oversized frame costs its connection, not memory.
+// credit as live messages do; an oversized frame costs its connection, not memory; what a lost
+// connection left unread is not read after the loss.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -8,6 +9,8 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "ingest/fake_engine.hpp"
 #include "ingest/zmq_io.hpp"
@@ -25,7 +28,8 @@ struct Counts {
   int disconnects = 0;
   int live = 0;
   int replies = 0;
-  std::uint64_t last_replay = 0;  // the request the last reply answered
+  std::uint64_t last_replay = 0;           // the request the last reply answered
+  std::vector<std::string> live_payloads;  // each live message's last frame
 };
 
 // The callbacks' counts, for the test thread to await or read.
@@ -38,7 +42,12 @@ class Seen {
                 ++(connected ? counts_.connects : counts_.disconnects);
               });
             },
-            [this](MultipartPtr) { note([&] { ++counts_.live; }); },
+            [this](MultipartPtr message) {
+              note([&] {
+                ++counts_.live;
+                counts_.live_payloads.push_back(message->frames.back().to_string());
+              });
+            },
             [this](MultipartPtr, std::uint64_t replay) {
               note([&] {
                 ++counts_.replies;
@@ -136,6 +145,58 @@ TEST_CASE("zmq io: a frame above the size bound ends its connection unread, and 
   REQUIRE(engine.await_subscriptions_made(2, std::chrono::seconds(30)));
   engine.publish({});
   CHECK(seen.await([](const Counts& s) { return s.live == 1; }));
+  io.unsubscribe(id);
+}
+
+namespace {
+
+// An engine's PUB socket as a plain XPUB, so that the test can wait for the relay's
+// subscription before it publishes; it sends everything queued before it closes.
+class PlainPublisher {
+ public:
+  PlainPublisher(zmq::context_t& context, const std::string& endpoint) : socket_(context, zmq::socket_type::xpub) {
+    socket_.set(zmq::sockopt::linger, 10000);
+    socket_.bind(endpoint);
+  }
+  std::string endpoint() const { return socket_.get(zmq::sockopt::last_endpoint); }
+  void await_subscription() {
+    zmq::message_t subscription;
+    REQUIRE(socket_.recv(subscription));
+  }
+  void send(const std::string& text) { socket_.send(zmq::buffer(text), zmq::send_flags::none); }
+  void close() { socket_.close(); }
+
+ private:
+  zmq::socket_t socket_;
+};
+
+}  // namespace
+
+TEST_CASE("zmq io: what a lost connection delivered and nobody read is discarded, not read after the loss",
+          "[engines][zmq]") {
+  zmq::context_t context;
+  PlainPublisher first(context, "tcp://127.0.0.1:*");
+  const std::string endpoint = first.endpoint();
+  ZmqIo io;
+  Seen seen;
+  SubscriptionConfig config;
+  config.endpoint = endpoint;
+  config.credit = 1;  // the source takes one message; the rest wait in ZeroMQ's queue
+  const auto id = io.subscribe(config, seen.callbacks());
+  REQUIRE(seen.await([](const Counts& s) { return s.connected; }));
+  first.await_subscription();
+  for (int i = 0; i < 5; ++i) first.send("old-" + std::to_string(i));
+  REQUIRE(seen.await([](const Counts& s) { return s.live == 1; }));
+  first.close();  // the engine dies after sending all five: four reached the queue unread
+  REQUIRE(seen.await([](const Counts& s) { return s.disconnects == 1; }));
+  io.return_credit(id, 1);
+
+  PlainPublisher second(context, endpoint);  // a new process on the same address
+  REQUIRE(seen.await([](const Counts& s) { return s.connects == 2; }));
+  second.await_subscription();
+  second.send("new-0");
+  REQUIRE(seen.await([](const Counts& s) { return s.live == 2; }));
+  CHECK(seen.counts().live_payloads == std::vector<std::string>{"old-0", "new-0"});
   io.unsubscribe(id);
 }
 
