@@ -48,6 +48,18 @@ bool EngineFeeds::ScraperSpec::operator==(const ScraperSpec& other) const {
          query.default_rank == other.query.default_rank && query.block_size == other.query.block_size;
 }
 
+std::optional<EngineFeeds::SourceSpec> EngineFeeds::spec_of(const ingest_v1::ModelCard& card,
+                                                            const ingest_v1::KvSource& source) {
+  if (!source.has_zmq()) return std::nullopt;
+  return SourceSpec{source.zmq(), {card.kv_cache_block_size(), hash_format(card), source.dp_rank()}};
+}
+
+bool EngineFeeds::read_differently(const ingest_v1::ModelCard& card_before, const ingest_v1::KvSource& before,
+                                   const ingest_v1::ModelCard& card_after, const ingest_v1::KvSource& after) {
+  return before.transport_case() != after.transport_case() ||
+         spec_of(card_before, before) != spec_of(card_after, after);
+}
+
 void EngineFeeds::reconcile(caf::local_actor* owner, const std::map<EndpointKey, membership::WorkerCards>& workers,
                             const LoadWindowActor& load) {
   std::map<SourceId, SourceSpec> wanted_sources;
@@ -56,9 +68,9 @@ void EngineFeeds::reconcile(caf::local_actor* owner, const std::map<EndpointKey,
     for (const auto& [worker_id, spec] : cards) {
       const auto& card = spec.card();
       for (const auto& source : spec.kv_sources()) {
-        if (!source.has_zmq() || config_.io == nullptr) continue;
-        wanted_sources[{endpoint, worker_id, source.dp_rank()}] =
-            SourceSpec{source.zmq(), {card.kv_cache_block_size(), hash_format(card), source.dp_rank()}};
+        auto read_as = spec_of(card, source);
+        if (!read_as || config_.io == nullptr) continue;
+        wanted_sources[{endpoint, worker_id, source.dp_rank()}] = std::move(*read_as);
       }
       if (spec.has_engine_metrics() && config_.http != nullptr) {
         const auto& metrics = spec.engine_metrics();

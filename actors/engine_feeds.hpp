@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "actors/engine_scraper.hpp"
 #include "actors/engine_source.hpp"
@@ -43,12 +44,21 @@ class EngineFeeds {
   // GetState: every running source actor, by source.
   std::map<SourceId, EngineSourceActor> sources() const;
 
+  // Whether a source declared again, under the same worker and rank, is read otherwise from now
+  // on: another transport, or for a ZeroMQ source another engine address, replay address, topic,
+  // block size or hash format (its actor is replaced). The blocks it gave so far came from what
+  // was declared before.
+  static bool read_differently(const ingest_v1::ModelCard& card_before, const ingest_v1::KvSource& before,
+                               const ingest_v1::ModelCard& card_after, const ingest_v1::KvSource& after);
+
  private:
   struct SourceSpec {
     ingest_v1::ZmqSource zmq;
     engine::DecoderConfig decoder;
     bool operator==(const SourceSpec& other) const;
   };
+  // How a ZeroMQ source is read; nullopt for a push source.
+  static std::optional<SourceSpec> spec_of(const ingest_v1::ModelCard& card, const ingest_v1::KvSource& source);
   struct RunningSource {
     SourceSpec spec;
     EngineSourceActor actor;

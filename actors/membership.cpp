@@ -452,12 +452,20 @@ caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1:
   ingest_v1::WorkerSpec spec = membership::worker_spec(request);
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
-    const auto kept = source_ranks(spec);
     std::vector<std::uint32_t> dropped;
-    for (std::uint32_t rank : source_ranks(previous->second)) {
-      if (std::find(kept.begin(), kept.end(), rank) == kept.end()) dropped.push_back(rank);
+    std::vector<std::uint32_t> redeclared;
+    for (const auto& before : previous->second.kv_sources()) {
+      const auto& kept = spec.kv_sources();
+      const auto after = std::find_if(kept.begin(), kept.end(),
+                                      [&](const ingest_v1::KvSource& s) { return s.dp_rank() == before.dp_rank(); });
+      if (after == kept.end()) {
+        dropped.push_back(before.dp_rank());
+      } else if (EngineFeeds::read_differently(previous->second.card(), before, spec.card(), *after)) {
+        redeclared.push_back(before.dp_rank());
+      }
     }
     forget_sources(self, endpoint, request.worker_id(), dropped, metrics::ResetReason::kSourceDropped);
+    forget_sources(self, endpoint, request.worker_id(), redeclared, metrics::ResetReason::kSourceRedeclared);
   }
   cards[request.worker_id()] = std::move(spec);
   reconcile(self);

@@ -91,11 +91,12 @@ KVRELAY_LABEL_SET(IngestRpc, "kind", KVRELAY_INGEST_RPCS);
 KVRELAY_LABEL_SET(BatchResult, "result", KVRELAY_BATCH_RESULTS);
 
 // Why the relay dropped a KV source's blocks.
-#define KVRELAY_RESET_REASONS(X)                                                  \
-  X(kEpochChanged, "epoch_changed")   /* the source restarted */                  \
-  X(kSequenceGap, "sequence_gap")     /* batches were lost */                     \
-  X(kSourceDropped, "source_dropped") /* PutWorker no longer declares the rank */ \
-  X(kWorkerRemoved, "worker_removed")                                             \
+#define KVRELAY_RESET_REASONS(X)                                                        \
+  X(kEpochChanged, "epoch_changed")         /* the source restarted */                  \
+  X(kSequenceGap, "sequence_gap")           /* batches were lost */                     \
+  X(kSourceDropped, "source_dropped")       /* PutWorker no longer declares the rank */ \
+  X(kSourceRedeclared, "source_redeclared") /* ... or reads it from elsewhere */        \
+  X(kWorkerRemoved, "worker_removed")                                                   \
   X(kNewGeneration, "new_generation") /* the pool was rebuilt: its lineage is gone */
 KVRELAY_LABEL_SET(ResetReason, "reason", KVRELAY_RESET_REASONS);
 

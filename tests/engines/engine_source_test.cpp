@@ -305,3 +305,28 @@ TEST_CASE("engines: a pool exists while an engine is connected and is withdrawn 
   REQUIRE(source != nullptr);
   CHECK_FALSE(source->connected());
 }
+
+TEST_CASE("engines: a rank declared again with another engine address drops the old engine's blocks at once",
+          "[engines]") {
+  FakeEngineProcess rank0({"--dp-rank", "0"});
+  FakeEngineProcess rank1({"--dp-rank", "1"});  // keeps the pool whatever rank 0 does
+  FakeEngineProcess moved({"--dp-rank", "0"});  // where rank 0 is read from next: it sends nothing
+  TestRelay relay(with_metrics());
+  relay.put_worker(engine_worker(1, {&rank0, &rank1}));
+  rank0.await_subscribers(1);
+  rank1.await_subscribers(1);
+  const std::uint64_t seq0 = rank0.batch(one_block(5));
+  const std::uint64_t seq1 = rank1.batch(one_block(6));
+  await_engine_seq(relay, 1, 0, seq0);
+  REQUIRE(settled_pool(relay, seq1, 1).unique_blocks() == 2);
+
+  relay.put_worker(engine_worker(1, {&moved, &rank1}));
+  await_state(relay, [](const ingest_v1::RelayState& s) { return engine_pool(s).unique_blocks() == 1; });
+  moved.await_subscribers(1);  // rank 0 is read from the new address
+  CHECK(scrape(relay).count("kv_relay_source_resets_total", {{"reason", "source_redeclared"}}) == 1);
+  // Declared again as it is now: nothing more is dropped.
+  relay.put_worker(engine_worker(1, {&moved, &rank1}));
+  const std::uint64_t seq1_again = rank1.batch(one_block(7));
+  CHECK(settled_pool(relay, seq1_again, 1).unique_blocks() == 2);
+  CHECK(scrape(relay).count("kv_relay_source_resets_total", {{"reason", "source_redeclared"}}) == 1);
+}
