@@ -64,23 +64,38 @@ bool reference_payload(mp::object_type, std::size_t, void*) { return true; }
 
 // Counts the elements every array and map declares, without building anything: each element
 // takes at least one byte of its own, so a payload declaring more elements than it has bytes
-// is forged (or cut short).
+// is forged (or cut short). It stops past kMaxNesting levels, as the unpacker would: the
+// parser keeps a frame per open container, so a payload of nothing but one-element array
+// headers would otherwise cost it eight bytes per payload byte.
 class DeclaredElements : public msgpack::null_visitor {
  public:
+  enum class Refused { kNo, kTooManyElements, kTooDeep };
+
   explicit DeclaredElements(std::size_t budget) : budget_(budget) {}
-  bool start_array(std::uint32_t elements) { return spend(elements); }
-  bool start_map(std::uint32_t pairs) { return spend(std::uint64_t{pairs} * 2); }
+  bool start_array(std::uint32_t elements) { return enter() && spend(elements); }
+  bool end_array() { return leave(); }
+  bool start_map(std::uint32_t pairs) { return enter() && spend(std::uint64_t{pairs} * 2); }
+  bool end_map() { return leave(); }
   void insufficient_bytes(std::size_t, std::size_t) {}
-  bool exceeded() const { return exceeded_; }
+  Refused refused() const { return refused_; }
 
  private:
+  bool enter() {
+    if (++depth_ > kMaxNesting) refused_ = Refused::kTooDeep;
+    return refused_ == Refused::kNo;
+  }
+  bool leave() {
+    --depth_;
+    return true;
+  }
   bool spend(std::uint64_t elements) {
-    exceeded_ = elements > budget_;
-    if (!exceeded_) budget_ -= elements;
-    return !exceeded_;
+    if (elements > budget_) refused_ = Refused::kTooManyElements;
+    if (refused_ == Refused::kNo) budget_ -= elements;
+    return refused_ == Refused::kNo;
   }
   std::uint64_t budget_;
-  bool exceeded_ = false;
+  std::size_t depth_ = 0;  // containers open
+  Refused refused_ = Refused::kNo;
 };
 
 // From this size on a payload is scanned for forged element counts before it is unpacked:
@@ -98,7 +113,14 @@ std::expected<msgpack::object_handle, std::string> unpack_payload(std::span<cons
     DeclaredElements declared(size);
     std::size_t scanned = 0;
     msgpack::parse(data, size, scanned, declared);
-    if (declared.exceeded()) return std::unexpected("its arrays and maps declare more elements than it has bytes");
+    switch (declared.refused()) {
+      case DeclaredElements::Refused::kTooManyElements:
+        return std::unexpected("its arrays and maps declare more elements than it has bytes");
+      case DeclaredElements::Refused::kTooDeep:
+        return std::unexpected(fmt::format("its arrays and maps nest deeper than {} levels", kMaxNesting));
+      case DeclaredElements::Refused::kNo:
+        break;
+    }
   }
   const msgpack::unpack_limit limit(size, size, size, size, size, kMaxNesting);
   std::size_t offset = 0;

@@ -706,6 +706,12 @@ TEST_CASE("garbage payloads are malformed batches and append nothing", "[engine_
     CHECK(result.batch == DecodeResult::Batch::kMalformed);
     CHECK_THAT(result.detail, Catch::Contains("declare more elements than it has bytes"));
 
+    // One-element array headers all the way: within the element budget, and refused at the
+    // nesting limit by the scan itself (whose parser would otherwise open a frame per byte).
+    const DecodeResult deep = decoder.decode(bytes_of(std::string(kSize, '\x91')), out);
+    CHECK(deep.batch == DecodeResult::Batch::kMalformed);
+    CHECK_THAT(deep.detail, Catch::Contains("nest deeper than 32 levels"));
+
     Array events;  // a genuine batch as large decodes in full
     for (std::uint64_t e = 0; e < 4096; ++e)
       events.push_back(stored_map({.block_hashes = {e}, .token_ids = token_run(0, 4)}));
