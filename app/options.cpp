@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "metrics/page_server.hpp"
+
 extern char** environ;
 
 namespace kvrelay {
@@ -84,10 +86,19 @@ Apply text_field(std::string RelayOptions::*field) {
   return text([field](AppOptions& o, const std::string& v) { o.relay.*field = v; });
 }
 
+// A gRPC listener's host:port, checked here: gRPC itself takes a port past 65535 modulo 65536.
+Apply listen_field(std::string RelayOptions::*field) {
+  return [field](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+    if (auto address = split_host_port(v); !address) return address.error();
+    o.relay.*field = v;
+    return std::nullopt;
+  };
+}
+
 std::optional<std::string> parse_bool(const std::string& text, bool& out) {
   std::string lower;
   for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on" || lower.empty()) {
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") {
     out = true;
   } else if (lower == "0" || lower == "false" || lower == "no" || lower == "off") {
     out = false;
@@ -102,9 +113,9 @@ const std::vector<Flag>& flags() {
   constexpr auto szmax = std::size_t{1} << 40;
   static const std::vector<Flag> table = {
       {"listen", "ADDR", "WAN gRPC listener (KvEventRelay); port 0 binds an ephemeral port", "0.0.0.0:50051",
-       text_field(&RelayOptions::listen)},
+       listen_field(&RelayOptions::listen)},
       {"ingest-listen", "ADDR", "DC-local ingest listener (RelayIngest); keep it off the WAN", "127.0.0.1:50052",
-       text_field(&RelayOptions::ingest_listen)},
+       listen_field(&RelayOptions::ingest_listen)},
       {"metrics-listen", "ADDR", "Prometheus /metrics listener, or 'off'", "0.0.0.0:9464",
        text([](AppOptions& o, const std::string& v) { o.metrics_listen = v; })},
       {"dc-id", "ID", "this data center's id; keep it stable across restarts", "dc-local",

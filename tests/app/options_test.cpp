@@ -183,3 +183,35 @@ TEST_CASE("topology file: errors name the problem", "[topology]") {
   REQUIRE(demo.has_value());
   CHECK(demo->endpoints_size() == 3);
 }
+
+TEST_CASE("options: a listener's port is a number from 0 to 65535", "[options]") {
+  for (const char* flag : {"--listen", "--ingest-listen"}) {
+    INFO(flag);
+    const auto ephemeral = parse_options({flag, "127.0.0.1:0"}, {});
+    CHECK(ephemeral.has_value());
+    const auto ipv6 = parse_options({flag, "[::1]:50051"}, {});
+    CHECK(ipv6.has_value());
+    // gRPC would bind 99999 modulo 65536 (34463) without a word.
+    const auto wrapped = parse_options({flag, "127.0.0.1:99999"}, {});
+    REQUIRE_FALSE(wrapped.has_value());
+    CHECK(wrapped.error() == std::string(flag) + ": 127.0.0.1:99999: the port is not a number from 0 to 65535");
+    const auto no_port = parse_options({flag, "localhost"}, {});
+    REQUIRE_FALSE(no_port.has_value());
+    CHECK_THAT(no_port.error(), Catch::Contains("is not host:port"));
+  }
+}
+
+TEST_CASE("options: a switch is on when named without a value, and an empty value is refused", "[options]") {
+  const auto named = parse_options({"--demo"}, {});
+  REQUIRE(named.has_value());
+  CHECK(named->demo);
+  const auto off = parse_options({}, {{"KV_RELAY_DEMO", "off"}});
+  REQUIRE(off.has_value());
+  CHECK_FALSE(off->demo);
+  const auto empty_variable = parse_options({}, {{"KV_RELAY_DEMO", ""}});
+  REQUIRE_FALSE(empty_variable.has_value());
+  CHECK(empty_variable.error() == "KV_RELAY_DEMO: '' is not a boolean");
+  const auto empty_value = parse_options({"--demo="}, {});
+  REQUIRE_FALSE(empty_value.has_value());
+  CHECK(empty_value.error() == "--demo: '' is not a boolean");
+}
