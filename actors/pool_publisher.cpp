@@ -225,14 +225,17 @@ bool breaks_index(const EventResult& result) { return result.error == EventError
 
 // A source starting over (a new epoch, or its rank gone): its blocks leave the pool. A clear
 // that finds the index contradicting itself stops there and fences, as a Cleared event does.
+// Counted once cleared, as every event is once applied: counting first could publish early
+// what was pending and leave the clear uncounted, so that nothing would publish it.
 void reset_source(Self self, SourceKey source, std::int64_t receipt_ns) {
   auto& state = self->state;
   ++state.source_resets;
-  count_event(self, receipt_ns);
   if (state.index->clear(source) == EventError::kIndexerInvariantViolation) {
-    fence(self, fmt::format("index invariant violated resetting worker {} rank {}", source.worker_id, source.dp_rank),
-          {});
+    return fence(self,
+                 fmt::format("index invariant violated resetting worker {} rank {}", source.worker_id, source.dp_rank),
+                 {});
   }
+  count_event(self, receipt_ns);
 }
 
 void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns, BatchOutcome& outcome) {
@@ -299,6 +302,9 @@ void attach_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t la
     self->send(stream, atoms::end_stream_atom_v, std::move(*refusal));
     return;
   }
+  // Published before the new stream is counted: a publication too large for one delta ends
+  // every stream, the hub slot going with them, and the new one must then take it again.
+  if (state.pending_events > 0) publish(self);
   if (!state.hub_slot && state.config.hub_slots) {
     state.hub_slot = state.config.hub_slots->try_acquire();
     if (!state.hub_slot) {
@@ -308,7 +314,6 @@ void attach_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t la
       return;
     }
   }
-  if (state.pending_events > 0) publish(self);
   auto image = state.snapshot_at_sequence.lock();
   if (!image) {
     image = take_snapshot_image(self);

@@ -51,10 +51,13 @@ bool SourceLane::accepts(const CarriedBatch& carried) const {
 // docs/protocol/decisions.md#d16: whether to apply the batch, and whether (why) the source is
 // reset first. A source whose pool was rebuilt since its last batch starts over too: the new
 // publisher holds none of its lineage, so the feeder must replay what its engine holds. A
-// re-layout keeps the lineage and so resets nothing.
+// re-layout keeps the lineage and so resets nothing. A batch is a duplicate only of one sent
+// to the same generation: a fenced generation refuses what reaches it after the lane moved
+// the cursor, and the feeder's retry of that batch starts the source over in the next one.
 SourceLane::Verdict SourceLane::sequence(const ingest_v1::KvEventBatch& batch, std::uint64_t lineage) {
   const std::optional<SourceCursor> previous = cursor_;
-  if (previous && batch.source_epoch() == previous->epoch && batch.sequence() < previous->next_sequence) {
+  if (previous && batch.source_epoch() == previous->epoch && batch.sequence() < previous->next_sequence &&
+      previous->lineage == lineage) {
     return Verdict::kStale;
   }
   cursor_ = SourceCursor{batch.source_epoch(), batch.sequence() + 1, lineage};

@@ -30,6 +30,23 @@ EventBatchPtr stores(std::uint64_t first_block, std::size_t events) {
   return batch;
 }
 
+// `events` stored events of `blocks` chained fresh blocks each, from worker 1 rank `rank`.
+EventBatchPtr chains(std::uint32_t rank, std::uint64_t first_block, std::size_t events, std::size_t blocks) {
+  auto batch = std::make_shared<ingest_v1::KvEventBatch>();
+  batch->set_worker_id(1);
+  batch->set_dp_rank(rank);
+  for (std::size_t e = 0; e < events; ++e) {
+    auto* stored = batch->add_events()->mutable_stored();
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::uint64_t id = first_block + e * blocks + b;
+      auto* block = stored->add_blocks();
+      block->set_block_hash(id);
+      block->set_tokens_hash(0x9E3779B97F4A7C15ULL * id);
+    }
+  }
+  return batch;
+}
+
 struct PublisherUnderTest {
   ActorFixture& fixture;
   std::shared_ptr<Inbox> owner_inbox = std::make_shared<Inbox>();
@@ -37,13 +54,15 @@ struct PublisherUnderTest {
   caf::actor owner;
   PoolPublisherActor publisher;
 
-  PublisherUnderTest(ActorFixture& f, std::uint32_t threshold, std::uint32_t frames_per_s = 0) : fixture(f) {
+  PublisherUnderTest(ActorFixture& f, std::uint32_t threshold, std::uint32_t frames_per_s = 0,
+                     std::uint64_t buckets = kBuckets)
+      : fixture(f) {
     owner = spawn_recorder(fixture, owner_inbox);
     PublisherConfig config;
     config.spec.producer.set_layout_generation(5);
     config.spec.dc_id = 7;
     config.spec.seed = 42;
-    config.spec.bucket_count = kBuckets;
+    config.spec.bucket_count = buckets;
     config.semantics = {4, hashing::HashFormat::kStandard};
     config.cadence = {threshold, kDelay, frames_per_s};
     config.owner = caf::actor_cast<PoolOwnerActor>(owner);
@@ -364,4 +383,29 @@ TEST_CASE("publisher actor: re-layouts are at least the min interval apart", "[a
   CHECK(grow_requests(*under_test.owner_inbox) == 1);
   fixture.advance(std::chrono::seconds(1));  // asks again one interval after the refusal
   CHECK(grow_requests(*under_test.owner_inbox) == 2);
+}
+
+TEST_CASE("publisher actor: a source reset that comes when an early publication is due is published too",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  // Each source's blocks touch more buckets than an early publication waits for (half a
+  // delta's most images); both sources' together fewer than one delta holds.
+  PublisherUnderTest under_test(fixture, 16, 0, std::uint64_t{1} << 20);
+  const auto empty = under_test.state();
+  auto [stream, inbox] = under_test.attach();
+  under_test.send(chains(0, 1, 4, 50'000));
+  under_test.send(chains(1, 1'000'000, 4, 50'000));
+  fixture.advance(kDelay);
+  REQUIRE(under_test.state().unique_blocks() == 400'000);
+
+  // The first reset arms the delay; the second finds the first's buckets due for an early
+  // publication, which must carry its own clear as well.
+  caf::anon_send(under_test.publisher, atoms::reset_atom_v, SourceKey{1, 0});
+  caf::anon_send(under_test.publisher, atoms::reset_atom_v, SourceKey{1, 1});
+  fixture.run();
+  fixture.advance(kDelay);
+  const auto published = under_test.state();
+  CHECK(published.unique_blocks() == 0);
+  CHECK(published.filter_digest() == empty.filter_digest());
+  CHECK_FALSE(published.publication_pending());
 }

@@ -109,6 +109,27 @@ TEST_CASE("lanes: a new epoch, a sequence gap or a rebuilt pool reset the source
   CHECK(lane.report().resets == 3);
 }
 
+TEST_CASE("lanes: a batch is a duplicate only of one sent to the same pool generation", "[actors][lanes]") {
+  ActorFixture fixture;
+  RecordedPublisher fenced(fixture), rebuilt(fixture);
+  SourceLane lane;
+  lane.declare({SourceTransport::kPush, {}, PoolRoute{fenced.actor, 1}});
+  auto answers = std::make_shared<Answers>();
+  lane.carry(carried(batch(7, 0), answers), nullptr);
+  lane.carry(carried(batch(7, 1), answers), nullptr);  // the fenced generation refuses it
+  // The feeder sends 1 again once the pool is rebuilt: it starts the source over there.
+  lane.declare({SourceTransport::kPush, {}, PoolRoute{rebuilt.actor, 2}});
+  lane.carry(carried(batch(7, 1), answers), nullptr);
+  lane.carry(carried(batch(7, 1), answers), nullptr);  // in the same generation: a duplicate
+  fixture.run();
+
+  CHECK(fenced.received() == Received{{0, false}, {1, false}});
+  CHECK(rebuilt.received() == Received{{1, true}});
+  REQUIRE(answers->outcomes.size() == 1);
+  CHECK_FALSE(answers->outcomes[0].applied);
+  CHECK(lane.report().last_sequence == std::optional<std::uint64_t>(1));
+}
+
 TEST_CASE("lanes: the router refuses what no current lane carries", "[actors][lanes]") {
   ActorFixture fixture;
   RecordedPublisher pool(fixture);
