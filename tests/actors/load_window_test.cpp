@@ -139,7 +139,8 @@ TEST_CASE("load window actor: window 0 holds the pools it was given before its f
 TEST_CASE("load window actor: a tick before any subscriber builds window 0", "[actors][load]") {
   ActorFixture fixture;
   auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
-  fixture.advance(kWindow);  // nobody has asked yet
+  fixture.run();
+  fixture.advance(kWindow);  // a tick, and nobody has asked yet
   auto inbox = std::make_shared<Inbox>();
   caf::anon_send(window, atoms::subscribe_atom_v,
                  caf::actor_cast<UpdateStreamActor<LoadBroadcast>>(spawn_recorder(fixture, inbox)));
