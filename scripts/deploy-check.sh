@@ -156,6 +156,21 @@ render ipv6 --set 'bindAddress=[::]' --set mtls.enabled=true --set mtls.secretNa
 # A memory limit in plain bytes from a values file (YAML gives Helm a float).
 printf 'resources:\n  limits:\n    memory: 2147483648\n' >"$work/memory-bytes-values.yaml"
 render memory-bytes -f "$work/memory-bytes-values.yaml"
+render memory-decimal --set resources.limits.memory=1.5Gi
+render pdb-min-available --set podDisruptionBudget.minAvailable=1
+# An inline topology whose 64-bit ids are quoted, as a values file must carry them.
+cat >"$work/topology-values.yaml" <<'VALUES'
+topology:
+  version: 1
+  endpoints:
+    - endpoint: {namespace: prod, component: backend, endpoint: generate}
+      workers:
+        - workerId: "7587888435464773378"
+          card: {displayName: llama, kvCacheBlockSize: 16, runtimeConfig: {totalKvBlocks: 1024}}
+          kvSources: [{dpRank: 0, push: {}}]
+      liveWorkers: {workerIds: ["7587888435464773378"]}
+VALUES
+render topology-values -f "$work/topology-values.yaml"
 say "helm template: $(find "$work/rendered" -name "*.yaml" | wc -l) renders ($(cat "$work"/rendered/*.yaml | grep -c '^kind:') manifests)"
 
 refuse() {  # refuse EXPECTED_MESSAGE [helm template options]
@@ -177,7 +192,11 @@ refuse "needs mtls.secretName" --set mtls.enabled=true
 refuse "same instance id" --set instanceId.source=value --set instanceId.value=1 --set replicaCount=2
 refuse "instanceId.source must be" --set instanceId.source=random
 refuse "relayLoopback must differ" --set mtls.enabled=true --set mtls.secretName=s --set ports.relayLoopback=50051
-say "the chart refuses 11 invalid configurations"
+sed 's/"7587888435464773378"/7587888435464773378/g' "$work/topology-values.yaml" >"$work/topology-unquoted.yaml"
+refuse "topology.endpoints\[0\].* is past 2^53" -f "$work/topology-unquoted.yaml"
+printf 'instanceId:\n  source: value\n  value: 7587888435464773378\n' >"$work/instance-unquoted.yaml"
+refuse "instanceId.value: .* is past 2^53" -f "$work/instance-unquoted.yaml"
+say "the chart refuses 13 invalid configurations"
 
 # ---- 3 + 4. read the manifests: embedded YAML out, flags checked ----------------------
 

@@ -55,6 +55,23 @@ print 16777216 as 1.6777216e+07.
 {{- end -}}
 {{- end -}}
 
+{{/*
+Refuses a number that a values file cannot have carried exactly: Helm reads numbers as float64,
+so a 64-bit id past 2^53 (a worker, frontend or router id, an instance id) arrives rounded and
+would name another instance. (list VALUE PATH): walks maps and lists.
+*/}}
+{{- define "kv-relay.exactNumbers" -}}
+{{- $value := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- if kindIs "map" $value -}}
+{{- range $key, $item := $value }}{{ include "kv-relay.exactNumbers" (list $item (printf "%s.%s" $path $key)) }}{{ end -}}
+{{- else if kindIs "slice" $value -}}
+{{- range $i, $item := $value }}{{ include "kv-relay.exactNumbers" (list $item (printf "%s[%d]" $path $i)) }}{{ end -}}
+{{- else if and (kindIs "float64" $value) (ge $value 9007199254740992.0) -}}
+{{- fail (printf "%s: %s is past 2^53, which Helm cannot read exactly from a values file: quote it (\"7587888435464773378\"), or pass the topology with --set-file topology=FILE" $path (toString $value)) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The relay map with "_" spelled "-" and null entries dropped. */}}
 {{- define "kv-relay.relayValues" -}}
 {{- $out := dict -}}
@@ -167,19 +184,24 @@ as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --
 {{- end -}}
 
 {{/* The relay container's memory limit in bytes, or "" without one: the memory budget is 80 %
-of it (docs/protocol/capacity.md#budget). Kubernetes quantities: plain bytes, k/M/G/T, Ki/Mi/Gi/Ti. */}}
+of it (docs/protocol/capacity.md#budget). Kubernetes quantities: plain or decimal numbers of
+bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 {{- define "kv-relay.memoryLimitBytes" -}}
 {{- $limit := "" -}}
 {{- /* A plain number in a values file arrives as a float: printed as an integer, not 2.1e+09. */ -}}
 {{- with .Values.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = include "kv-relay.scalar" . }}{{ end }}{{ end }}{{ end -}}
 {{- if $limit -}}
-{{- $number := regexFind "^[0-9]+" $limit -}}
+{{- $number := regexFind "^[0-9]+([.][0-9]+)?" $limit -}}
 {{- $unit := trimPrefix $number $limit -}}
 {{- $scale := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
 {{- if or (not $number) (not (hasKey $scale $unit)) -}}
 {{- fail (printf "resources.limits.memory %q: use bytes or a k, M, G, T, Ki, Mi, Gi or Ti suffix" $limit) -}}
 {{- end -}}
+{{- if contains "." $number -}}
+{{- floor (mulf $number (get $scale $unit)) | int64 -}}
+{{- else -}}
 {{- mul ($number | int64) (get $scale $unit) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -217,5 +239,9 @@ of it (docs/protocol/capacity.md#budget). Kubernetes quantities: plain bytes, k/
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) -}}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" -}}
 {{- end -}}
+{{- if not (kindIs "string" .Values.topology) -}}
+{{- include "kv-relay.exactNumbers" (list .Values.topology "topology") -}}
+{{- end -}}
+{{- include "kv-relay.exactNumbers" (list .Values.instanceId.value "instanceId.value") -}}
 {{- $_ := include "kv-relay.gracePeriodSeconds" . -}}
 {{- end -}}
