@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // a closed terminal: the relay has nothing to reload
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   // The demo's engines come up first, as real engines would be running before their relay.
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
       int received = 0;
       sigwait(&stop_signals, &received);
       if (exiting) return;
-      const char* name = received == SIGTERM ? "SIGTERM" : "SIGINT";
+      const char* name = received == SIGTERM ? "SIGTERM" : received == SIGINT ? "SIGINT" : "SIGHUP";
       if (asked) {
         spdlog::warn("{} received again while draining: exiting now", name);
         spdlog::shutdown();

@@ -18,7 +18,10 @@
 
 using namespace kvrelay::test;
 
-TEST_CASE("kv-relay writes its ready file, drains on SIGTERM and exits 0", "[binary]") {
+TEST_CASE("kv-relay writes its ready file, drains on SIGTERM, SIGINT or SIGHUP and exits 0", "[binary]") {
+  const auto [stop_signal, name] = GENERATE(table<int, std::string>(
+      {{SIGTERM, std::string("SIGTERM")}, {SIGINT, std::string("SIGINT")}, {SIGHUP, std::string("SIGHUP")}}));
+  CAPTURE(name);
   const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready.json";
   unlink(ready.c_str());
   Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen",
@@ -29,9 +32,10 @@ TEST_CASE("kv-relay writes its ready file, drains on SIGTERM and exits 0", "[bin
   content << std::ifstream(ready).rdbuf();
   CHECK_THAT(content.str(), Catch::Matches(R"(\{"wan": "127\.0\.0\.1:[0-9]+", "ingest": "127\.0\.0\.1:[0-9]+", )"
                                            R"("metrics": "127\.0\.0\.1:[0-9]+"\}\s*)"));
-  REQUIRE(kill(child.pid, SIGTERM) == 0);
+  REQUIRE(kill(child.pid, stop_signal) == 0);
   CHECK(wait_exit(child.pid) == 0);
-  CHECK_THAT(read_until(child.output, "relay stopped"), Catch::Contains("relay stopped"));
+  const std::string drained = read_until(child.output, "relay stopped");
+  CHECK_THAT(drained, Catch::Contains(name + " received: draining") && Catch::Contains("relay stopped"));
   close(child.output);
 }
 
