@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
     options->relay.topology = std::move(*topology);
   }
 
+  // A peer that hangs up (or a closed pipe on stdout) fails that write with EPIPE, never ends
+  // the relay, whichever library writes (core/sigpipe_blocked.hpp covers the HTTP code in every
+  // other process).
+  std::signal(SIGPIPE, SIG_IGN);
+
   // Every thread started from here on inherits the mask; the main thread waits for the signal.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

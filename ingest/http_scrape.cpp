@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/network_address.hpp"
+#include "core/sigpipe_blocked.hpp"
 
 namespace kvrelay::engine_io {
 
@@ -120,6 +121,7 @@ class WatchedGet {
 
 HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, GetWatchdog& watchdog,
                     const std::stop_token& cancel) {
+  const SigpipeBlocked sigpipe_blocked;  // a GET stopped while its request goes out gets EPIPE
   const auto parsed = parse_http_url(url);
   if (!parsed) return {false, {}, "not an http:// URL"};
   httplib::Client client(parsed->origin);

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "core/sigpipe_blocked.hpp"
+
 namespace kvrelay {
 
 PageServer::PageServer() : http_(std::make_unique<httplib::Server>()) {}
@@ -21,6 +23,7 @@ std::expected<std::unique_ptr<PageServer>, std::string> PageServer::start(const 
   server->port_ = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (server->port_ < 0) return std::unexpected("cannot bind an HTTP port on " + host + ":" + std::to_string(port));
   server->thread_ = std::thread([raw = server.get()] {
+    const SigpipeBlocked sigpipe_blocked;  // here and in the worker threads listening starts
     raw->http_->listen_after_bind();
     raw->stopped_ = true;
   });
