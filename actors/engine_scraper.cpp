@@ -95,7 +95,6 @@ void on_result(Self self, bool ok, const std::string& page_or_error) {
 
 EngineScraperActor::behavior_type engine_scraper(Self self, EngineScraperConfig config) {
   self->state.config = std::move(config);
-  self->state.config.stats->started_ns.store(steady_now_ns(), std::memory_order_relaxed);
   report_crashes(self, "engine-scraper");
   self->send(self, atoms::scrape_atom_v);
   return {

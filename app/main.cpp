@@ -129,5 +129,8 @@ int main(int argc, char** argv) {
   exiting = true;
   pthread_kill(signal_waiter.native_handle(), SIGTERM);
   signal_waiter.join();
+  // Read again: a core actor that failed after the signal woke main, before the drain told the
+  // supervisor to expect exits, still makes this a failed stop.
+  stop = (*relay)->wait_for_stop(std::chrono::milliseconds(0));
   return stop->failed ? kCoreFailure : 0;
 }

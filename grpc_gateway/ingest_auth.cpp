@@ -45,11 +45,13 @@ std::optional<IngestAuth::Stamp> IngestAuth::stamp_of(const std::string& path) {
 
 void IngestAuth::refresh_locked() {
   const auto stamp = stamp_of(path_);
-  // A file that cannot even be stat'ed is retried at every check until it is back.
+  // A file that cannot be stat'ed or read (empty, unreadable) is retried at every check until
+  // a good one is back, and each failure is logged (rate-limited).
   if (stamp && stamp == stamp_) return;
   stamp_ = stamp;
   auto token = read_token(path_);
   if (!token) {
+    stamp_.reset();
     errors_.error(fmt::format("--ingest-token-file: {}; the previous token stays in force", token.error()));
     return;
   }

@@ -99,7 +99,9 @@ struct ScrapeStats {
   std::atomic<std::uint64_t> succeeded{0};
   std::atomic<std::uint64_t> failed{0};
   std::atomic<std::int64_t> last_success_ns{0};  // steady clock; 0 = never
-  std::atomic<std::int64_t> started_ns{0};       // steady clock, when the scraper started
+  // Steady clock, when the scraper was made: set before its series is published, so that its
+  // age never reads from 0.
+  std::atomic<std::int64_t> started_ns{std::chrono::steady_clock::now().time_since_epoch().count()};
 };
 // Key labels: endpoint, worker.
 using ScrapeCollector = KeyedCollector<ScrapeStats>;

@@ -189,7 +189,8 @@ int run_top(const Args& args) {
   auto previous_at = std::chrono::steady_clock::now();
   const bool live = args.iterations != 1;
   for (std::uint32_t i = 0; args.iterations == 0 || i < args.iterations; ++i) {
-    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.interval_ms));  // the refresh period
+    // The refresh period, before the first frame too: its delta rates span a whole period.
+    std::this_thread::sleep_for(std::chrono::milliseconds(args.interval_ms));
     const auto view = consumer.view();
     const auto now = std::chrono::steady_clock::now();
     if (live) std::printf("\x1b[H\x1b[2J");
