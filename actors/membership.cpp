@@ -380,6 +380,8 @@ std::vector<std::string> conflict_texts(const MembershipState& state, const Endp
   if (const auto hold = state.rebuild_holds.find(endpoint); hold != state.rebuild_holds.end() && hold->second.until) {
     texts.push_back(hold->second.reason);
   }
+  std::ranges::sort(texts);  // sorted and unique as a whole, as pools.md#conflicts says
+  texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
   return texts;
 }
 

@@ -74,8 +74,8 @@ bool plain_number(const std::string& text) {
 constexpr std::size_t kMaxJsonBytes = std::size_t{1} << 20;
 constexpr std::size_t kMaxDepth = 64;
 
-// false once the JSON would exceed a bound.
-bool emit(const YAML::Node& node, std::string& out, std::size_t depth = 0) {
+// false once the JSON would exceed a bound. The root is level 1.
+bool emit(const YAML::Node& node, std::string& out, std::size_t depth = 1) {
   if (depth > kMaxDepth || out.size() > kMaxJsonBytes) return false;
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -125,7 +125,7 @@ bool emit(const YAML::Node& node, std::string& out, std::size_t depth = 0) {
 std::expected<std::string, std::string> yaml_to_json(const std::string& yaml) {
   try {
     std::string json;
-    if (!emit(YAML::Load(yaml), json)) {
+    if (!emit(YAML::Load(yaml), json) || json.size() > kMaxJsonBytes) {
       return std::unexpected("YAML: the document nests deeper than " + std::to_string(kMaxDepth) +
                              " levels or its JSON form exceeds " + std::to_string(kMaxJsonBytes >> 20) +
                              " MiB (an alias repeating a node without bound?)");

@@ -215,3 +215,27 @@ TEST_CASE("options: a switch is on when named without a value, and an empty valu
   REQUIRE_FALSE(empty_value.has_value());
   CHECK(empty_value.error() == "--demo: '' is not a boolean");
 }
+
+TEST_CASE("topology file: nesting up to 64 levels, and 64-bit ids quoted or not", "[topology]") {
+  const auto nested = [](int levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  CHECK(yaml_to_json(nested(64)).has_value());
+  const auto deeper = yaml_to_json(nested(65));
+  REQUIRE_FALSE(deeper.has_value());
+  CHECK_THAT(deeper.error(), Catch::Contains("nests deeper than 64 levels"));
+
+  // Helm values files carry 64-bit ids quoted (deploy/helm/kv-relay/values.yaml).
+  for (const char* id : {"7587888435464773378", "\"7587888435464773378\""}) {
+    INFO(id);
+    const auto file = parse_topology(std::string(R"(
+version: 1
+endpoints:
+  - endpoint: {namespace: prod, component: backend, endpoint: generate}
+    workers:
+      - workerId: )") + id + R"(
+        card: {displayName: llama, kvCacheBlockSize: 16, runtimeConfig: {totalKvBlocks: 100}}
+        kvSources: [{dpRank: 0, push: {}}]
+)");
+    REQUIRE(file.has_value());
+    CHECK(file->endpoints(0).workers(0).worker_id() == 7587888435464773378u);
+  }
+}
