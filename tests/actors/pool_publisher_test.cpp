@@ -114,11 +114,23 @@ std::vector<PoolDeltaMsg> deltas_in(const Inbox& inbox) {
 TEST_CASE("publisher actor: a new stream gets a snapshot at the published sequence", "[actors][publisher]") {
   ActorFixture fixture;
   PublisherUnderTest under_test(fixture, 4);
-  auto [stream, inbox] = under_test.attach();
-  REQUIRE(inbox->count<PoolSnapshotMsg>() == 1);
-  const auto& image = inbox->messages[0].get_as<PoolSnapshotMsg>(0).image;
-  CHECK(image->sequence == 0);
-  CHECK(image->words.size() == kBuckets);
+  auto [first, first_inbox] = under_test.attach();
+  REQUIRE(first_inbox->count<PoolSnapshotMsg>() == 1);
+  const auto& empty = first_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image;
+  CHECK(empty->sequence == 0);
+  CHECK(empty->words.size() == kBuckets);
+
+  // A change still pending is published before the next stream's snapshot is taken: the
+  // snapshot is at the new sequence and holds it, and the first stream gets it as a delta.
+  under_test.send(stores(100, 1));  // below the threshold: pending
+  auto [second, second_inbox] = under_test.attach();
+  REQUIRE(second_inbox->count<PoolSnapshotMsg>() == 1);
+  const auto& image = second_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image;
+  CHECK(image->sequence == 1);
+  CHECK(image->words != empty->words);
+  REQUIRE(deltas_in(*first_inbox).size() == 1);
+  CHECK(deltas_in(*first_inbox)[0].sequence == 1);
+  CHECK(under_test.state().sequence() == 1);
 }
 
 TEST_CASE("publisher actor: threshold per message, at most one delta per delay", "[actors][publisher]") {

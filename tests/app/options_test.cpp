@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <fstream>
 
 #include "app/options.hpp"
@@ -142,13 +143,18 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
 
 TEST_CASE("options: --help lists every flag with its variable", "[options]") {
   const std::string text = usage();
-  for (const char* flag : {"--listen", "--ingest-listen", "--metrics-listen", "--dc-id", "--instance-id", "--topology",
-                           "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms",
-                           "--pool-stream-frames-per-s", "--load-window-ms", "--stream-queue-frames",
-                           "--stream-queue-bytes", "--ready-file", "--log-level", "--demo", "--config"}) {
+  for (const char* flag :
+       {"--listen", "--ingest-listen", "--metrics-listen", "--dc-id", "--instance-id", "--topology",
+        "--expected-unique-blocks", "--publication-threshold", "--publication-delay-ms", "--pool-stream-frames-per-s",
+        "--load-window-ms", "--stream-queue-frames", "--stream-queue-bytes", "--ready-file", "--log-level", "--demo"}) {
+    INFO(flag);
     CHECK_THAT(text, Catch::Contains(flag));
+    // Its variable, spelled independently of the code: KV_RELAY_ and the name in upper case.
+    std::string variable = "KV_RELAY_";
+    for (const char* c = flag + 2; *c != '\0'; ++c) variable += *c == '-' ? '_' : static_cast<char>(std::toupper(*c));
+    CHECK_THAT(text, Catch::Contains("env " + variable + ","));
   }
-  CHECK_THAT(text, Catch::Contains("KV_RELAY_STREAM_QUEUE_BYTES"));
+  CHECK_THAT(text, Catch::Contains("--config"));
 }
 
 TEST_CASE("topology file: YAML and JSON give the same message", "[topology]") {
@@ -175,9 +181,15 @@ endpoints:
 }
 
 TEST_CASE("topology file: errors name the problem", "[topology]") {
-  CHECK_FALSE(parse_topology("version: 1\nendpoints: [{unknownField: 1}]\n").has_value());
-  CHECK_FALSE(parse_topology("version: [1\n").has_value());
-  CHECK_FALSE(load_topology_file("/nonexistent/topology.yaml").has_value());
+  const auto unknown = parse_topology("version: 1\nendpoints: [{unknownField: 1}]\n");
+  REQUIRE_FALSE(unknown.has_value());
+  CHECK_THAT(unknown.error(), Catch::Contains("unknownField"));
+  const auto broken = parse_topology("version: [1\n");
+  REQUIRE_FALSE(broken.has_value());
+  CHECK_THAT(broken.error(), Catch::StartsWith("YAML: "));
+  const auto missing = load_topology_file("/nonexistent/topology.yaml");
+  REQUIRE_FALSE(missing.has_value());
+  CHECK_THAT(missing.error(), Catch::Contains("/nonexistent/topology.yaml"));
   const auto demo = load_topology_file(std::string(KVRELAY_SOURCE_DIR) + "/deploy/demo/topology.yaml");
   INFO((demo ? "" : demo.error()));
   REQUIRE(demo.has_value());

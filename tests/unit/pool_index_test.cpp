@@ -124,7 +124,12 @@ TEST_CASE("lineage errors reject the whole event and change nothing", "[pool]") 
 
 TEST_CASE("an empty store naming an unknown parent is a no-op, not an error", "[pool]") {
   PoolIndex index({64});
+  REQUIRE_FALSE(index.store({1, 0}, std::nullopt, std::nullopt, std::vector<StoredBlockRef>{{7, 0x77}}));
+  index.drain_publication();
   CHECK_FALSE(index.store({1, 0}, 12345, std::nullopt, {}));
+  CHECK(index.unique_blocks() == 1);
+  CHECK(index.lineage_entries({1, 0}) == 1);
+  CHECK_FALSE(index.publication_pending());
 }
 
 TEST_CASE("owners keep one fingerprint, the last owner removes it", "[pool]") {
