@@ -45,10 +45,10 @@ struct Window {
     return latest();
   }
 
-  void frontend(std::uint64_t incarnation, std::uint64_t sequence, std::uint64_t started) {
+  void frontend(std::uint64_t incarnation, std::uint64_t sequence, std::uint64_t started, std::uint64_t id = 7) {
     ingest_v1::FrontendLoadReport report;
     report.set_namespace_("lab");
-    report.set_frontend_id(7);
+    report.set_frontend_id(id);
     report.set_incarnation(incarnation);
     report.set_sequence(sequence);
     auto* model = report.add_models();
@@ -112,12 +112,20 @@ TEST_CASE("serving-load window actor: a declared frontend gone stale degrades it
   w.fixture.advance(kFreshness);
   // Stale and declared: expected 1, observed 0; a model only stale frontends list is gone.
   CHECK(mistral(w.latest()) == nullptr);
+  // Another frontend lists it: expected 2 (the declared one and the fresh one), observed 1.
+  w.frontend(1, 1, 3, 8);
+  const auto degraded = w.tick();
+  REQUIRE(mistral(degraded) != nullptr);
+  CHECK(mistral(degraded)->load().status() == v1::DATA_STATUS_DEGRADED);
+  CHECK(mistral(degraded)->deployment().expected_frontends() == 2);
+  CHECK(mistral(degraded)->deployment().observed_frontends() == 1);
   // Past the retention the declared frontend is still remembered: its incarnation resumes.
   w.fixture.advance(kRetention);
   w.frontend(1, 2, 15);
   const auto window = w.tick();
   REQUIRE(mistral(window) != nullptr);
-  CHECK(mistral(window)->load().requests().requests_started_total() == 15);  // growth 5 on the kept baseline
+  // Growth 5 on frontend 7's kept baseline, and frontend 8's 3 (it is forgotten, its totals are not).
+  CHECK(mistral(window)->load().requests().requests_started_total() == 18);
 }
 
 TEST_CASE("serving-load window actor: an undeclared frontend silent past the retention is forgotten",
