@@ -42,24 +42,6 @@ std::pair<std::vector<ingest_v1::KvEventBatch>, std::vector<std::uint64_t>> uniq
   return {std::move(batches), std::move(sequence_hashes)};
 }
 
-// Installs the pool's current generation and follows it until the replica is at the
-// relay's published sequence with nothing pending.
-Replica replicate(TestRelay& relay, const v1::ProducerIdentity& producer) {
-  Replica replica(producer);
-  auto stream = subscribe_pool(relay, producer);
-  while (true) {
-    const auto state = relay.get_state();
-    const auto& pool = only_pool(state);
-    REQUIRE(pool.layout_generation() == producer.layout_generation());
-    if (replica.installed() && !pool.publication_pending() && replica.sequence() == pool.sequence()) break;
-    const auto frame = stream->next();
-    REQUIRE(frame.has_value());
-    replica.apply(*frame);
-  }
-  stream->cancel();
-  return replica;
-}
-
 }  // namespace
 
 TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omits none of 40 000",

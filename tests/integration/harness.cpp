@@ -325,6 +325,22 @@ const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state) {
 
 ingest_v1::PoolState only_pool(TestRelay& relay) { return only_pool(relay.get_state()); }
 
+Replica replicate(TestRelay& relay, const v1::ProducerIdentity& producer) {
+  Replica replica(producer);
+  auto stream = subscribe_pool(relay, producer);
+  while (true) {
+    const auto state = relay.get_state();
+    const auto& pool = only_pool(state);
+    REQUIRE(pool.layout_generation() == producer.layout_generation());
+    if (replica.installed() && !pool.publication_pending() && replica.sequence() == pool.sequence()) break;
+    const auto frame = stream->next();
+    REQUIRE(frame.has_value());
+    replica.apply(*frame);
+  }
+  stream->cancel();
+  return replica;
+}
+
 std::vector<ingest_v1::KvEventBatch> EventScript::next_batches(std::size_t count) {
   std::vector<ingest_v1::KvEventBatch> batches;
   for (std::size_t i = 0; i < count; ++i) {

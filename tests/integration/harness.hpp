@@ -15,6 +15,7 @@
 #include "app/relay_runtime.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
+#include "tests/integration/replica.hpp"
 
 namespace kvrelay::test {
 
@@ -187,5 +188,9 @@ v1::ProducerIdentity await_single_pool(StreamReader<v1::KvPoolCatalogUpdate>& ca
 const ingest_v1::PoolState& only_pool(const ingest_v1::RelayState& state);
 // The one pool the relay holds now.
 ingest_v1::PoolState only_pool(TestRelay& relay);
+
+// Installs the relay's one pool at `producer`'s generation and follows it until the replica
+// is at the relay's published sequence with nothing pending.
+Replica replicate(TestRelay& relay, const v1::ProducerIdentity& producer);
 
 }  // namespace kvrelay::test

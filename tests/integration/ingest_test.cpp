@@ -6,10 +6,14 @@
 #include <limits>
 #include <thread>
 
+#include "core/ckf.hpp"
+#include "core/token_hashing.hpp"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/scrape.hpp"
 
 using namespace kvrelay::test;
+namespace ckf = kvrelay::ckf;
+namespace hashing = kvrelay::hashing;
 
 namespace {
 
@@ -252,15 +256,30 @@ TEST_CASE("lineage errors reject one event, removing a worker drops its blocks",
 
 TEST_CASE("token blocks are hashed with the pool's semantics", "[ingest]") {
   TestRelay relay;
-  relay.put_worker(put_worker_request(kBackend, 1));
+  auto catalog = watch_catalog(relay);
+  const auto worker = put_worker_request(kBackend, 1);
+  relay.put_worker(worker);
+  const v1::ProducerIdentity producer = await_single_pool(*catalog);
+  const std::vector<std::uint32_t> token_ids{0, 1, 2, 3};
   ingest_v1::KvEventBatch batch = stored_batch(kBackend, 1, 0, 1, 0, {{1, 0}});
   auto* tokens = batch.mutable_events(0)->mutable_stored()->mutable_blocks(0)->mutable_tokens();
-  for (std::uint32_t t : {0u, 1u, 2u, 3u}) tokens->add_token_ids(t);
+  for (std::uint32_t t : token_ids) tokens->add_token_ids(t);
   auto too_short = stored_batch(kBackend, 1, 0, 1, 1, {{2, 0}});
   too_short.mutable_events(0)->mutable_stored()->mutable_blocks(0)->mutable_tokens()->add_token_ids(9);
   const auto tally = relay.publish({batch, too_short});
   CHECK(tally.batches_applied() == 2);
   CHECK(unique_blocks(relay) == 1);
+
+  // The block in the filter is the one the worker's card gives those tokens: its block size,
+  // the standard format, no LoRA or namespace salt; hashed here by the consumer-side code.
+  REQUIRE(worker.card().kv_cache_block_size() == token_ids.size());
+  const auto local = hashing::block_hashes(token_ids, {.kv_block_size = 4});
+  REQUIRE(local.size() == 1);
+  const Replica replica = replicate(relay, producer);
+  const ckf::Addressing addressing(producer.ckf_format().seed(), producer.ckf_format().bucket_count());
+  CHECK(ckf::contains(replica.words(), addressing.probe(hashing::sequence_hashes(local)[0])));
+  CHECK_FALSE(ckf::contains(replica.words(), addressing.probe(hashing::sequence_hashes(
+                                                 hashing::block_hashes(token_ids, {.kv_block_size = 2}))[0])));
 }
 
 TEST_CASE("batches of one stream apply in the order they were sent", "[ingest]") {
