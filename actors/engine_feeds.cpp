@@ -56,8 +56,7 @@ std::optional<EngineFeeds::SourceSpec> EngineFeeds::spec_of(const ingest_v1::Mod
 
 bool EngineFeeds::read_differently(const ingest_v1::ModelCard& card_before, const ingest_v1::KvSource& before,
                                    const ingest_v1::ModelCard& card_after, const ingest_v1::KvSource& after) {
-  return before.transport_case() != after.transport_case() ||
-         spec_of(card_before, before) != spec_of(card_after, after);
+  return spec_of(card_before, before) != spec_of(card_after, after);  // nullopt for push: a switch differs too
 }
 
 void EngineFeeds::reconcile(caf::local_actor* owner, const std::map<EndpointKey, membership::WorkerCards>& workers,

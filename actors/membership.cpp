@@ -456,8 +456,8 @@ caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1:
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
     std::vector<std::uint32_t> dropped;
     std::vector<std::uint32_t> redeclared;
+    const auto& kept = spec.kv_sources();
     for (const auto& before : previous->second.kv_sources()) {
-      const auto& kept = spec.kv_sources();
       const auto after = std::find_if(kept.begin(), kept.end(),
                                       [&](const ingest_v1::KvSource& s) { return s.dp_rank() == before.dp_rank(); });
       if (after == kept.end()) {

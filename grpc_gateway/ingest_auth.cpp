@@ -48,13 +48,12 @@ void IngestAuth::refresh_locked() {
   // A file that cannot be stat'ed or read (empty, unreadable) is retried at every check until
   // a good one is back, and each failure is logged (rate-limited).
   if (stamp && stamp == stamp_) return;
-  stamp_ = stamp;
   auto token = read_token(path_);
   if (!token) {
-    stamp_.reset();
     errors_.error(fmt::format("--ingest-token-file: {}; the previous token stays in force", token.error()));
     return;
   }
+  stamp_ = stamp;  // the stamp from before the read: a change during it shows at the next check
   if (*token != token_) spdlog::info("--ingest-token-file {}: a new token is in force", path_);
   token_ = std::move(*token);
 }

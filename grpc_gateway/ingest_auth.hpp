@@ -59,7 +59,7 @@ class IngestAuth {
   RateLimitedLog errors_;
   absl::Mutex mutex_;
   std::string token_ ABSL_GUARDED_BY(mutex_);           // the last good token: never empty
-  std::optional<Stamp> stamp_ ABSL_GUARDED_BY(mutex_);  // of the version last read, good or not
+  std::optional<Stamp> stamp_ ABSL_GUARDED_BY(mutex_);  // of the last good version read
 };
 
 }  // namespace kvrelay::gateway
