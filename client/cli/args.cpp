@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
+#include <string_view>
 
 #include "core/bearer_token.hpp"
 
@@ -36,7 +40,7 @@ const char* const kUsage =
     "  --target HOST:PORT   a relay to read (repeatable)\n"
     "  --watch              keep printing every update (catalog/readiness/load/serving-load,\n"
     "                       one target)\n"
-    "  --json               machine-readable output\n"
+    "  --json               machine-readable output (every command but top)\n"
     "  --cache-namespace NS hash/overlap: the request's cache namespace (vLLM's cache salt)\n"
     "  --interval-ms N      top: refresh period (default 1000)\n"
     "  --iterations N       top: stop after N refreshes (default: until interrupted)\n"
@@ -48,6 +52,20 @@ const char* const kUsage =
     "4 invalid input file.\n";
 
 namespace {
+
+// The flags each command reads: any other is refused, not silently ignored.
+const std::map<std::string_view, std::set<std::string_view>> kFlagsOf = {
+    {"info", {"--target", "--json"}},
+    {"catalog", {"--target", "--watch", "--json"}},
+    {"readiness", {"--target", "--watch", "--json"}},
+    {"load", {"--target", "--watch", "--json"}},
+    {"serving-load", {"--target", "--watch", "--json"}},
+    {"state", {"--target", "--json", "--ingest-token-file"}},
+    {"top", {"--target", "--interval-ms", "--iterations", "--timeout-ms"}},
+    {"overlap", {"--target", "--model", "--tokens", "--cache-namespace", "--json", "--timeout-ms"}},
+    {"hash", {"--block-size", "--eagle", "--lora", "--cache-namespace", "--tokens", "--json"}},
+    {"decode-frame", {"--json"}},
+};
 
 std::expected<std::uint32_t, std::string> number(const std::string& flag, const std::string& text) {
   std::uint32_t value = 0;
@@ -66,8 +84,13 @@ std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv
   Args args;
   args.command = argv[0];
   args.ingest_token_file = std::move(token_file_variable);
+  const auto known = kFlagsOf.find(args.command);  // an unknown command is the caller's to report
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& flag = argv[i];
+    if (known != kFlagsOf.end() && flag.starts_with("--") && !known->second.contains(flag) &&
+        std::ranges::any_of(kFlagsOf, [&](const auto& command) { return command.second.contains(flag); })) {
+      return std::unexpected(fmt::format("{} does not apply to {}", flag, args.command));
+    }
     auto value = [&]() -> std::expected<std::string, std::string> {
       if (i + 1 >= argv.size()) return std::unexpected(fmt::format("{} needs a value", flag));
       return argv[++i];
@@ -101,6 +124,7 @@ std::expected<Args, std::string> parse_args(const std::vector<std::string>& argv
       outcome = assign_number(args.block_size);
     } else if (flag == "--interval-ms") {
       outcome = assign_number(args.interval_ms);
+      if (outcome && args.interval_ms == 0) outcome = std::unexpected("--interval-ms needs at least 1");
     } else if (flag == "--timeout-ms") {
       outcome = assign_number(args.timeout_ms);
     } else if (flag == "--iterations") {
@@ -145,13 +169,13 @@ std::optional<std::string> read_ingest_token(const std::string& path) {
   std::ifstream in(path);
   std::stringstream content;
   content << in.rdbuf();
-  std::string token = bearer::token_of_file(content.str());
-  if (!in || token.empty()) {
+  auto token = bearer::token_of_file(content.str());
+  if (!in || !token) {
     std::fprintf(stderr, "kvrelay-cli: --ingest-token-file %s: %s\n", path.c_str(),
-                 in ? "holds no token (it is empty or only whitespace)" : "cannot be read");
+                 in ? token.error().c_str() : "cannot be read");
     return std::nullopt;
   }
-  return token;
+  return std::move(*token);
 }
 
 }  // namespace kvrelay::cli

@@ -1,5 +1,6 @@
 // top and overlap: views built on the consumer library, so what they show is exactly what a
 // router using the library would see.
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -187,7 +188,7 @@ int run_top(const Args& args) {
                  std::chrono::milliseconds(args.timeout_ms));
   auto previous = delta_counts(consumer.view());
   auto previous_at = std::chrono::steady_clock::now();
-  const bool live = args.iterations != 1;
+  const bool live = args.iterations != 1 && isatty(STDOUT_FILENO);  // redrawn in place on a terminal only
   for (std::uint32_t i = 0; args.iterations == 0 || i < args.iterations; ++i) {
     // The refresh period, before the first frame too: its delta rates span a whole period.
     std::this_thread::sleep_for(std::chrono::milliseconds(args.interval_ms));

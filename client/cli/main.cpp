@@ -11,8 +11,9 @@
 int main(int argc, char** argv) {
   using namespace kvrelay::cli;
   const std::vector<std::string> argv_list(argv + 1, argv + argc);
-  const auto asks_help = [](const std::string& arg) { return arg == "--help" || arg == "-h" || arg == "help"; };
-  if (std::ranges::any_of(argv_list, asks_help)) {
+  // `help` only as the command: as a value (`--lora help`) it is that value.
+  const auto asks_help = [](const std::string& arg) { return arg == "--help" || arg == "-h"; };
+  if ((!argv_list.empty() && argv_list[0] == "help") || std::ranges::any_of(argv_list, asks_help)) {
     std::fputs(kUsage, stdout);
     return kOk;
   }

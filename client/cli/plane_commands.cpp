@@ -199,14 +199,35 @@ void print_serving_load(const std::string& target, const v1::ServingLoadUpdate& 
 }
 
 // Every declared KV source: how it is fed, whether it is connected, where its sequence is.
+std::string endpoint_name(const ingest_v1::EndpointRef& e) {
+  return fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint());
+}
+
+// Every declared endpoint, pool or not: its workers, which of them are live (when the relay
+// knows), whether its pool is published, and then each conflict that keeps it from being one.
+void print_endpoints(const ingest_v1::RelayState& state) {
+  Table table({"ENDPOINT", "WORKERS", "LIVE", "POOL", "SOURCES", "CONFLICTS"});
+  for (const auto& endpoint : state.endpoints()) {
+    table.add({endpoint_name(endpoint.endpoint()), std::to_string(endpoint.worker_ids_size()),
+               endpoint.availability_known() ? std::to_string(endpoint.live_worker_ids_size()) : "unknown",
+               endpoint.pool_materialized() ? "yes" : "no", std::to_string(endpoint.sources_size()),
+               std::to_string(endpoint.conflicts_size())});
+  }
+  table.print();
+  for (const auto& endpoint : state.endpoints()) {
+    for (const auto& conflict : endpoint.conflicts()) {
+      std::printf("  %s conflict: %s\n", endpoint_name(endpoint.endpoint()).c_str(), conflict.c_str());
+    }
+  }
+  std::printf("\n");
+}
+
 void print_sources(const ingest_v1::RelayState& state) {
   Table table({"ENDPOINT", "WORKER", "RANK", "TRANSPORT", "CONNECTED", "LAST SEQ", "RESETS", "PUBLISHER"});
   for (const auto& endpoint : state.endpoints()) {
-    const auto& e = endpoint.endpoint();
     for (const auto& source : endpoint.sources()) {
-      table.add({fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint()),
-                 std::to_string(source.worker_id()), std::to_string(source.dp_rank()), source.transport(),
-                 source.connected() ? "yes" : "no",
+      table.add({endpoint_name(endpoint.endpoint()), std::to_string(source.worker_id()),
+                 std::to_string(source.dp_rank()), source.transport(), source.connected() ? "yes" : "no",
                  source.has_last_sequence() ? std::to_string(source.last_sequence()) : "-",
                  std::to_string(source.resets()), source.endpoint().empty() ? "-" : source.endpoint()});
     }
@@ -218,10 +239,6 @@ void print_sources(const ingest_v1::RelayState& state) {
 }  // namespace
 
 int run_info(const Args& args) {
-  if (args.watch) {
-    std::fprintf(stderr, "kvrelay-cli: info has nothing to watch\n");
-    return kUsageError;
-  }
   Table table({"TARGET", "PROTOCOL", "DRT_INSTANCE", "INCARNATION"});
   int worst = kOk;
   for (const auto& target : targets_of(args, kWanTarget)) {
@@ -286,22 +303,21 @@ int run_state(const Args& args) {
       continue;
     }
     std::printf("%s  %d endpoints, %d pools\n", target.c_str(), state.endpoints_size(), state.pools_size());
+    print_endpoints(state);
     Table table({"ENDPOINT", "GENERATION", "SEQUENCE", "BLOCKS", "SLOTS", "BUCKETS", "RELAYOUTS", "OMITTED",
                  "SUBSCRIBERS", "SOURCES", "DIGEST"});
     for (const auto& pool : state.pools()) {
-      const auto& e = pool.serving_endpoint();
-      table.add({fmt::format("{}/{}/{}", e.namespace_(), e.component(), e.endpoint()),
-                 std::to_string(pool.layout_generation()), std::to_string(pool.sequence()),
-                 std::to_string(pool.unique_blocks()), std::to_string(pool.occupied_slots()),
-                 std::to_string(pool.bucket_count()), std::to_string(pool.relayouts()),
-                 std::to_string(pool.omitted_blocks()), std::to_string(pool.subscribers()),
-                 std::to_string(pool.active_sources()), fmt::format("{:016x}", pool.filter_digest())});
+      table.add({endpoint_name(pool.serving_endpoint()), std::to_string(pool.layout_generation()),
+                 std::to_string(pool.sequence()), std::to_string(pool.unique_blocks()),
+                 std::to_string(pool.occupied_slots()), std::to_string(pool.bucket_count()),
+                 std::to_string(pool.relayouts()), std::to_string(pool.omitted_blocks()),
+                 std::to_string(pool.subscribers()), std::to_string(pool.active_sources()),
+                 fmt::format("{:016x}", pool.filter_digest())});
     }
     table.print();
     for (const auto& pool : state.pools()) {
       if (pool.growth_refusal().empty()) continue;
-      const auto& e = pool.serving_endpoint();
-      std::printf("  %s/%s/%s cannot grow: %s\n", e.namespace_().c_str(), e.component().c_str(), e.endpoint().c_str(),
+      std::printf("  %s cannot grow: %s\n", endpoint_name(pool.serving_endpoint()).c_str(),
                   pool.growth_refusal().c_str());
     }
     print_sources(state);

@@ -140,10 +140,12 @@ int run_decode_frame(const Args& args) {
                   image["word"].get<std::string>().c_str());
     }
   } else {
-    std::printf("  chunk %u of %u, buckets %lu..%lu, %lu non-zero words\n",
-                description["chunk_index"].get<unsigned>() + 1, description["chunk_count"].get<unsigned>(),
-                description["bucket_offset"].get<unsigned long>(),
-                description["bucket_offset"].get<unsigned long>() + description["words"].get<unsigned long>() - 1,
+    const auto offset = description["bucket_offset"].get<unsigned long>();
+    const auto words = description["words"].get<unsigned long>();
+    const std::string buckets = words == 0 ? fmt::format("no buckets (at {})", offset)
+                                           : fmt::format("buckets {}..{}", offset, offset + words - 1);
+    std::printf("  chunk %u of %u, %s, %lu non-zero words\n", description["chunk_index"].get<unsigned>() + 1,
+                description["chunk_count"].get<unsigned>(), buckets.c_str(),
                 description["nonzero_words"].get<unsigned long>());
   }
   return kOk;

@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "core/cbi1.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
@@ -22,10 +25,16 @@ const std::string kTmp = KVRELAY_TEST_TMP_DIR;
 // The relay on the demo deployment fed by push (no generated workload: the test sends the events).
 class DemoRelay {
  public:
-  explicit DemoRelay(const std::string& name) : ready_(kTmp + "/ready-" + name + ".json") {
+  explicit DemoRelay(const std::string& name, const std::vector<std::string>& extra_args = {})
+      : ready_(kTmp + "/ready-" + name + ".json") {
     unlink(ready_.c_str());
-    process_ = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                            "--ready-file", ready_, "--topology", write_demo_topology("cli-" + name, fed_by_push)});
+    std::vector<std::string> args = {"--listen",         "127.0.0.1:0",
+                                     "--ingest-listen",  "127.0.0.1:0",
+                                     "--metrics-listen", "off",
+                                     "--ready-file",     ready_,
+                                     "--topology",       write_demo_topology("cli-" + name, fed_by_push)};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    process_ = spawn_relay(std::move(args));
     REQUIRE_THAT(read_until(process_.output, "ready: "), Catch::Contains("ready: "));
     wan_ = wan_of(ready_);
     ingest_ = address_in(ready_, "ingest");
@@ -48,6 +57,18 @@ std::string write_file(const std::string& name, const std::string& content) {
   const std::string path = kTmp + "/" + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
+}
+
+// The whitespace-separated cells of every line of a table.
+using Row = std::vector<std::string>;
+std::vector<Row> rows_of(const std::string& text) {
+  std::vector<Row> rows;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream cells(line);
+    rows.emplace_back(std::istream_iterator<std::string>(cells), std::istream_iterator<std::string>());
+  }
+  return rows;
 }
 
 std::vector<std::uint32_t> prompt_tokens() {
@@ -130,6 +151,31 @@ TEST_CASE("kvrelay-cli reads a running relay as tables or JSON, and fails clearl
   CHECK_THAT(missing, Catch::Contains("--model NAME and --tokens FILE"));
 }
 
+TEST_CASE("kvrelay-cli state lists every endpoint with its workers, its pool and its conflicts", "[binary][cli]") {
+  // A budget of 1 byte holds no pool: every endpoint is declared, none is published.
+  DemoRelay refused("cli-budget", {"--memory-budget-bytes", "1"});
+  const auto [table, exit_code] = run_to_end(KVRELAY_CLI, {"state", "--target", refused.ingest()});
+  INFO(table);
+  CHECK(exit_code == 0);
+  CHECK_THAT(table, Catch::Contains("3 endpoints, 0 pools"));
+  // ENDPOINT WORKERS LIVE POOL SOURCES CONFLICTS: the demo's llama endpoint has two workers of
+  // two ranks each, live as their topology entry declares.
+  const Row refused_llama{"prod/llama/generate", "2", "2", "no", "4", "1"};
+  CHECK(std::ranges::count(rows_of(table), refused_llama) == 1);
+  for (const std::string component : {"llama", "qwen-prefill", "qwen-decode"}) {
+    CHECK(lines_with(table, {"prod/" + component + "/generate conflict: PoolMaterialization: memory budget: needs "}) ==
+          1);
+  }
+
+  DemoRelay served("cli-state");
+  const auto [served_table, served_exit] = run_to_end(KVRELAY_CLI, {"state", "--target", served.ingest()});
+  INFO(served_table);
+  CHECK(served_exit == 0);
+  CHECK_THAT(served_table, Catch::Contains("3 endpoints, 3 pools") && !Catch::Contains("conflict:"));
+  const Row served_llama{"prod/llama/generate", "2", "2", "yes", "4", "0"};
+  CHECK(std::ranges::count(rows_of(served_table), served_llama) == 1);
+}
+
 TEST_CASE("kvrelay-cli overlap gives the depths of the blocks each pool was sent", "[binary][cli]") {
   DemoRelay relay("overlap");
   publish(relay.ingest(), {store_prompt("llama", 101, 16, 5), store_prompt("llama", 102, 16, 3, "tenant-a"),
@@ -186,6 +232,31 @@ TEST_CASE("kvrelay-cli hash reproduces the specification's worked example", "[cl
   CHECK(salted_json["cache_namespace"] == "tenant-ns");
   const auto [usage, usage_exit] = run_to_end(KVRELAY_CLI, {"hash", "--tokens", tokens});
   CHECK(usage_exit == 2);
+  // "help" as a value is that value, not a request for the usage text.
+  const auto [named_help, named_help_exit] =
+      run_to_end(KVRELAY_CLI, {"hash", "--block-size", "4", "--lora", "help", "--tokens", tokens});
+  CHECK(named_help_exit == 0);
+  CHECK_THAT(named_help, Catch::Contains("lora help") && !Catch::Contains("Usage:"));
+}
+
+TEST_CASE("kvrelay-cli refuses a flag its command does not read, and a refresh period of 0", "[cli]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"state", "--watch"},
+                                                                {"info", "--watch"},
+                                                                {"top", "--json"},
+                                                                {"hash", "--target", "localhost:1"},
+                                                                {"overlap", "--block-size", "16"},
+                                                                {"decode-frame", "--interval-ms", "5"}}) {
+    const auto [output, exit_code] = run_to_end(KVRELAY_CLI, args);
+    INFO(output);
+    CHECK(exit_code == 2);
+    CHECK_THAT(output, Catch::StartsWith("kvrelay-cli: " + args[1] + " does not apply to " + args[0]));
+  }
+  const auto [zero, zero_exit] = run_to_end(KVRELAY_CLI, {"top", "--interval-ms", "0"});
+  CHECK(zero_exit == 2);
+  CHECK_THAT(zero, Catch::StartsWith("kvrelay-cli: --interval-ms needs at least 1"));
+  const auto [help, help_exit] = run_to_end(KVRELAY_CLI, {"help"});
+  CHECK(help_exit == 0);
+  CHECK_THAT(help, Catch::StartsWith("Usage: kvrelay-cli COMMAND"));
 }
 
 TEST_CASE("kvrelay-cli decode-frame describes valid CBI1 frames and names the fault of broken ones", "[cli]") {

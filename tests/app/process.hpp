@@ -76,4 +76,16 @@ inline std::string address_in(const std::string& ready_file, const std::string& 
 }
 inline std::string wan_of(const std::string& ready_file) { return address_in(ready_file, "wan"); }
 
+// The lines of `text` that contain every one of `words`.
+inline std::size_t lines_with(const std::string& text, const std::vector<std::string>& words) {
+  std::size_t count = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    bool all = true;
+    for (const auto& word : words) all = all && line.find(word) != std::string::npos;
+    count += all ? 1 : 0;
+  }
+  return count;
+}
+
 }  // namespace kvrelay::test

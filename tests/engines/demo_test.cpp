@@ -15,22 +15,6 @@
 
 using namespace kvrelay::test;
 
-namespace {
-
-// The lines of `text` that contain every one of `words`.
-std::size_t lines_with(const std::string& text, const std::vector<std::string>& words) {
-  std::size_t count = 0;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    bool all = true;
-    for (const auto& word : words) all = all && line.find(word) != std::string::npos;
-    count += all ? 1 : 0;
-  }
-  return count;
-}
-
-}  // namespace
-
 TEST_CASE(
     "engines: the demo feeds every pool through fake vLLM engines and their metrics pages, and reports serving load",
     "[engines][demo]") {
