@@ -119,8 +119,10 @@ ConsumerFleet::ConsumerFleet(const std::string& wan_address, std::size_t consume
     options.delta_tap = [this, m = member.get()](const client::AppliedDelta& delta) {
       const Clock::time_point now = Clock::now();
       if (!measuring_.load(std::memory_order_acquire)) return;
-      deltas_.fetch_add(1, std::memory_order_relaxed);
-      delta_bytes_.fetch_add(cbi1::delta_frame_bytes(delta.images.size()), std::memory_order_relaxed);
+      if (counting_.load(std::memory_order_acquire)) {
+        deltas_.fetch_add(1, std::memory_order_relaxed);
+        delta_bytes_.fetch_add(cbi1::delta_frame_bytes(delta.images.size()), std::memory_order_relaxed);
+      }
       const std::string key = delta.producer.pool_id().SerializeAsString();
       const auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const auto& p) { return p.pool_key == key; });
       if (pool == pools_.end() || pool->bucket_count != delta.producer.ckf_format().bucket_count()) return;
@@ -179,7 +181,10 @@ std::string ConsumerFleet::install_problem(std::size_t pools) const {
   return "every consumer holds every pool now";
 }
 
-void ConsumerFleet::start_measuring() { measuring_.store(true, std::memory_order_release); }
+void ConsumerFleet::start_measuring() {
+  counting_.store(true, std::memory_order_release);
+  measuring_.store(true, std::memory_order_release);
+}
 
 void ConsumerFleet::expect(const Probe& probe) {
   if (!measuring_.load(std::memory_order_acquire)) return;
@@ -188,6 +193,7 @@ void ConsumerFleet::expect(const Probe& probe) {
 }
 
 FleetTotals ConsumerFleet::finish(std::chrono::milliseconds grace) {
+  end_window();
   FleetTotals totals;
   const auto deadline = Clock::now() + grace;
   for (auto& member : members_) {

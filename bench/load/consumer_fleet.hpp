@@ -20,8 +20,8 @@ namespace kvrelay::bench {
 
 struct FleetTotals {
   std::vector<double> latencies_ms;  // every timed probe of every consumer, sorted
-  std::uint64_t probes_unseen = 0;   // probes sent while measuring that some consumer never saw
-  std::uint64_t deltas = 0;          // deltas applied while measuring, all consumers
+  std::uint64_t probes_unseen = 0;   // per consumer: the probes it never saw, summed
+  std::uint64_t deltas = 0;          // deltas applied in the measured seconds, all consumers
   std::uint64_t delta_bytes = 0;     // their CBI1 payloads' bytes
   std::uint64_t lagged_streams = 0;  // pool streams that had to start over (re-subscribed)
 };
@@ -39,6 +39,9 @@ class ConsumerFleet {
 
   // From now on probes are timed and deltas counted.
   void start_measuring();
+  // The measured seconds are over: deltas are no longer counted (the rates divide by those
+  // seconds), while probes sent in them are still timed until finish().
+  void end_window() { counting_.store(false, std::memory_order_release); }
   void expect(const Probe& probe);
   std::uint64_t deltas_so_far() const { return deltas_.load(std::memory_order_relaxed); }
   // Waits up to `grace` for probes still in flight, stops every consumer, and sums up.
@@ -55,7 +58,8 @@ class ConsumerFleet {
   std::vector<std::unique_ptr<Member>> members_;
   std::vector<PoolAddress> pools_;                     // by pool index, once installed
   std::vector<std::uint64_t> subscriptions_at_start_;  // per member and pool
-  std::atomic<bool> measuring_{false};
+  std::atomic<bool> measuring_{false};                 // probes are timed
+  std::atomic<bool> counting_{false};                  // deltas are counted: the measured seconds
   std::atomic<std::uint64_t> deltas_{0};
   std::atomic<std::uint64_t> delta_bytes_{0};
 };

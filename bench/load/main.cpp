@@ -8,10 +8,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -68,11 +71,24 @@ struct Options {
   bool baseline = false;
 };
 
+// `text` as a whole number (or, for double, a finite decimal) in [min, max]; anything else
+// names the flag: "100k" is not 100 000 stores/s, and "-1" is not a huge count.
 template <class T>
-std::vector<T> list_of(const std::string& text) {
+T number_of(const std::string& flag, const std::string& text, T min, T max) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size() || !std::isfinite(double(value)) ||
+      value < min || value > max) {
+    throw std::invalid_argument(fmt::format("{} takes a number from {} to {}, not '{}'", flag, min, max, text));
+  }
+  return value;
+}
+
+template <class T>
+std::vector<T> list_of(const std::string& flag, const std::string& text, T min, T max) {
   std::vector<T> values;
   std::stringstream items(text);
-  for (std::string item; std::getline(items, item, ',');) values.push_back(static_cast<T>(std::stod(item)));
+  for (std::string item; std::getline(items, item, ',');) values.push_back(number_of<T>(flag, item, min, max));
   return values;
 }
 
@@ -99,21 +115,21 @@ std::optional<Options> parse(int argc, char** argv) {
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
     const std::string value = argv[++i];
     if (flag == "--rate")
-      o.rates = list_of<double>(value);
+      o.rates = list_of<double>(flag, value, 1, 1e9);
     else if (flag == "--consumers")
-      o.consumers = list_of<std::size_t>(value);
+      o.consumers = list_of<std::size_t>(flag, value, 1, 100'000);
     else if (flag == "--sources")
-      o.shape.sources = std::stoul(value);
+      o.shape.sources = number_of<std::size_t>(flag, value, 1, 100'000);
     else if (flag == "--transport")
       o.shape.transport = transport_of(value);
     else if (flag == "--pools")
-      o.shape.pools = std::stoul(value);
+      o.shape.pools = number_of<std::size_t>(flag, value, 1, 100'000);
     else if (flag == "--duration")
-      o.duration_s = std::stod(value);
+      o.duration_s = number_of<double>(flag, value, 0.1, 86'400);
     else if (flag == "--warmup")
-      o.warmup_s = std::stod(value);
+      o.warmup_s = number_of<double>(flag, value, 0, 86'400);
     else if (flag == "--live-blocks")
-      o.shape.live_blocks = std::stoul(value);
+      o.shape.live_blocks = number_of<std::size_t>(flag, value, 1, std::size_t{1} << 32);
     else if (flag == "--relay-binary")
       o.relay_binary = value;
     else if (flag == "--relay-arg")
@@ -125,20 +141,19 @@ std::optional<Options> parse(int argc, char** argv) {
     else if (flag == "--ingest")
       o.ingest = value;
     else if (flag == "--relay-pid")
-      o.relay_pid = static_cast<pid_t>(std::stol(value));
+      o.relay_pid = number_of<pid_t>(flag, value, 1, std::numeric_limits<pid_t>::max());
     else if (flag == "--ingest-token-file") {
       std::stringstream content;
       content << std::ifstream(value).rdbuf();
-      o.token = kvrelay::bearer::token_of_file(content.str());
-      if (o.token->empty()) throw std::invalid_argument("--ingest-token-file " + value + " holds no token");
+      auto token = kvrelay::bearer::token_of_file(content.str());
+      if (!token) throw std::invalid_argument("--ingest-token-file " + value + " " + token.error());
+      o.token = std::move(*token);
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
   }
   if (o.target.empty() != o.ingest.empty()) throw std::invalid_argument("--target and --ingest go together");
-  if (o.shape.sources == 0 || o.shape.pools == 0 || o.shape.pools > o.shape.sources) {
-    throw std::invalid_argument("--pools must be between 1 and --sources");
-  }
+  if (o.shape.pools > o.shape.sources) throw std::invalid_argument("--pools must be between 1 and --sources");
   if (o.rates.empty() || o.consumers.empty()) throw std::invalid_argument("--rate and --consumers need a value");
   return o;
 }
@@ -233,6 +248,7 @@ std::expected<RunFigures, std::string> run_once(const Options& o, double rate, s
   const std::uint64_t stores_at_start = stores.load();
   measure(
       o, *relay, [&] { return fleet.deltas_so_far(); }, figures);
+  fleet.end_window();
   figures.stores_per_second = static_cast<double>(stores.load() - stores_at_start) / figures.seconds;
   stop = true;
   writer.join();

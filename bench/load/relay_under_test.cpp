@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,13 +21,18 @@ pid_t spawn_logged(const std::string& binary, std::vector<std::string> args, con
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) return -1;
   args.insert(args.begin(), binary);
+  std::vector<char*> argv;  // built before the fork: the child of a threaded process must not allocate
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
+    // A relay started here ends with this program, however it ends (a crash, a SIGTERM, a
+    // cancelled CI job): it drains on the SIGTERM the kernel sends it.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);  // gone before the request took effect
     dup2(log, 1);
     dup2(log, 2);
-    std::vector<char*> argv;
-    for (auto& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
   }

@@ -57,12 +57,13 @@ TEST_CASE("kvrelay-bench: a short run times every consumer's replica and reads t
   CHECK(row[2] == "2 " + transport + " / 2");
   CHECK(row[3] == "2");
   CHECK(std::stoul(row[7]) > 0);  // probes timed: the relay hashed what the sources sent as they did
-  // Probes unseen within the grace period and streams that lagged are measurements, not
-  // properties: a loaded machine (the suite runs two tests at a time on two cores) may show
-  // either. Here: counts, a stream counted at most once per consumer and pool.
-  CHECK_NOTHROW(std::stoul(row[8]));
-  CHECK(std::stod(row[9]) > 0);  // deltas per consumer per second
-  CHECK(std::stoul(row[10]) <= 2 * 2);
+  // p50 <= p99 <= p999, each a latency some probe took. Probes unseen within the grace period
+  // and streams that lagged are measurements, not properties: a loaded machine (the suite runs
+  // two tests at a time on two cores) may show either.
+  CHECK(std::stod(row[4]) > 0);
+  CHECK(std::stod(row[4]) <= std::stod(row[5]));
+  CHECK(std::stod(row[5]) <= std::stod(row[6]));
+  CHECK(std::stod(row[9]) > 0);    // deltas per consumer per second
   CHECK(row[11] != "n/a");         // the relay's CPU, from /proc of its pid
   CHECK(std::stoul(row[13]) > 0);  // its resident memory, in MiB
   CHECK(row[14] != "n/a");         // the load generator's own CPU
@@ -84,7 +85,6 @@ TEST_CASE("kvrelay-bench --baseline: a raw gRPC server streams the run's delta s
   // Clients that lagged, of the 2: a measurement, not a property. The raw server's 16-frame
   // outbox is 16 ms at this rate, which a client descheduled by a loaded machine (the suite
   // runs two tests at a time on two cores) can overrun.
-  CHECK(std::stoul(raw[10]) <= 2);
   CHECK(raw[11] != "n/a");  // the raw server's CPU
 }
 
@@ -98,4 +98,20 @@ TEST_CASE("kvrelay-bench: a relay that cannot start and a bad command line are c
   const auto [usage, usage_status] = run_to_end(KVRELAY_LOAD_GENERATOR, {"--sources", "1", "--pools", "2"});
   CHECK(usage_status == 2);
   CHECK_THAT(usage, Catch::Contains("--pools must be between 1 and --sources"));
+  // Numbers are whole and in range, or refused naming their flag: "100k" is not 100 stores/s,
+  // and no consumers at all is not a run.
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"--rate", "100k"},
+                                                                                    {"--rate", "abc"},
+                                                                                    {"--consumers", "0"},
+                                                                                    {"--consumers", "2,-1"},
+                                                                                    {"--sources", "-1"},
+                                                                                    {"--duration", "0"},
+                                                                                    {"--warmup", "nan"},
+                                                                                    {"--relay-pid", "12x"}}) {
+    const auto [refused, refused_status] = run_to_end(KVRELAY_LOAD_GENERATOR, {flag, value});
+    INFO(flag << " " << value << ": " << refused);
+    CHECK(refused_status == 2);
+    CHECK_THAT(refused, Catch::StartsWith("kvrelay-bench: " + flag + " takes a number from ") &&
+                            Catch::Contains(", not '" + value.substr(value.find(',') + 1) + "'"));
+  }
 }
