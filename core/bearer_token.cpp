@@ -1,5 +1,7 @@
 #include "core/bearer_token.hpp"
 
+#include <fmt/format.h>
+
 #include <cctype>
 
 namespace kvrelay::bearer {
@@ -19,11 +21,25 @@ bool is_scheme(std::string_view word) {
 
 }  // namespace
 
-std::string token_of_file(std::string_view content) {
+std::expected<std::string, std::string> token_of_file(std::string_view content) {
   const auto first = content.find_first_not_of(kWhitespace);
-  if (first == std::string_view::npos) return {};
+  if (first == std::string_view::npos) return std::unexpected("holds no token (it is empty or only whitespace)");
   const auto last = content.find_last_not_of(kWhitespace);
-  return std::string(content.substr(first, last - first + 1));
+  const std::string_view token = content.substr(first, last - first + 1);
+  if (token.size() > kMaxTokenBytes) {
+    return std::unexpected(fmt::format("holds a token of {} bytes, more than {}", token.size(), kMaxTokenBytes));
+  }
+  for (std::size_t i = 0; i < token.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(token[i]);
+    if (kWhitespace.find(token[i]) != std::string_view::npos) {
+      return std::unexpected(fmt::format("holds whitespace inside its token (at byte {}: is it on two lines?)", i));
+    }
+    if (byte < 0x21 || byte > 0x7e) {
+      return std::unexpected(fmt::format(
+          "holds a byte no client can send in its token (0x{:02x} at byte {}: visible ASCII only)", byte, i));
+    }
+  }
+  return std::string(token);
 }
 
 std::string metadata_value(std::string_view token) { return "Bearer " + std::string(token); }

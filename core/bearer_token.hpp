@@ -2,6 +2,8 @@
 // The bearer token of the ingest API (docs/protocol/ingest.md#authentication): what a token
 // file holds, how a client sends it and how the relay compares it. Shared by the relay, which
 // checks it, and by the repository's ingest clients (kvrelay-cli, the demo), which send it.
+#include <cstddef>
+#include <expected>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,10 +13,16 @@ namespace kvrelay::bearer {
 // The gRPC metadata key a client sends the token in (lower case, as HTTP/2 requires).
 inline constexpr std::string_view kMetadataKey = "authorization";
 
+// The longest token a file may hold: with "Bearer " it stays well inside the 8 KiB of
+// metadata gRPC takes by default.
+inline constexpr std::size_t kMaxTokenBytes = 4096;
+
 // The token a token file holds: its content without surrounding whitespace (a file written
-// by `echo` or a Kubernetes Secret may end in a newline); empty when it holds none. A copy, so
-// that it outlives the buffer the file was read into.
-std::string token_of_file(std::string_view content);
+// by `echo` or a Kubernetes Secret may end in a newline). A copy, so that it outlives the
+// buffer the file was read into. Or why the file holds no token a client could send: it is
+// empty, or the token has whitespace inside (two lines?), a byte that is not visible ASCII
+// (gRPC carries none in metadata), or more than kMaxTokenBytes.
+std::expected<std::string, std::string> token_of_file(std::string_view content);
 
 // The metadata value that carries `token`: "Bearer <token>".
 std::string metadata_value(std::string_view token);

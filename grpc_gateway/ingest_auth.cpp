@@ -22,8 +22,8 @@ std::expected<std::string, std::string> read_token(const std::string& path) {
   if (!in) return std::unexpected(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
   std::stringstream content;
   content << in.rdbuf();
-  std::string token = bearer::token_of_file(content.str());
-  if (token.empty()) return std::unexpected(fmt::format("{} holds no token (it is empty or only whitespace)", path));
+  auto token = bearer::token_of_file(content.str());
+  if (!token) return std::unexpected(fmt::format("{} {}", path, token.error()));
   return token;
 }
 
@@ -59,9 +59,21 @@ void IngestAuth::refresh_locked() {
 }
 
 IngestAuth::Verdict IngestAuth::check(const std::vector<std::string_view>& authorization) {
+  return verdict(authorization, true);
+}
+
+IngestAuth::Verdict IngestAuth::recheck(const std::vector<std::string_view>& authorization) {
+  return verdict(authorization, false);
+}
+
+IngestAuth::Verdict IngestAuth::verdict(const std::vector<std::string_view>& authorization, bool look_now) {
   if (authorization.empty()) return Verdict::kMissing;
   absl::MutexLock lock(&mutex_);
-  refresh_locked();
+  const auto now = std::chrono::steady_clock::now();
+  if (look_now || now - looked_at_ >= kRecheckInterval) {
+    refresh_locked();
+    looked_at_ = now;
+  }
   if (authorization.size() != 1) return Verdict::kInvalid;
   const auto presented = bearer::token_of_metadata(authorization.front());
   if (!presented) return Verdict::kInvalid;

@@ -75,13 +75,59 @@ std::string refused_oversize(metrics::RelayMetrics* metrics, const google::proto
   return over.message;
 }
 
-// What a stream's reader is told of one request: the outcome its actor answered, or why the
-// request was above a size limit (the stream then ends with INVALID_ARGUMENT: the feeder sends
-// what this relay does not take, and going on would only turn the loss into a sequence gap).
+// The `authorization` metadata values of a call.
+std::vector<std::string_view> authorization_of(const grpc::CallbackServerContext& context) {
+  std::vector<std::string_view> presented;
+  const auto [first, last] =
+      context.client_metadata().equal_range(grpc::string_ref(bearer::kMetadataKey.data(), bearer::kMetadataKey.size()));
+  for (auto it = first; it != last; ++it) presented.emplace_back(it->second.data(), it->second.size());
+  return presented;
+}
+
+// A verdict on a caller's credentials: nothing when accepted, or else the UNAUTHENTICATED that
+// ends its call (counted and logged, rate-limited).
+std::optional<grpc::Status> refused_credentials(IngestAuth::Verdict verdict, metrics::RelayMetrics* metrics,
+                                                const std::string& peer) {
+  if (verdict == IngestAuth::Verdict::kAccepted) return std::nullopt;
+  const bool missing = verdict == IngestAuth::Verdict::kMissing;
+  if (metrics != nullptr) {
+    metrics->ingest_auth_failed(missing ? metrics::AuthFailure::kMissing : metrics::AuthFailure::kInvalid);
+  }
+  refused_caller_log().warn(
+      fmt::format("refused an ingest call from {}: {} credentials", peer, missing ? "no" : "invalid"));
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, missing ? kMissingCredentials : kInvalidCredentials);
+}
+
+// What an admitted stream presented, checked again for each of its messages: a rotated token
+// ends the streams opened with the old one at their next message.
+class StreamCredentials {
+ public:
+  // Without `auth` the ingest API takes every caller.
+  StreamCredentials(std::shared_ptr<IngestAuth> auth, const grpc::CallbackServerContext& context)
+      : auth_(std::move(auth)) {
+    if (!auth_) return;
+    peer_ = context.peer();
+    for (const std::string_view value : authorization_of(context)) presented_.emplace_back(value);
+  }
+  std::optional<grpc::Status> refused(metrics::RelayMetrics* metrics) const {
+    if (!auth_) return std::nullopt;
+    return refused_credentials(auth_->recheck({presented_.begin(), presented_.end()}), metrics, peer_);
+  }
+
+ private:
+  std::shared_ptr<IngestAuth> auth_;
+  std::vector<std::string> presented_;
+  std::string peer_;
+};
+
+// What a stream's reader is told of one request: the outcome its actor answered, or the status
+// that ends the stream unanswered: a request above a size limit (INVALID_ARGUMENT: the feeder
+// sends what this relay does not take, and going on would only turn the loss into a sequence
+// gap), or credentials no longer in force (UNAUTHENTICATED).
 template <class Outcome>
 struct Acknowledgement {
   Outcome outcome;
-  std::optional<std::string> oversize;
+  std::optional<grpc::Status> ends_stream;
 };
 
 struct StreamSettings {
@@ -89,7 +135,18 @@ struct StreamSettings {
   std::size_t read_window = 64;
   metrics::RelayMetrics* metrics = nullptr;
   std::shared_ptr<StreamLimit::Permit> permit;  // returned as the stream finishes (finishing())
+  StreamCredentials credentials;
 };
+
+// Why `request` ends its stream before it is handed on, if it does.
+template <class Request>
+std::optional<grpc::Status> ends_stream(const StreamSettings& settings, const Request& request) {
+  if (auto refused = settings.credentials.refused(settings.metrics)) return refused;
+  if (auto over = ingest_check::oversize(request, settings.limits)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused_oversize(settings.metrics, request, *over));
+  }
+  return std::nullopt;
+}
 
 using BatchAck = Acknowledgement<BatchOutcome>;
 
@@ -105,9 +162,7 @@ class EventBatchReader final
  protected:
   void forward(EventBatchPtr batch) override {
     const std::int64_t receipt_ns = steady_now_ns();
-    if (auto over = ingest_check::oversize(*batch, settings_.limits)) {
-      return gate()->acknowledge(BatchAck{{}, refused_oversize(settings_.metrics, *batch, *over)});
-    }
+    if (auto ended = ends_stream(settings_, *batch)) return gate()->acknowledge(BatchAck{{}, std::move(ended)});
     if (auto problem = ingest_check::kv_event_batch(*batch)) {
       rejected_input_log().warn("rejected KV event batch: " + *problem);
       if (settings_.metrics != nullptr) settings_.metrics->batch(metrics::BatchResult::kMalformed);
@@ -122,8 +177,8 @@ class EventBatchReader final
     router_.route({std::move(batch), std::move(reply), receipt_ns, SourceTransport::kPush, {}});
   }
   void tally(const BatchAck& ack) override {
-    if (ack.oversize) {
-      oversize_ = ack.oversize;
+    if (ack.ends_stream) {
+      ending_ = ack.ends_stream;
       return;
     }
     const BatchOutcome& outcome = ack.outcome;
@@ -135,10 +190,10 @@ class EventBatchReader final
     }
     if (outcome.source_reset) response_->set_source_resets(response_->source_resets() + 1);
   }
-  // An oversized batch, or a lost batch (an actor on the way failed and the relay is
+  // A batch that ends the stream, or a lost batch (an actor on the way failed and the relay is
   // stopping): the stream ends at once rather than when the client closes it.
   std::optional<grpc::Status> early_status() override {
-    if (oversize_) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *oversize_);
+    if (ending_) return ending_;
     if (!lost_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
   }
@@ -150,7 +205,7 @@ class EventBatchReader final
   StreamSettings settings_;
   // Guarded like the response: tally and early_status run under the reader's lock.
   bool lost_ = false;
-  std::optional<std::string> oversize_;
+  std::optional<grpc::Status> ending_;
 };
 
 using LoadAck = Acknowledgement<LoadOutcome>;
@@ -165,9 +220,7 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
 
  protected:
   void forward(ingest_v1::LoadReport report) override {
-    if (auto over = ingest_check::oversize(report, settings_.limits)) {
-      return gate()->acknowledge(LoadAck{{}, refused_oversize(settings_.metrics, report, *over)});
-    }
+    if (auto ended = ends_stream(settings_, report)) return gate()->acknowledge(LoadAck{{}, std::move(ended)});
     if (auto problem = ingest_check::load_report(report)) {
       rejected_input_log().warn("rejected load report: " + *problem);
       if (settings_.metrics != nullptr) settings_.metrics->load_reports(metrics::LoadReportResult::kMalformed, 1);
@@ -183,24 +236,21 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
     caf::anon_send(load_, atoms::report_atom_v, std::move(batch));
   }
   void tally(const LoadAck& ack) override {
-    if (ack.oversize) {
-      oversize_ = ack.oversize;
+    if (ack.ends_stream) {
+      ending_ = ack.ends_stream;
       return;
     }
     response_->set_reports_applied(response_->reports_applied() + ack.outcome.applied);
     response_->set_reports_rejected(response_->reports_rejected() + ack.outcome.rejected);
   }
-  std::optional<grpc::Status> early_status() override {
-    if (!oversize_) return std::nullopt;
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, *oversize_);
-  }
+  std::optional<grpc::Status> early_status() override { return ending_; }
   void finishing() override { settings_.permit.reset(); }
 
  private:
   LoadWindowActor load_;
   ingest_v1::ReportLoadResponse* response_;
   StreamSettings settings_;
-  std::optional<std::string> oversize_;  // guarded like the response
+  std::optional<grpc::Status> ending_;  // guarded like the response
 };
 
 }  // namespace
@@ -214,19 +264,7 @@ std::optional<grpc::Status> IngestService::refusal(const grpc::CallbackServerCon
 
 std::optional<grpc::Status> IngestService::unauthenticated(const grpc::CallbackServerContext& context) {
   if (!config_.auth) return std::nullopt;
-  std::vector<std::string_view> presented;
-  const auto [first, last] =
-      context.client_metadata().equal_range(grpc::string_ref(bearer::kMetadataKey.data(), bearer::kMetadataKey.size()));
-  for (auto it = first; it != last; ++it) presented.emplace_back(it->second.data(), it->second.size());
-  const auto verdict = config_.auth->check(presented);
-  if (verdict == IngestAuth::Verdict::kAccepted) return std::nullopt;
-  const bool missing = verdict == IngestAuth::Verdict::kMissing;
-  if (metrics_ != nullptr) {
-    metrics_->ingest_auth_failed(missing ? metrics::AuthFailure::kMissing : metrics::AuthFailure::kInvalid);
-  }
-  refused_caller_log().warn(
-      fmt::format("refused an ingest call from {}: {} credentials", context.peer(), missing ? "no" : "invalid"));
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, missing ? kMissingCredentials : kInvalidCredentials);
+  return refused_credentials(config_.auth->check(authorization_of(context)), metrics_, context.peer());
 }
 
 std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService::admit_stream(
@@ -368,8 +406,9 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
     grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) {
   auto permit = admit_stream(*context);
   if (!permit) return new RefusedRead<ingest_v1::KvEventBatch>(std::move(permit.error()));
-  auto* reader = new EventBatchReader(
-      peers_.batches, response, StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit)});
+  auto* reader = new EventBatchReader(peers_.batches, response,
+                                      StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit),
+                                                     StreamCredentials(config_.auth, *context)});
   reader->start();
   return reader;
 }
@@ -378,8 +417,9 @@ grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::
                                                                           ingest_v1::ReportLoadResponse* response) {
   auto permit = admit_stream(*context);
   if (!permit) return new RefusedRead<ingest_v1::LoadReport>(std::move(permit.error()));
-  auto* reader = new LoadReportReader(
-      peers_.load, response, StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit)});
+  auto* reader = new LoadReportReader(peers_.load, response,
+                                      StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit),
+                                                     StreamCredentials(config_.auth, *context)});
   reader->start();
   return reader;
 }

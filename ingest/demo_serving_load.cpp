@@ -60,8 +60,7 @@ void ServingLoadFeed::refresh_authorization() {
   std::ifstream in(*token_file_);
   std::stringstream content;
   content << in.rdbuf();
-  const std::string token = bearer::token_of_file(content.str());
-  if (!token.empty()) authorization_ = bearer::metadata_value(token);
+  if (const auto token = bearer::token_of_file(content.str())) authorization_ = bearer::metadata_value(*token);
 }
 
 void ServingLoadFeed::authorize(grpc::ClientContext& context) const {

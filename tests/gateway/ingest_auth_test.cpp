@@ -2,6 +2,7 @@
 // what it accepts, and how it follows a rotation without a restart.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,26 @@ TEST_CASE("ingest auth: a rotated file applies from the next check, the old toke
   write_in_place(path, "the-third\n");  // the same inode, another size
   CHECK(presenting(*auth, "Bearer second") == Verdict::kInvalid);
   CHECK(presenting(*auth, "Bearer the-third") == Verdict::kAccepted);
+
+  // The same inode and size, as a random token of a fixed length rewritten in place: the
+  // modification time tells (set ahead here, as a coarse file-system clock may not move).
+  write_in_place(path, "THE-THIRD\n");
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(1));
+  CHECK(presenting(*auth, "Bearer the-third") == Verdict::kInvalid);
+  CHECK(presenting(*auth, "Bearer THE-THIRD") == Verdict::kAccepted);
+}
+
+TEST_CASE("ingest auth: a token no client could send is refused at start and keeps the last good one on rotation",
+          "[ingest-auth]") {
+  const std::string path = path_of("unsendable-token");
+  replace(path, "line-one\nline-two\n");
+  auto refused = IngestAuth::open(path);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error() == path + " holds whitespace inside its token (at byte 8: is it on two lines?)");
+
+  auto auth = open_with("unsendable-token", "kept\n");
+  replace(path, "new\nline\n");
+  CHECK(presenting(*auth, "Bearer kept") == Verdict::kAccepted);
 }
 
 TEST_CASE("ingest auth: a file that becomes empty or goes away keeps the last good token", "[ingest-auth]") {

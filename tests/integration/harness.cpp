@@ -41,7 +41,7 @@ class Authorization final : public grpc::experimental::ClientInterceptorFactoryI
     if (!token_file_) return new AuthorizationInterceptor(value_);
     std::stringstream content;
     content << std::ifstream(*token_file_).rdbuf();
-    return new AuthorizationInterceptor(bearer::metadata_value(bearer::token_of_file(content.str())));
+    return new AuthorizationInterceptor(bearer::metadata_value(bearer::token_of_file(content.str()).value()));
   }
 
  private:

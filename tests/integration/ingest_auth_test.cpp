@@ -169,6 +169,36 @@ TEST_CASE("ingest auth: a rotated token file applies from the next call, without
   CHECK(s.value("kv_relay_ingest_auth_failures_total", {{"reason", "missing"}}) == 1);
 }
 
+TEST_CASE("ingest auth: a rotated token ends the streams opened with the old one at their next message",
+          "[ingest][auth]") {
+  TokenFile token("rotated-stream");
+  token.write("old-token\n");
+  auto options = options_with(token);
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
+  auto old_client = relay.ingest_client("Bearer old-token");
+  auto catalog = watch_catalog(relay);
+  REQUIRE(put_worker(*old_client).ok());
+  auto pool = subscribe_pool(relay, await_single_pool(*catalog));
+  REQUIRE(pool->next().has_value());  // the empty snapshot
+
+  grpc::ClientContext context;
+  ingest_v1::PublishKvEventsResponse response;
+  auto writer = old_client->PublishKvEvents(&context, &response);
+  REQUIRE(writer->Write(stored_batch(kBackend, 1, 0, 1, 0, {{1, 11}})));
+  const auto applied = pool->next();  // the first batch is in while the old token is in force
+  REQUIRE(applied.has_value());
+  CHECK(applied->kind() == v1::FILTER_UPDATE_KIND_DELTA);
+
+  token.write("new-token\n");
+  CHECK(put_worker(*relay.ingest_client("Bearer new-token")).ok());  // a call reads the new file
+  writer->Write(stored_batch(kBackend, 1, 0, 1, 1, {{2, 22}}));      // may fail: the relay ends the stream
+  writer->WritesDone();
+  require_unauthenticated(writer->Finish(), kInvalid);
+  CHECK(only_pool(relay).unique_blocks() == 1);  // the second batch was not applied
+  CHECK(scrape(relay).value("kv_relay_ingest_auth_failures_total", {{"reason", "invalid"}}) == 1);
+}
+
 TEST_CASE("ingest auth: a relay whose token file is missing or empty does not start", "[ingest][auth]") {
   TokenFile token("unusable");
   auto missing = kvrelay::RelayRuntime::start(options_with(token));

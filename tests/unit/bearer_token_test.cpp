@@ -10,9 +10,20 @@ TEST_CASE("bearer: a token file's token is its content without surrounding white
   CHECK(bearer::token_of_file("s3cret") == "s3cret");
   CHECK(bearer::token_of_file("s3cret\n") == "s3cret");
   CHECK(bearer::token_of_file(" \t s3cret \r\n") == "s3cret");
-  CHECK(bearer::token_of_file("two words\n") == "two words");  // inner whitespace is kept (and then never matches)
-  CHECK(bearer::token_of_file("").empty());
-  CHECK(bearer::token_of_file(" \n\t\r\n").empty());
+  CHECK(bearer::token_of_file(std::string(bearer::kMaxTokenBytes, 'x')) == std::string(bearer::kMaxTokenBytes, 'x'));
+}
+
+TEST_CASE("bearer: a token file holds no token when no client could send what it holds", "[bearer]") {
+  const auto why = [](std::string_view content) { return bearer::token_of_file(content).error(); };
+  CHECK(why("") == "holds no token (it is empty or only whitespace)");
+  CHECK(why(" \n\t\r\n") == "holds no token (it is empty or only whitespace)");
+  // `openssl rand -base64 64` wraps its output onto two lines.
+  CHECK(why("abc\ndef\n") == "holds whitespace inside its token (at byte 3: is it on two lines?)");
+  CHECK(why("two words") == "holds whitespace inside its token (at byte 3: is it on two lines?)");
+  CHECK(why("tok\x07"
+            "en") == "holds a byte no client can send in its token (0x07 at byte 3: visible ASCII only)");
+  CHECK(why("caf\xc3\xa9") == "holds a byte no client can send in its token (0xc3 at byte 3: visible ASCII only)");
+  CHECK(why(std::string(bearer::kMaxTokenBytes + 1, 'x')) == "holds a token of 4097 bytes, more than 4096");
 }
 
 TEST_CASE("bearer: the metadata value is 'Bearer <token>', the scheme in any case", "[bearer]") {
