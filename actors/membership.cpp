@@ -196,9 +196,20 @@ void follow_declared_capacity(Self self, const EndpointKey& endpoint, Materializ
   const std::uint64_t wanted = capacity::initial_bucket_count(
       state.config.sizing, capacity::declared_capacity(state.projection.at(endpoint).runtime_configs));
   if (wanted <= pool.producer.ckf_format().bucket_count()) return;
+  // A refusal stands while nothing that could change it did: a reconcile for another endpoint
+  // neither asks again nor counts another refusal.
+  if (const auto& refused = pool.declared_refusal;
+      refused && refused->bucket_count == wanted && state.budget.reserved() >= refused->budget_reserved) {
+    return;
+  }
   spdlog::info("endpoint {}: declared capacity needs {} buckets, the layout has {}: re-laying out", endpoint.display(),
                wanted, pool.producer.ckf_format().bucket_count());
-  grant_relayout(self, endpoint, pool, wanted);
+  if (auto refusal = grant_relayout(self, endpoint, pool, wanted)) {
+    pool.declared_refusal = MaterializedPool::DeclaredRefusal{wanted, state.budget.reserved()};
+    self->send(pool.publisher, atoms::growth_refused_atom_v, std::move(*refusal));  // GetState shows it
+    return;
+  }
+  pool.declared_refusal.reset();
 }
 
 // ---- what the other actors are told ----
@@ -296,6 +307,7 @@ void route_sources(Self self) {
 // The catalog withdraws a pool before its publisher is retired.
 void reconcile(Self self) {
   auto& state = self->state;
+  if (state.shut_down) return;
   state.feeds.reconcile(self, state.workers, state.peers.load);
   state.projection = membership::project(state.workers);
   std::erase_if(state.rebuild_holds, [&](const auto& hold) { return !state.projection.contains(hold.first); });
@@ -746,6 +758,7 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         on_grow(self, layout_generation, bucket_count);
       },
       [=](atoms::shutdown_atom, const RpcStatus& status) {
+        self->state.shut_down = true;
         self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();

@@ -94,6 +94,13 @@ struct MaterializedPool {
   std::uint64_t lineage = 0;
   std::uint64_t charged_bytes = 0;                 // against the memory budget
   caf::actor_clock::time_point materialized_at{};  // re-layouts keep it
+  // The layout a raised declared capacity wanted and the budget refused, and the budget's
+  // reservations then: it is asked for again only once either changed.
+  struct DeclaredRefusal {
+    std::uint64_t bucket_count = 0;
+    std::uint64_t budget_reserved = 0;
+  };
+  std::optional<DeclaredRefusal> declared_refusal{};
 };
 
 // An endpoint whose pool generation fenced itself (docs/protocol/pools.md#fencing). Its next
@@ -122,6 +129,7 @@ struct MembershipState {
   capacity::MemoryBudget budget{std::nullopt};
   std::shared_ptr<RateLimitedLog> growth_log = std::make_shared<RateLimitedLog>();  // refused re-layouts
   std::uint64_t layout_generation = 0;                                              // of the last attach
+  bool shut_down = false;  // the relay drains: no pool is built again, whatever arrives later
   MailboxSampler mailbox;
   static inline const char* name = "membership";
 };

@@ -76,6 +76,17 @@ struct MembershipUnderTest {
     return **answer;
   }
 
+  // The wait the endpoint's conflict names: "... its successor is materialized after N ms".
+  milliseconds rebuild_wait() {
+    const auto state = relay_state();
+    REQUIRE(state.endpoints_size() == 1);
+    REQUIRE(state.endpoints(0).conflicts_size() == 1);
+    const std::string& conflict = state.endpoints(0).conflicts(0);
+    const auto after = conflict.find("materialized after ");
+    REQUIRE(after != std::string::npos);
+    return milliseconds(std::stoll(conflict.substr(after + std::string("materialized after ").size())));
+  }
+
   // The pool's publisher fences its generation, as when a stream finds a broken delta.
   void fence() {
     const auto pools = catalog();
@@ -110,9 +121,12 @@ TEST_CASE("membership actor: a fenced pool is withdrawn at once and rebuilt afte
   CHECK(under_test.relay_state().endpoints(0).conflicts_size() == 0);
 
   under_test.fence();  // fenced soon after it was built: the wait doubles, to [100, 200] ms
-  fixture.advance(milliseconds(99));
+  const milliseconds drawn = under_test.rebuild_wait();
+  CHECK(drawn >= milliseconds(100));
+  CHECK(drawn <= milliseconds(200));
+  fixture.advance(drawn - milliseconds(1));
   CHECK(under_test.catalog().empty());
-  fixture.advance(milliseconds(101));
+  fixture.advance(milliseconds(1));
   const std::uint64_t third = under_test.generation();
   CHECK(third > second);
 
@@ -120,4 +134,21 @@ TEST_CASE("membership actor: a fenced pool is withdrawn at once and rebuilt afte
   under_test.fence();
   fixture.advance(milliseconds(100));
   CHECK(under_test.generation() > third);
+}
+
+TEST_CASE("membership actor: once the relay drains, a rebuild that comes due builds no pool", "[actors][membership]") {
+  ActorFixture fixture;
+  MembershipUnderTest under_test(fixture);
+  under_test.fence();  // its successor is held for 50-100 ms
+  caf::anon_send(under_test.membership, atoms::shutdown_atom_v,
+                 RpcStatus{StatusCode::kUnavailable, "the relay is shutting down", {}});
+  fixture.run();
+  fixture.advance(milliseconds(100));
+  CHECK(under_test.catalog().empty());
+  // A worker declared after the drain began (its call admitted just before) builds none either.
+  auto other = worker_with_push_source();
+  other.mutable_endpoint()->set_component("other");
+  caf::anon_send(under_test.membership, atoms::put_worker_atom_v, other);
+  fixture.run();
+  CHECK(under_test.catalog().empty());
 }

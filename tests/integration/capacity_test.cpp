@@ -19,6 +19,14 @@ using namespace kvrelay::test;
 
 namespace {
 
+// A worker of two data-parallel ranks with `blocks` KV blocks each.
+WorkerShape two_ranks_of(std::uint64_t blocks) {
+  WorkerShape shape;
+  shape.dp_size = 2;
+  shape.total_kv_blocks = blocks;
+  return shape;
+}
+
 constexpr std::size_t kBlocksPerEvent = 64;
 constexpr std::size_t kEvents = 625;  // 40 000 unique blocks
 
@@ -206,9 +214,7 @@ TEST_CASE("capacity: auto sizing follows the declared capacity as workers join, 
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
   const auto endpoint = endpoint_ref("ns", "backend");
-  WorkerShape shape;
-  shape.dp_size = 2;
-  shape.total_kv_blocks = 4096;
+  const WorkerShape shape = two_ranks_of(4096);
   relay.put_worker(put_worker_request(endpoint, 1, shape));
   // 2 ranks x 4 096 blocks: 8 192 x 1.25 slots / 4 per bucket = 2 560, the next power of two.
   const v1::ProducerIdentity first = await_single_pool(*catalog);
@@ -249,4 +255,37 @@ TEST_CASE("capacity: auto sizing follows the declared capacity as workers join, 
   CHECK(pool.relayouts() == 2);
   REQUIRE(state.endpoints_size() == 1);
   for (const auto& source : state.endpoints(0).sources()) CHECK(source.resets() == 0);
+}
+
+TEST_CASE(
+    "capacity: a declared capacity the budget cannot hold is refused once, shown, and asked again when it changes",
+    "[capacity][sizing][budget]") {
+  auto options = loopback_options();
+  options.expected_unique_blocks = std::nullopt;  // auto
+  // 4 096 buckets are charged 594 724 bytes, 8 192 buckets 1 189 448, 1 024 buckets 148 662.
+  options.memory_budget_bytes = 1'000'000;
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  const auto endpoint = endpoint_ref("ns", "backend");
+  const WorkerShape shape = two_ranks_of(4096);
+  relay.put_worker(put_worker_request(endpoint, 1, shape));
+  CHECK(await_single_pool(*catalog).ckf_format().bucket_count() == 4096);
+  relay.put_worker(put_worker_request(endpoint, 2, shape));  // 16 384 blocks want 8 192 buckets
+  const auto refused = only_pool(relay);
+  CHECK(refused.bucket_count() == 4096);
+  CHECK_THAT(refused.growth_refusal(), Catch::Contains("of --memory-budget-bytes 1000000 are left"));
+
+  // Calls for other endpoints reconcile membership again: the refusal stands, uncounted.
+  WorkerShape small = two_ranks_of(100);
+  small.model = "other-a";
+  relay.put_worker(put_worker_request(endpoint_ref("ns", "a"), 3, small));
+  small.model = "other-b";
+  relay.put_worker(put_worker_request(endpoint_ref("ns", "b"), 4, small));
+  CHECK(scrape(relay).value("kv_relay_pool_growth_refusals_total") == 1);
+
+  // A third worker of the endpoint changes what it wants (32 768 blocks: 16 384 buckets):
+  // asked again, and refused again.
+  relay.put_worker(put_worker_request(endpoint, 5, two_ranks_of(8192)));
+  CHECK(scrape(relay).value("kv_relay_pool_growth_refusals_total") == 2);
 }
