@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "actors/crash_report.hpp"
+#include "actors/pool_publisher.hpp"
 #include "actors/rate_limited_log.hpp"
 
 namespace kvrelay {
@@ -61,9 +62,8 @@ void hand_on(Self self, SentBatch sent) {
         caf::anon_send(self, atoms::outcome_atom_v, outcome, from_engine);
       },
       BatchOutcome{false, false, 0, true});
-  const std::int64_t receipt_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   self->state.config.router.route(
-      {std::move(sent.batch), std::move(reply), receipt_ns, SourceTransport::kZmq, self->address()});
+      {std::move(sent.batch), std::move(reply), sent.receipt_ns, SourceTransport::kZmq, self->address()});
 }
 
 // Numbers one batch as the source's next and hands it on, or holds it while a connection
@@ -109,7 +109,7 @@ void apply(Self self, const HeldBatch& held) {
     case engine::DecodeResult::Batch::kDecoded:
       break;
   }
-  send_on(self, {std::move(batch)});
+  send_on(self, {std::move(batch), true, held.receipt_ns});
 }
 
 // The I/O thread numbers replays as they are requested, 1 for the first, as this does.
@@ -140,7 +140,9 @@ void carry_out(Self self, engine::Sequencer<HeldBatch>::Step step) {
   for (const HeldBatch& held : step.apply) apply(self, held);
   // A reset has to reach the pool now, not with the next batch: when none of the step's batches
   // was sent on (none, or none that decodes), an empty one carries it.
-  if (step.reset && state.next_sequence == 0) send_on(self, {std::make_shared<ingest_v1::KvEventBatch>(), false});
+  if (step.reset && state.next_sequence == 0) {
+    send_on(self, {std::make_shared<ingest_v1::KvEventBatch>(), false, steady_now_ns()});
+  }
 }
 
 void on_frames(Self self, const engine_io::MultipartPtr& frames) {
@@ -150,7 +152,8 @@ void on_frames(Self self, const engine_io::MultipartPtr& frames) {
     count(self, EngineBatchResult::kMalformedFrames);
     engine_input_log().warn(fmt::format("{}: dropped a message: {}", describe(self->state), message.error()));
   } else {
-    carry_out(self, self->state.sequencer->on_live(message->seq, HeldBatch{frames, message->payload}, frames->bytes()));
+    carry_out(self, self->state.sequencer->on_live(message->seq, HeldBatch{frames, message->payload, steady_now_ns()},
+                                                   frames->bytes()));
   }
   release_credit(self);
 }
@@ -168,7 +171,7 @@ void take_replay_reply(Self self, const engine_io::MultipartPtr& frames, bool of
   } else if (!of_replay_in_flight) {
     count(self, EngineBatchResult::kSkipped);
   } else {
-    carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload}));
+    carry_out(self, sequencer.on_replay(message->seq, HeldBatch{frames, message->payload, steady_now_ns()}));
   }
 }
 

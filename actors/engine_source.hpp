@@ -53,12 +53,16 @@ using EngineSourceActor =
 struct SentBatch {
   std::shared_ptr<ingest_v1::KvEventBatch> batch;
   bool from_engine = true;
+  std::int64_t receipt_ns = 0;  // when its message reached the relay (steady clock)
 };
 
 // A batch the engine published, held until the sequencer hands it out.
 struct HeldBatch {
   engine_io::MultipartPtr frames;  // owns the payload's bytes
   engine::Frame payload;
+  // When the message reached the relay: a batch held behind a replay or a link report still
+  // counts its wait in kv_relay_event_to_wire_seconds.
+  std::int64_t receipt_ns = 0;
 };
 
 struct EngineSourceState {

@@ -168,7 +168,7 @@ constexpr auto kCounter = prometheus::MetricType::Counter;
 const std::array<KeyedFamily<PoolStats>, 13> kPoolFamilies = {{
     {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.sequence); }},
-    {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool's filter holds", kGauge,
+    {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool holds, in its filter or omitted", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.unique_blocks); }},
     {"kv_relay_pool_load_factor", "Occupied filter slots / (buckets * 4)", kGauge, load_factor},
     {"kv_relay_pool_capacity_failures_total",
@@ -178,7 +178,7 @@ const std::array<KeyedFamily<PoolStats>, 13> kPoolFamilies = {{
      kGauge, [](const PoolStats& s, std::size_t) { return load(s.omitted_blocks); }},
     {"kv_relay_pool_index_bytes", "Bytes of the pool's owner and lineage tables (the filter not included)", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.index_bytes); }},
-    {"kv_relay_pool_relayouts_total", "Re-layouts of the pool into twice the buckets", kCounter,
+    {"kv_relay_pool_relayouts_total", "Re-layouts of the pool into more buckets", kCounter,
      [](const PoolStats& s, std::size_t) { return load(s.relayouts); }},
     {"kv_relay_pool_bucket_count", "Buckets of the pool's current layout", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.bucket_count); }},

@@ -150,7 +150,7 @@ using ScrapeCollector = KeyedCollector<ScrapeStats>;
 // The unlabelled histograms: X(member, name, help, bucket bounds...).
 #define KVRELAY_HISTOGRAMS(X)                                                                                        \
   X(snapshot_encode_, "kv_relay_snapshot_encode_seconds",                                                            \
-    "CPU time to encode one snapshot image into CBI1 chunks for one stream", 0.0005, 0.001, 0.0025, 0.005, 0.01,     \
+    "Time spent encoding one snapshot image into CBI1 chunks for one stream", 0.0005, 0.001, 0.0025, 0.005, 0.01,    \
     0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)                                                                          \
   X(event_to_wire_, "kv_relay_event_to_wire_seconds",                                                                \
     "From the ingest receipt of a delta's oldest event to the delta handed to the streams", 0.0001, 0.00025, 0.0005, \
