@@ -59,7 +59,22 @@ TEST_CASE("bounded stream actor: a client that keeps up is never lagged", "[acto
     complete_write(caf::actor_cast<StreamTransportActor>(under_test.stream));
     fixture.run();
   }
-  CHECK(under_test.sink->writes.size() == 20);
+  REQUIRE(under_test.sink->writes.size() == 20);
+  for (std::size_t i = 0; i < 20; ++i) CHECK(under_test.sink->writes[i]->message().window_sequence() == i + 1);
+  CHECK_FALSE(under_test.sink->finished.has_value());
+}
+
+TEST_CASE("bounded stream actor: queued windows go out oldest first", "[actors][load]") {
+  ActorFixture fixture;
+  WindowStream under_test(fixture, 2);
+  for (std::uint64_t sequence = 1; sequence <= 3; ++sequence) under_test.send_window(sequence);
+  fixture.run();  // window 1 in flight, 2 and 3 queued
+  for (int write = 0; write < 3; ++write) {
+    complete_write(caf::actor_cast<StreamTransportActor>(under_test.stream));
+    fixture.run();
+  }
+  REQUIRE(under_test.sink->writes.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(under_test.sink->writes[i]->message().window_sequence() == i + 1);
   CHECK_FALSE(under_test.sink->finished.has_value());
 }
 

@@ -8,11 +8,11 @@
 using namespace kvrelay;
 using namespace kvrelay::test;
 
-TEST_CASE("latest-value stream actor: heartbeats re-send the latest update, and 0 turns them off",
-          "[actors][heartbeat]") {
-  const auto heartbeat = std::chrono::milliseconds(GENERATE(0, 100));
-  INFO("heartbeat " << heartbeat.count() << " ms");
-  ActorFixture fixture;
+namespace {
+
+// A catalog stream with `heartbeat`, sent revision 3 and holding its first write in flight.
+std::pair<caf::actor, std::shared_ptr<RecordingSink<CatalogBroadcast>>> stream_of_revision_3(
+    ActorFixture& fixture, std::chrono::milliseconds heartbeat) {
   auto sink = std::make_shared<RecordingSink<CatalogBroadcast>>();
   auto source = spawn_recorder(fixture, std::make_shared<Inbox>());
   auto stream = fixture.spawn(latest_value_stream<CatalogBroadcast>, sink,
@@ -24,6 +24,17 @@ TEST_CASE("latest-value stream actor: heartbeats re-send the latest update, and 
   caf::anon_send(stream, atoms::update_atom_v, std::make_shared<const CatalogBroadcast>(update));
   fixture.run();
   REQUIRE(sink->writes.size() == 1);
+  return {caf::actor_cast<caf::actor>(stream), std::move(sink)};
+}
+
+}  // namespace
+
+TEST_CASE("latest-value stream actor: heartbeats re-send the latest update, and 0 turns them off",
+          "[actors][heartbeat]") {
+  const auto heartbeat = std::chrono::milliseconds(GENERATE(0, 100));
+  INFO("heartbeat " << heartbeat.count() << " ms");
+  ActorFixture fixture;
+  auto [stream, sink] = stream_of_revision_3(fixture, heartbeat);
 
   // Ten intervals of 100 ms, each write completed as the transport would; then an hour.
   for (int interval = 0; interval < 10; ++interval) {
@@ -41,4 +52,16 @@ TEST_CASE("latest-value stream actor: heartbeats re-send the latest update, and 
     for (const auto& write : sink->writes) CHECK(write->message().revision() == 3);
   }
   CHECK_FALSE(sink->finished.has_value());
+}
+
+TEST_CASE("latest-value stream actor: a heartbeat due while a write is in flight waits for it", "[actors][heartbeat]") {
+  ActorFixture fixture;
+  auto [stream, sink] = stream_of_revision_3(fixture, std::chrono::milliseconds(100));
+
+  fixture.advance(std::chrono::milliseconds(100));  // the heartbeat is due; the transport has not finished
+  CHECK(sink->writes.size() == 1);                  // one write in flight at most
+  complete_write(caf::actor_cast<StreamTransportActor>(stream));
+  fixture.run();
+  REQUIRE(sink->writes.size() == 2);  // the held heartbeat goes out then
+  CHECK(sink->writes[1]->message().revision() == 3);
 }

@@ -234,6 +234,7 @@ TEST_CASE("publisher actor: fencing ends the detector INVALID_PUBLICATION, the r
   auto [late, late_inbox] = under_test.attach();
   CHECK(late_inbox->count<PoolSnapshotMsg>() == 0);
   REQUIRE(ending_of(*late_inbox).has_value());
+  CHECK(ending_of(*late_inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
   // A second report of the same fault tells membership nothing new.
   caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(other),
                  std::string("again"));
@@ -393,7 +394,9 @@ TEST_CASE("publisher actor: re-layouts are at least the min interval apart", "[a
   fixture.run();
   CHECK(under_test.state().growth_refusal() == "memory budget: full");
   CHECK(grow_requests(*under_test.owner_inbox) == 1);
-  fixture.advance(std::chrono::seconds(1));  // asks again one interval after the refusal
+  fixture.advance(std::chrono::milliseconds(999));  // asks again one interval after the refusal
+  CHECK(grow_requests(*under_test.owner_inbox) == 1);
+  fixture.advance(std::chrono::milliseconds(1));
   CHECK(grow_requests(*under_test.owner_inbox) == 2);
 }
 

@@ -77,7 +77,9 @@ TEST_CASE("pool stream actor: the progress timeout guards every snapshot chunk b
   REQUIRE(under_test.sink->writes.size() == 1);
 
   SECTION("a first chunk the client does not take ends the stream") {
-    fixture.advance(kProgressTimeout + std::chrono::milliseconds(1));
+    fixture.advance(kProgressTimeout - std::chrono::milliseconds(1));
+    CHECK_FALSE(under_test.sink->finished.has_value());
+    fixture.advance(std::chrono::milliseconds(1));
     REQUIRE(under_test.sink->finished.has_value());
     CHECK(under_test.sink->finished->reason == v1::RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT);
   }
@@ -96,6 +98,23 @@ TEST_CASE("pool stream actor: the progress timeout guards every snapshot chunk b
     CHECK(under_test.sink->writes[2]->kind() == v1::FILTER_UPDATE_KIND_DELTA);
     CHECK(under_test.sink->writes[2]->sequence() == 4);
   }
+}
+
+TEST_CASE("pool stream actor: each chunk of a snapshot gets the progress timeout anew", "[actors][pool]") {
+  constexpr std::uint64_t kThreeChunks = 3 * cbi1::kChunkBuckets;
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, kThreeChunks, /*paced=*/false);
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(kThreeChunks, 3)});
+  fixture.run();
+  fixture.advance(kProgressTimeout / 2);
+  complete_write(under_test.stream);  // the first chunk taken half-way: the second one is timed from now
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 2);
+  fixture.advance(kProgressTimeout - std::chrono::milliseconds(1));
+  CHECK_FALSE(under_test.sink->finished.has_value());
+  fixture.advance(std::chrono::milliseconds(1));
+  REQUIRE(under_test.sink->finished.has_value());
+  CHECK(under_test.sink->finished->reason == v1::RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT);
 }
 
 TEST_CASE("pool stream actor: a full outbox ends the stream as lagged", "[actors][pool]") {

@@ -363,8 +363,15 @@ TEST_CASE("serving load: report outcomes for duplicates, restarts and replaced i
         ingest_v1::REPORT_OUTCOME_RESTARTED);
   CHECK(relay.report_scheduler(scheduler_report(100, 1, 4, {{1, 0, 9, 9}})).outcome() ==
         ingest_v1::REPORT_OUTCOME_REPLACED_INCARNATION);
-  const auto routers = await_window(*stream, [](const auto& u) { return pool_status_is(u, v1::DATA_STATUS_COMPLETE); });
-  CHECK(routers.pools(0).load().tokens().active_decode_blocks() == 2);
+  // A window built after every router report: one that shows a frontend report sent after them
+  // (windows built between the reports show 1, the applied report before the restart).
+  CHECK(relay.report_frontend(started(43, 3, 5)) == ingest_v1::REPORT_OUTCOME_APPLIED);
+  const auto routers = await_window(*stream, [](const auto& u) {
+    const auto* m = model_of(u, "prod", "llama");
+    return m != nullptr && m->load().requests().requests_started_total() == 55 &&
+           pool_status_is(u, v1::DATA_STATUS_COMPLETE);
+  });
+  CHECK(routers.pools(0).load().tokens().active_decode_blocks() == 2);  // not the replaced incarnation's 9
 }
 
 TEST_CASE("serving load: replica groups take the maximum, groups and standalone routers add up (example F)",
@@ -434,6 +441,9 @@ TEST_CASE("serving load: invalid reports answer INVALID_ARGUMENT naming the fiel
           "[serving_load]") {
   TestRelay relay(fast_windows());
   auto stream = watch_serving_load(relay);
+  // A pool and its model, which every refused request below would change if it applied.
+  relay.put_worker(put_worker_request(kBackend, 1));
+  await_window(*stream, [](const auto& u) { return u.pools_size() == 1; });
   const auto refused = [&](auto call) {
     grpc::ClientContext context;
     const grpc::Status status = call(context);
@@ -498,16 +508,28 @@ TEST_CASE("serving load: invalid reports answer INVALID_ARGUMENT naming the fiel
              }),
              Catch::StartsWith("router_ids[0]:"));
 
-  // Nothing was applied: a valid report sent after them shows in a window, alone.
+  // Nothing was applied: valid reports sent after them show in a window as if the refused
+  // ones never came. Router 100 alone covers the pool (no router 0 was declared), the
+  // refused report's decode blocks are not in it, no frontend was declared for prod, and the
+  // refused frontend reports left no model behind.
+  CHECK(relay.report_scheduler(scheduler_report(100, 1, 1, {{1, 0, 3, 3}})).outcome() ==
+        ingest_v1::REPORT_OUTCOME_APPLIED);
   auto sentinel = frontend_report(8, 1, 1);
   sentinel.set_namespace_("sentinel");
   add_model(sentinel, "probe", {1, 1, 1, 1}, {1, 1, 1, 1, 1, 1});
   relay.report_frontend(sentinel);
-  const auto later = await_window(*stream, [](const auto& u) { return model_of(u, "sentinel", "probe") != nullptr; });
-  CHECK(later.models_size() == 1);
+  const auto later = await_window(*stream, [](const auto& u) {
+    return model_of(u, "sentinel", "probe") != nullptr && pool_status_is(u, v1::DATA_STATUS_COMPLETE);
+  });
+  CHECK(later.pools(0).load().tokens().active_decode_blocks() == 3);
+  CHECK(later.models_size() == 2);  // prod/llama, the worker's, and the sentinel's
+  REQUIRE(model_of(later, "prod", "llama") != nullptr);
+  CHECK(model_of(later, "prod", "llama")->deployment().expected_frontends() == 0);
+  CHECK(model_of(later, "prod", "llama")->load().requests().requests_started_total() == 0);
 
   // A report of 1 000 models with 256-byte ids is accepted.
   auto big = frontend_report(9, 1, 1);
+  big.set_namespace_("big");  // apart from prod, which holds the worker's model
   for (int i = 0; i < 1000; ++i) {
     std::string id = std::to_string(i);
     id.resize(256, 'x');
@@ -556,6 +578,7 @@ TEST_CASE("serving load: a client that never reads ends SUBSCRIBER_LAGGED and fr
   TestRelay relay(options);
   // Windows of about 300 KiB fill the transport's buffers within a few windows.
   auto big = frontend_report(9, 1, 1);
+  big.set_namespace_("big");  // apart from prod, which holds the worker's model
   for (int i = 0; i < 1000; ++i) {
     std::string id = std::to_string(i);
     id.resize(256, 'x');
@@ -596,6 +619,7 @@ TEST_CASE("serving load: the topology file declares frontends and routers, and c
   *worker->mutable_card() = request.card();
   *worker->mutable_kv_sources() = request.kv_sources();
   endpoint->add_scheduler_router_ids(100);
+  endpoint->add_scheduler_router_ids(101);
   auto* frontends = file.add_frontends();
   frontends->set_namespace_("prod");
   frontends->add_frontend_ids(7);
@@ -606,7 +630,11 @@ TEST_CASE("serving load: the topology file declares frontends and routers, and c
     auto stream = watch_serving_load(relay);
     const auto window = await_window(*stream, [](const auto& u) { return u.models_size() == 1; });
     CHECK(window.models(0).deployment().expected_frontends() == 1);
+    // Router 101 is declared too: while it is silent the pool is DEGRADED (an undeclared
+    // router covering every rank would make it COMPLETE).
     relay.report_scheduler(scheduler_report(100, 1, 1, {{1, 0, 3, 3}}));
+    await_window(*stream, [](const auto& u) { return pool_status_is(u, v1::DATA_STATUS_DEGRADED); });
+    relay.report_scheduler(scheduler_report(101, 1, 1, {{1, 0, 3, 3}}));
     await_window(*stream, [](const auto& u) { return pool_status_is(u, v1::DATA_STATUS_COMPLETE); });
     relay.set_frontends("prod", {});
     await_window(*stream, [](const auto& u) {
@@ -632,6 +660,6 @@ TEST_CASE("serving load: the topology file declares frontends and routers, and c
     options.topology = file;
     const auto started = kvrelay::RelayRuntime::start(options);
     REQUIRE_FALSE(started.has_value());
-    CHECK_THAT(started.error(), Catch::Contains("endpoints[0].scheduler_router_ids[1]"));
+    CHECK_THAT(started.error(), Catch::Contains("endpoints[0].scheduler_router_ids[2]"));
   }
 }
