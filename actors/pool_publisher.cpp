@@ -93,12 +93,12 @@ void delta_handed_on(Self self, std::int64_t receipt_ns) {
 // CBI1 frame cannot be published: every stream ends and resubscribes from a snapshot.
 void publish(Self self) {
   auto& state = self->state;
-  state.last_publication = self->clock().now();
   const std::int64_t receipt_ns = state.oldest_pending_receipt_ns;
   state.pending_events = 0;
   state.oldest_pending_receipt_ns = 0;
   const std::vector<BucketImage> images = state.index->drain_publication();
-  if (images.empty()) return;  // nothing net-changed: no delta, no new sequence
+  if (images.empty()) return;  // nothing net-changed: no delta, no new sequence, no gap to keep
+  state.last_publication = self->clock().now();
   const std::uint64_t base = state.sequence++;
   state.snapshot_at_sequence.reset();
   if (state.streams.empty()) return;
@@ -151,6 +151,20 @@ void publish_or_arm_delay(Self self) {
   const auto until_earliest = std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now);
   const auto wait = threshold_met ? until_earliest : std::max<std::chrono::nanoseconds>(cadence.delay, until_earliest);
   self->delayed_send(self, wait, atoms::publish_atom_v);
+}
+
+// The delay timer fired. A publication since it was armed (a stream attaching, an early one)
+// moved the gap on, and more streams may have attached: what is pending waits out the rest of
+// the gap as it stands now.
+void on_publication_due(Self self) {
+  auto& state = self->state;
+  state.delay_armed = false;
+  if (state.pending_events == 0 || state.fenced) return;
+  const auto now = self->clock().now();
+  const auto earliest = state.last_publication + state.config.cadence.gap(state.streams.size());
+  if (now >= earliest) return publish(self);
+  state.delay_armed = true;
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now), atoms::publish_atom_v);
 }
 
 // ---- growth (docs/protocol/capacity.md#relayout) ----
@@ -422,8 +436,7 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
         self->quit();
       },
       [=](atoms::publish_atom) {
-        self->state.delay_armed = false;
-        if (self->state.pending_events > 0 && !self->state.fenced) publish(self);
+        on_publication_due(self);
         publish_stats(self);
       },
       [=](atoms::sample_atom) { self->state.mailbox.sample(self); },

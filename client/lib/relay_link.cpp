@@ -177,16 +177,37 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
   control.detach();
   if (control.stopped()) return false;
   if (!status.ok()) {
-    std::unique_lock lock(mutex_);
-    stats.last_error =
+    const std::string what =
         fmt::format("GetRelayInfo: status {}: {}", static_cast<int>(status.error_code()), status.error_message());
+    // A relay of another contract refuses our marker rather than answering with its own.
+    if (react(Plane::kCatalog, status, parse_reason(reason_trailer(context))).stop_relay) {
+      mark_incompatible(what + " (CONTRACT_MISMATCH)");
+      return false;
+    }
+    note_error(stats, what);
     return false;
   }
+  // Another marker or protocol version is another contract; any other invalid answer is a
+  // fault of this answer, asked again after the backoff (docs/consumer.md#validation).
   if (auto error = wire::check_response(info)) {
-    mark_incompatible(fmt::format("GetRelayInfo: {} ({})", wire::to_string(error->code), error->message));
+    const std::string what = fmt::format("GetRelayInfo: {} ({})", wire::to_string(error->code), error->message);
+    if (react_to_fault(fault_of(*error)).stop_relay) {
+      mark_incompatible(what);
+    } else {
+      note_error(stats, what);
+    }
     return false;
   }
   return true;
+}
+
+// What a plane shows while it waits to check again; those awaiting a view are told.
+void RelayLink::note_error(PlaneStats& stats, std::string what) {
+  {
+    std::unique_lock lock(mutex_);
+    stats.last_error = std::move(what);
+  }
+  notifier_->bump();
 }
 
 void RelayLink::mark_incompatible(std::string why) {

@@ -118,6 +118,7 @@ class RelayLink {
   void subscribe(PoolSlot& slot);
   void retire(PoolSlot& slot);
   void mark_incompatible(std::string why);
+  void note_error(PlaneStats& stats, std::string what);
   void stop_planes();
   void reap();  // joins retired subscription threads; never under the lock
   PoolSlot* slot_of(const wire::PoolKey& key, const std::shared_ptr<Subscription>& subscription);

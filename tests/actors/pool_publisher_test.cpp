@@ -158,6 +158,41 @@ TEST_CASE("publisher actor: threshold per message, at most one delta per delay",
   CHECK(under_test.sink->outcomes.size() == 3);
 }
 
+TEST_CASE("publisher actor: a delay timer armed before a stream's attach published keeps the gap after it",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 4);
+  auto [stream, inbox] = under_test.attach();
+  under_test.send(stores(100, 4));  // published at once, at t0
+  under_test.send(stores(200, 1));  // below the threshold: the timer is armed for t0 + 10 ms
+  fixture.advance(kDelay - std::chrono::milliseconds(1));
+  under_test.attach();  // an attach publishes what is pending, at t0 + 9 ms
+  REQUIRE(deltas_in(*inbox).size() == 2);
+  under_test.send(stores(300, 1));
+  fixture.advance(std::chrono::milliseconds(1));  // the timer fires one ms after that publication
+  CHECK(deltas_in(*inbox).size() == 2);
+  fixture.advance(kDelay - std::chrono::milliseconds(2));
+  CHECK(deltas_in(*inbox).size() == 2);
+  fixture.advance(std::chrono::milliseconds(1));  // one whole delay after the attach's publication
+  REQUIRE(deltas_in(*inbox).size() == 3);
+  CHECK(deltas_in(*inbox)[2].base_sequence == 2);
+}
+
+TEST_CASE("publisher actor: a publication that nets no change sends nothing and does not hold back the next",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 2);
+  auto [stream, inbox] = under_test.attach();
+  auto reverted = std::make_shared<ingest_v1::KvEventBatch>(*stores(100, 1));
+  reverted->add_events()->mutable_removed()->add_block_hashes(100);  // stored and removed again: no net change
+  under_test.send(reverted);
+  CHECK(deltas_in(*inbox).empty());
+  CHECK(under_test.state().sequence() == 0);
+  under_test.send(stores(200, 2));  // at the threshold: published at once, with no gap to wait out
+  REQUIRE(deltas_in(*inbox).size() == 1);
+  CHECK(deltas_in(*inbox)[0].base_sequence == 0);
+}
+
 TEST_CASE("publisher actor: a pool with more streams than its frame budget covers publishes less often",
           "[actors][publisher]") {
   ActorFixture fixture;

@@ -47,6 +47,16 @@ void FakeRelay::set_info_marker(std::uint32_t marker) {
   info_marker_ = marker;
 }
 
+void FakeRelay::set_info_refusal(std::optional<StreamEndScript> refusal) {
+  std::lock_guard lock(mutex_);
+  info_refusal_ = std::move(refusal);
+}
+
+void FakeRelay::set_info_identity(bool present) {
+  std::lock_guard lock(mutex_);
+  info_identity_ = present;
+}
+
 int FakeRelay::pool_requests() const {
   std::lock_guard lock(mutex_);
   return pool_requests_;
@@ -89,10 +99,11 @@ grpc::Status FakeRelay::serve(grpc::ServerContext* context, Queue<Message>& queu
   }
 }
 
-grpc::Status FakeRelay::GetRelayInfo(grpc::ServerContext*, const v1::RelayInfoRequest*, v1::RelayInfo* info) {
+grpc::Status FakeRelay::GetRelayInfo(grpc::ServerContext* context, const v1::RelayInfoRequest*, v1::RelayInfo* info) {
   std::lock_guard lock(mutex_);
+  if (info_refusal_) return end(context, *info_refusal_);
   info->set_protocol_version(wire::kProtocolVersion);
-  *info->mutable_relay() = relay_identity();
+  if (info_identity_) *info->mutable_relay() = relay_identity();
   info->set_contract_marker(info_marker_);
   return grpc::Status::OK;
 }

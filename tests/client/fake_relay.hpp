@@ -45,6 +45,10 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   void push_serving_load(std::variant<v1::ServingLoadUpdate, StreamEndScript> item, int for_stream = 0);
   void set_pool_script(PoolScript script);
   void set_info_marker(std::uint32_t marker);
+  // GetRelayInfo ends with `refusal` instead of answering; nullopt: it answers.
+  void set_info_refusal(std::optional<StreamEndScript> refusal);
+  // GetRelayInfo answers without the relay's identity (an invalid answer of the right contract).
+  void set_info_identity(bool present);
   int pool_requests() const;
 
   grpc::Status GetRelayInfo(grpc::ServerContext*, const v1::RelayInfoRequest*, v1::RelayInfo* info) override;
@@ -88,6 +92,8 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   std::map<std::string, int> pool_attempts_;
   int pool_requests_ = 0;
   std::uint32_t info_marker_ = wire::kContractMarker;
+  std::optional<StreamEndScript> info_refusal_;
+  bool info_identity_ = true;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

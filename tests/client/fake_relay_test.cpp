@@ -273,6 +273,33 @@ TEST_CASE("fake relay: a contract mismatch stops every stream of that relay", "[
   CHECK(scenario.relay().pool_requests() == 0);
 }
 
+TEST_CASE("fake relay: a relay that refuses GetRelayInfo with CONTRACT_MISMATCH is incompatible", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().set_info_refusal(
+      StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_CONTRACT_MISMATCH"});
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.start();
+  scenario.await([](const RelayView& relay) { return relay.incompatible; });
+  const auto view = scenario.view();
+  CHECK_THAT(view.incompatibility, Catch::Contains("GetRelayInfo: status 9") && Catch::Contains("CONTRACT_MISMATCH"));
+  CHECK(view.catalog.opens == 0);
+  CHECK(scenario.relay().pool_requests() == 0);
+}
+
+TEST_CASE("fake relay: a GetRelayInfo answer without the relay's identity is asked again, not a mismatch",
+          "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().set_info_identity(false);
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.start();
+  scenario.await([](const RelayView& relay) { return relay.catalog.last_error.find("GetRelayInfo") == 0; });
+  CHECK_FALSE(scenario.view().incompatible);
+  CHECK(scenario.view().catalog.opens == 0);
+  scenario.relay().set_info_identity(true);  // the next check, after the backoff, passes
+  scenario.await([](const RelayView& relay) { return relay.catalog.valid; });
+  CHECK_FALSE(scenario.view().incompatible);
+}
+
 TEST_CASE("fake relay: a streamed message of another contract or protocol version is a contract mismatch",
           "[client][fake]") {
   Scenario scenario;

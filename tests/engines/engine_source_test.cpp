@@ -122,7 +122,7 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   std::vector<std::string> args;
   if (with_replay) args.push_back("--replay");
   FakeEngineProcess engine(args);
-  TestRelay relay;
+  TestRelay relay(with_metrics());
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
   const Json first = Json::array(
@@ -135,11 +135,16 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   REQUIRE(seq == 1);
   CHECK(settled_pool(relay, seq).unique_blocks() == 3);
 
+  std::string cause;  // what the reset is counted as
   SECTION("gap") {
     engine.command({{"op", "drop"}, {"count", 2}});  // neither sent nor replayable
     if (with_replay) engine.command({{"op", "evict"}});
+    cause = with_replay ? "replay_evicted" : "sequence_gap";
   }
-  SECTION("restart") { engine.command({{"op", "restart"}}); }
+  SECTION("restart") {
+    engine.command({{"op", "restart"}});
+    cause = "engine_restart";
+  }
 
   const Json after =
       Json::array({{{"kind", "stored"}, {"hashes", {9}}, {"token_ids", {9, 9, 9, 9}}, {"block_size", 4}}});
@@ -150,6 +155,14 @@ TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine resta
   const auto* source = find_source(state, 1, 0);
   REQUIRE(source != nullptr);
   CHECK(source->resets() == 1);
+  const Scrape metrics = scrape(relay);
+  INFO("cause " << cause);
+  for (const std::string counted : {"sequence_gap", "engine_restart", "replay_evicted", "replay_gap", "replay_timeout",
+                                    "replay_overflow", "disconnected"}) {
+    INFO("counted " << counted);
+    CHECK(metrics.count("kv_relay_engine_source_resets_total", engine_source_labels("cause", counted)) ==
+          (counted == cause ? 1 : 0));
+  }
 }
 
 TEST_CASE("engines: an engine restart first seen past seq 0 is replayed from seq 0", "[engines]") {
@@ -180,7 +193,7 @@ TEST_CASE("engines: an engine restart first seen past seq 0 is replayed from seq
 
 TEST_CASE("engines: malformed frames and payloads are dropped and the source keeps going", "[engines]") {
   FakeEngineProcess engine({});
-  TestRelay relay;
+  TestRelay relay(with_metrics());
   relay.put_worker(engine_worker(1, {&engine}));
   engine.await_subscribers(1);
   // Frames that are not [topic, 8-byte seq, payload] never reach the sequencing.
@@ -201,6 +214,13 @@ TEST_CASE("engines: malformed frames and payloads are dropped and the source kee
   const auto* source = find_source(state, 1, 0);
   REQUIRE(source != nullptr);
   CHECK(source->resets() == 0);
+  // Each message counted as what it was: the payload that is no batch took its seq (no gap),
+  // and the batch whose only event is no event was applied, its event rejected.
+  const Scrape metrics = scrape(relay);
+  CHECK(batches_counted(metrics, "malformed_frames") == 2);
+  CHECK(batches_counted(metrics, "malformed_payload") == 1);
+  CHECK(batches_counted(metrics, "applied") == 2);
+  CHECK(metrics.count("kv_relay_engine_source_gaps_total", engine_source_labels()) == 0);
 }
 
 TEST_CASE("engines: a cold reset reaches the pool even when no batch of its step decodes", "[engines]") {

@@ -114,16 +114,31 @@ TEST_CASE("zmq io: replay replies are read only against credit, as live messages
   SubscriptionConfig config;
   config.credit = 2;
   const auto id = subscribe_connected(io, engine, seen, config);
+  // Another engine on the same I/O thread: a live message of it read after a check means the
+  // thread polled again since, and would have read any reply it had credit for.
+  FakeEngine other(FakeEngineOptions{});
+  Seen other_seen;
+  const auto other_id = subscribe_connected(io, other, other_seen);
+  REQUIRE(other.await_subscribers(1, std::chrono::seconds(30)));
+  int other_live = 0;
+  const auto another_poll = [&] {
+    other.publish({});
+    ++other_live;
+    REQUIRE(other_seen.await([&](const Counts& s) { return s.live == other_live; }));
+  };
 
   io.request_replay(id, engine.replay_endpoint(), 0);  // five batches, then the end: six replies
   REQUIRE(seen.await([](const Counts& s) { return s.replies >= 2; }));
+  another_poll();
   CHECK(seen.counts().replies == 2);
   io.return_credit(id, 1);
   REQUIRE(seen.await([](const Counts& s) { return s.replies >= 3; }));
+  another_poll();
   CHECK(seen.counts().replies == 3);
   io.return_credit(id, 3);
   CHECK(seen.await([](const Counts& s) { return s.replies == 6; }));
   io.unsubscribe(id);
+  io.unsubscribe(other_id);
 }
 
 TEST_CASE("zmq io: a frame above the size bound ends its connection unread, and the thread dials it again",

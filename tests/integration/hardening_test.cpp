@@ -117,7 +117,7 @@ TEST_CASE("admission: each stream kind refuses the N+1st and admits again after 
   }
 }
 
-TEST_CASE("admission: pool streams, in total and per pool, lag and withdrawal return permits", "[limits]") {
+TEST_CASE("admission: pool streams, in total and per pool, and withdrawal return permits", "[limits]") {
   kvrelay::RelayOptions options = loopback_options();
   options.max_pool_streams_total = 3;
   options.max_subscribers_per_pool = 2;
@@ -344,6 +344,7 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 2));
 
   SECTION("the permit passes on when the holder goes") {
+    CHECK(only_pool(relay).subscribers() == 1);  // the queued stream is not attached while it waits
     holder->cancel();
     const auto snapshot = queued->next();  // arrives only once the holder's permit is back
     REQUIRE(snapshot.has_value());

@@ -130,6 +130,9 @@ TEST_CASE("ingest limits: a request above a size limit is INVALID_ARGUMENT namin
   const auto tally = relay.publish({four_events, token_batch(2, 2)});
   CHECK(tally.batches_applied() == 2);
   CHECK(tally.source_resets() == 0);  // the refused batches never moved the source's sequence
+  // Block 1 of the batch before the oversized one, and the two token blocks: nothing of a
+  // refused batch, and block 2 stored and removed again.
+  CHECK(only_pool(relay).unique_blocks() == 3);
 
   const auto state = relay.get_state();
   CHECK(state.endpoints_size() == 1);

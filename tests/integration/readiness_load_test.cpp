@@ -70,12 +70,15 @@ TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", 
       put_worker_request(kPrefill, 1, typed(ingest_v1::WORKER_TYPE_PREFILL, {{ingest_v1::WORKER_TYPE_DECODE}})));
   relay.put_worker(
       put_worker_request(kDecode, 2, typed(ingest_v1::WORKER_TYPE_DECODE, {{ingest_v1::WORKER_TYPE_PREFILL}})));
+  const auto unknown = await_entry(*readiness, [](const auto& e) {
+    return e.members_size() == 2 && e.state() == v1::SERVING_READINESS_STATE_UNKNOWN;
+  });
+  // One endpoint reported, the other not: still UNKNOWN, so nothing is published until both
+  // have reported (the next revision is READY).
   relay.set_availability(kPrefill, {1});
-  // One endpoint reported, the other not: still UNKNOWN.
-  await_entry(*readiness,
-              [](const auto& e) { return e.members_size() == 2 && e.state() == v1::SERVING_READINESS_STATE_UNKNOWN; });
   relay.set_availability(kDecode, {2});
   auto ready = await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_READY; });
+  CHECK(ready.revision() == unknown.revision() + 1);
   const auto& entry = ready.entries(0);
   CHECK(roles(entry.present_roles()) == std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_DECODE});
   CHECK(entry.members(0).endpoint().component() == "backend");  // sorted by ns/component/endpoint
