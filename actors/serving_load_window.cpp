@@ -1,7 +1,11 @@
 #include "actors/serving_load_window.hpp"
 
+#include <fmt/format.h>
+
 #include "actors/crash_report.hpp"
+#include "actors/ingest_refusal.hpp"
 #include "actors/load_window.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
 
 namespace kvrelay {
@@ -33,14 +37,30 @@ void count_report(Self self, metrics::ServingLoadSource source, ingest_v1::Repor
   if (auto* metrics = self->state.config.metrics) metrics->serving_load_report(source, outcome);
 }
 
-ingest_v1::ReportFrontendLoadResponse on_frontend(Self self, const ingest_v1::FrontendLoadReport& report) {
+// A call past a serving-load limit: counted, logged (rate-limited) and answered as a refusal,
+// which the gateway turns into RESOURCE_EXHAUSTED.
+caf::error refuse(Self self, std::string_view call, serving_load::LimitRefusal refusal) {
+  static RateLimitedLog log;
+  log.warn(fmt::format("refused {}: {}", call, refusal.message));
+  if (auto* metrics = self->state.config.metrics) {
+    metrics->ingest_limit_refused(refusal.limit == serving_load::LimitRefusal::Limit::kModels
+                                      ? metrics::IngestLimit::kServingLoadModels
+                                      : metrics::IngestLimit::kServingLoadSources);
+  }
+  return ingest_refusal(std::move(refusal.message));
+}
+
+caf::result<ingest_v1::ReportFrontendLoadResponse> on_frontend(Self self, const ingest_v1::FrontendLoadReport& report) {
+  if (auto refused = self->state.load.refusal(report)) return refuse(self, "ReportFrontendLoad", std::move(*refused));
   ingest_v1::ReportFrontendLoadResponse response;
   response.set_outcome(self->state.load.report_frontend(report, self->clock().now(), wall_clock_ms()));
   count_report(self, metrics::ServingLoadSource::kFrontend, response.outcome());
   return response;
 }
 
-ingest_v1::ReportSchedulerLoadResponse on_scheduler(Self self, const ingest_v1::SchedulerLoadReport& report) {
+caf::result<ingest_v1::ReportSchedulerLoadResponse> on_scheduler(Self self,
+                                                                 const ingest_v1::SchedulerLoadReport& report) {
+  if (auto refused = self->state.load.refusal(report)) return refuse(self, "ReportSchedulerLoad", std::move(*refused));
   const auto outcome = self->state.load.report_scheduler(report, self->clock().now(), wall_clock_ms());
   ingest_v1::ReportSchedulerLoadResponse response;
   response.set_outcome(outcome.outcome);
@@ -66,14 +86,23 @@ ServingLoadWindowActor::behavior_type serving_load_window(Self self, ServingLoad
       [=](atoms::scheduler_load_atom, const ingest_v1::SchedulerLoadReport& report) {
         return on_scheduler(self, report);
       },
-      [=](atoms::frontends_atom, const ingest_v1::SetFrontendsRequest& request) {
-        self->state.load.set_frontends(request.namespace_(),
-                                       {request.frontend_ids().begin(), request.frontend_ids().end()});
+      [=](atoms::frontends_atom,
+          const ingest_v1::SetFrontendsRequest& request) -> caf::result<ingest_v1::SetFrontendsResponse> {
+        std::set<std::uint64_t> ids(request.frontend_ids().begin(), request.frontend_ids().end());
+        if (auto refused = self->state.load.refusal_to_declare(request.namespace_(), ids)) {
+          return refuse(self, "SetFrontends", std::move(*refused));
+        }
+        self->state.load.set_frontends(request.namespace_(), std::move(ids));
         return ingest_v1::SetFrontendsResponse{};
       },
-      [=](atoms::schedulers_atom, const ingest_v1::SetSchedulersRequest& request) {
-        self->state.load.set_schedulers(ingest_check::endpoint_key(request.endpoint()),
-                                        {request.router_ids().begin(), request.router_ids().end()});
+      [=](atoms::schedulers_atom,
+          const ingest_v1::SetSchedulersRequest& request) -> caf::result<ingest_v1::SetSchedulersResponse> {
+        const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
+        std::set<std::uint64_t> ids(request.router_ids().begin(), request.router_ids().end());
+        if (auto refused = self->state.load.refusal_to_declare(endpoint, ids)) {
+          return refuse(self, "SetSchedulers", std::move(*refused));
+        }
+        self->state.load.set_schedulers(endpoint, std::move(ids));
         return ingest_v1::SetSchedulersResponse{};
       },
       [=](atoms::subscribe_atom, const UpdateStreamActor<ServingLoadBroadcast>& stream) {

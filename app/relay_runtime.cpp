@@ -313,7 +313,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
       serving_load_window,
       ServingLoadWindowConfig{impl->relay, std::chrono::milliseconds(options.load_window_ms),
                               serving_load::Config{std::chrono::milliseconds(options.serving_load_freshness_ms),
-                                                   std::chrono::milliseconds(options.serving_load_retention_ms)},
+                                                   std::chrono::milliseconds(options.serving_load_retention_ms),
+                                                   options.max_serving_load_sources, options.max_serving_load_models},
                               recorder});
   impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders,
                                 metrics::mailbox_gauge(recorder, metrics::ActorKind::kSnapshotEncoders));

@@ -46,6 +46,8 @@ struct RelayOptions {
   std::size_t max_serving_load_subscribers = 64;
   std::uint32_t serving_load_freshness_ms = 3000;
   std::uint32_t serving_load_retention_ms = 600000;
+  std::size_t max_serving_load_sources = 4'096;  // frontends and routers heard from (and, apart, declared)
+  std::size_t max_serving_load_models = 4'096;   // (namespace, model) pairs whose totals are kept
   std::size_t max_pool_streams_total = 64;
   std::size_t max_subscribers_per_pool = 64;
   std::size_t max_initialized_pool_hubs = 64;

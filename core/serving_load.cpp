@@ -1,5 +1,7 @@
 #include "core/serving_load.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -135,6 +137,78 @@ void ServingLoad::set_schedulers(const EndpointKey& endpoint, std::set<std::uint
     declared_routers_[endpoint] = std::move(router_ids);
   }
 }
+
+// ---- limits (docs/protocol/limits.md#serving-load-limits) ----
+
+std::size_t ServingLoad::heard_sources() const {
+  std::size_t heard = frontends_.size();
+  for (const auto& [endpoint, pool] : pools_) heard += pool.routers.size();
+  return heard;
+}
+
+std::size_t ServingLoad::declared_sources() const {
+  std::size_t declared = 0;
+  for (const auto& [ns, ids] : declared_frontends_) declared += ids.size();
+  for (const auto& [endpoint, ids] : declared_routers_) declared += ids.size();
+  return declared;
+}
+
+std::optional<LimitRefusal> ServingLoad::refusal_to_hear(const std::string& who) const {
+  const std::size_t heard = heard_sources();
+  if (heard < config_.max_sources) return std::nullopt;
+  return LimitRefusal{LimitRefusal::Limit::kSources,
+                      fmt::format("{}: the relay holds the reports of {} frontends and routers, the most "
+                                  "--max-serving-load-sources ({}) allows",
+                                  who, heard, config_.max_sources)};
+}
+
+std::optional<LimitRefusal> ServingLoad::declaring_past_limit(const std::string& who, std::size_t held_by_it,
+                                                              std::size_t declaring) const {
+  const std::size_t after = declared_sources() - held_by_it + declaring;
+  if (after <= config_.max_sources) return std::nullopt;
+  return LimitRefusal{LimitRefusal::Limit::kSources,
+                      fmt::format("{}: declaring {} would make {} frontend and router ids declared in all, above "
+                                  "--max-serving-load-sources ({})",
+                                  who, declaring, after, config_.max_sources)};
+}
+
+std::optional<LimitRefusal> ServingLoad::refusal(const ingest_v1::FrontendLoadReport& report) const {
+  const std::string who = fmt::format("frontend {} of namespace {}", report.frontend_id(), report.namespace_());
+  if (!frontends_.contains({report.namespace_(), report.frontend_id()})) {
+    if (auto refused = refusal_to_hear(who)) return refused;
+  }
+  std::size_t added = 0;
+  for (const auto& model : report.models())
+    added += totals_.contains({report.namespace_(), model.canonical_model_id()}) ? 0 : 1;
+  if (totals_.size() + added <= config_.max_models) return std::nullopt;
+  return LimitRefusal{LimitRefusal::Limit::kModels,
+                      fmt::format("{}: its new models ({}) would make {} models in all, above "
+                                  "--max-serving-load-models ({})",
+                                  who, added, totals_.size() + added, config_.max_models)};
+}
+
+std::optional<LimitRefusal> ServingLoad::refusal(const ingest_v1::SchedulerLoadReport& report) const {
+  const auto& ref = report.endpoint();
+  const auto pool = pools_.find(EndpointKey{ref.namespace_(), ref.component(), ref.endpoint()});
+  if (pool == pools_.end() || pool->second.routers.contains(report.router_id())) return std::nullopt;
+  return refusal_to_hear(fmt::format("router {} of endpoint {}", report.router_id(), pool->first.display()));
+}
+
+std::optional<LimitRefusal> ServingLoad::refusal_to_declare(const std::string& ns,
+                                                            const std::set<std::uint64_t>& ids) const {
+  const auto held = declared_frontends_.find(ns);
+  return declaring_past_limit(fmt::format("the frontends of namespace {}", ns),
+                              held == declared_frontends_.end() ? 0 : held->second.size(), ids.size());
+}
+
+std::optional<LimitRefusal> ServingLoad::refusal_to_declare(const EndpointKey& endpoint,
+                                                            const std::set<std::uint64_t>& ids) const {
+  const auto held = declared_routers_.find(endpoint);
+  return declaring_past_limit(fmt::format("the routers of endpoint {}", endpoint.display()),
+                              held == declared_routers_.end() ? 0 : held->second.size(), ids.size());
+}
+
+// ---- reports ----
 
 ingest_v1::ReportOutcome ServingLoad::advance(Progress& progress, bool first_heard, std::uint64_t incarnation,
                                               std::uint64_t sequence, TimePoint now) {

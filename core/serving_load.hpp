@@ -35,6 +35,16 @@ using TimePoint = std::chrono::steady_clock::time_point;
 struct Config {
   std::chrono::milliseconds freshness{3000};    // a report this old is still fresh (inclusive)
   std::chrono::milliseconds retention{600000};  // >= freshness
+  // docs/protocol/limits.md#serving-load-limits: frontends and routers heard from (and, apart,
+  // declared), and (namespace, model) pairs whose totals are kept.
+  std::size_t max_sources = 4096;
+  std::size_t max_models = 4096;
+};
+
+// A call that would make the plane hold more than a limit allows: which, and why, naming the flag.
+struct LimitRefusal {
+  enum class Limit { kSources, kModels } limit;
+  std::string message;
 };
 
 struct SchedulerOutcome {
@@ -60,6 +70,14 @@ class ServingLoad {
   ingest_v1::ReportOutcome report_frontend(const ingest_v1::FrontendLoadReport& report, TimePoint now,
                                            std::uint64_t wall_ms);
   SchedulerOutcome report_scheduler(const ingest_v1::SchedulerLoadReport& report, TimePoint now, std::uint64_t wall_ms);
+
+  // Why a call would pass a limit, checked before it is applied: a frontend or router not yet
+  // heard from past max_sources, a report's new models past max_models, a declared set that
+  // would make the declared ids of all sets more than max_sources.
+  std::optional<LimitRefusal> refusal(const ingest_v1::FrontendLoadReport& report) const;
+  std::optional<LimitRefusal> refusal(const ingest_v1::SchedulerLoadReport& report) const;
+  std::optional<LimitRefusal> refusal_to_declare(const std::string& ns, const std::set<std::uint64_t>& ids) const;
+  std::optional<LimitRefusal> refusal_to_declare(const EndpointKey& endpoint, const std::set<std::uint64_t>& ids) const;
 
   // Forgets what retention says to forget, then appends the window's pools (ascending PoolId)
   // and models (ascending (namespace, canonical id)) as of `now` to `update`.
@@ -109,6 +127,11 @@ class ServingLoad {
   void fill_pool(const Pool& pool, TimePoint now, v1::PoolServingLoad& out) const;
   bool every_router_covers(const Pool& pool, const std::map<std::uint64_t, std::size_t>& ranks_by_router) const;
   void fill_models(TimePoint now, v1::ServingLoadUpdate& update) const;
+  std::size_t heard_sources() const;
+  std::size_t declared_sources() const;
+  std::optional<LimitRefusal> refusal_to_hear(const std::string& who) const;
+  std::optional<LimitRefusal> declaring_past_limit(const std::string& who, std::size_t held_by_it,
+                                                   std::size_t declaring) const;
 
   Config config_;
   std::map<EndpointKey, Pool> pools_;

@@ -9,6 +9,7 @@
 
 #include "core/wire_validation.hpp"
 #include "tests/integration/harness.hpp"
+#include "tests/integration/scrape.hpp"
 
 using namespace kvrelay::test;
 
@@ -543,6 +544,50 @@ TEST_CASE("serving load: invalid reports answer INVALID_ARGUMENT naming the fiel
     return std::count_if(u.models().begin(), u.models().end(),
                          [&](const auto& m) { return m.namespace_() == big.namespace_(); }) == 1000;
   });
+}
+
+TEST_CASE("serving load: a new source or new models past the limits are RESOURCE_EXHAUSTED and keep nothing",
+          "[serving_load][limits]") {
+  auto options = fast_windows();
+  options.max_serving_load_sources = 1;
+  options.max_serving_load_models = 1;
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
+  auto stream = watch_serving_load(relay);
+  auto first = frontend_report(7, 1, 1);
+  add_model(first, "llama", {1, 0, 0, 0}, {1, 0, 0, 0, 0, 0});
+  CHECK(relay.report_frontend(first) == ingest_v1::REPORT_OUTCOME_APPLIED);
+  const auto refused = [&](const ingest_v1::FrontendLoadReport& report) {
+    grpc::ClientContext context;
+    ingest_v1::ReportFrontendLoadResponse response;
+    const grpc::Status status = relay.ingest().ReportFrontendLoad(&context, report, &response);
+    CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    return status.error_message();
+  };
+  auto second = frontend_report(8, 1, 1);
+  add_model(second, "llama", {5, 0, 0, 0}, {5, 0, 0, 0, 0, 0});
+  CHECK(refused(second) ==
+        "frontend 8 of namespace prod: the relay holds the reports of 1 frontends and routers, the most "
+        "--max-serving-load-sources (1) allows");
+  auto more_models = frontend_report(7, 1, 2);
+  add_model(more_models, "llama", {2, 0, 0, 0}, {2, 0, 0, 0, 0, 0});
+  add_model(more_models, "mistral", {1, 0, 0, 0}, {1, 0, 0, 0, 0, 0});
+  CHECK(refused(more_models) ==
+        "frontend 7 of namespace prod: its new models (1) would make 2 models in all, above "
+        "--max-serving-load-models (1)");
+  // Nothing of either was kept: a report of frontend 7 after them applies as its next.
+  auto next = frontend_report(7, 1, 2);
+  add_model(next, "llama", {3, 0, 0, 0}, {3, 0, 0, 0, 0, 0});
+  CHECK(relay.report_frontend(next) == ingest_v1::REPORT_OUTCOME_APPLIED);
+  const auto window = await_window(*stream, [](const auto& u) {
+    const auto* m = model_of(u, "prod", "llama");
+    return m != nullptr && m->load().requests().requests_started_total() == 3;
+  });
+  CHECK(window.models_size() == 1);
+  CHECK(model_of(window, "prod", "llama")->deployment().observed_frontends() == 1);
+  const Scrape metrics = scrape(relay);
+  CHECK(metrics.value("kv_relay_ingest_limit_refusals_total", {{"limit", "serving_load_sources"}}) == 1);
+  CHECK(metrics.value("kv_relay_ingest_limit_refusals_total", {{"limit", "serving_load_models"}}) == 1);
 }
 
 TEST_CASE("serving load: deployment follows the workers' cards", "[serving_load]") {

@@ -769,3 +769,56 @@ TEST_CASE("serving load: retention forgets undeclared frontends and router progr
   CHECK(send(load, frontend_report(2001, "prod", 8, 1, 5, true, {{"llama", {}, {100}}})) == kApplied);
   CHECK(only_model(window(load, 2001)).load().requests().requests_started_total() == 210u);
 }
+
+TEST_CASE("serving load: sources and models past their limits are refused before anything is kept",
+          "[serving_load][limits]") {
+  Config config;
+  config.max_sources = 2;
+  config.max_models = 3;
+  ServingLoad load(config);
+  load.set_pools({pool_facts()});
+  const auto accept = [&](const ingest_v1::FrontendLoadReport& report) {
+    REQUIRE_FALSE(load.refusal(report).has_value());
+    return load.report_frontend(report, at(0), kWallBase);
+  };
+
+  // A frontend and a router are heard from: the limit of 2 is reached.
+  CHECK(accept(frontend_report(0, "prod", 7, 1, 1, true, {{"llama"}, {"mistral"}})) ==
+        ingest_v1::REPORT_OUTCOME_APPLIED);
+  REQUIRE_FALSE(load.refusal(scheduler_report(0, 100, 1, 1, kAllRanks)).has_value());
+  load.report_scheduler(scheduler_report(0, 100, 1, 1, kAllRanks), at(0), kWallBase);
+  const auto third_frontend = load.refusal(frontend_report(0, "prod", 8, 1, 1, true, {{"llama"}}));
+  REQUIRE(third_frontend.has_value());
+  CHECK(third_frontend->limit == LimitRefusal::Limit::kSources);
+  CHECK(third_frontend->message ==
+        "frontend 8 of namespace prod: the relay holds the reports of 2 frontends and routers, the most "
+        "--max-serving-load-sources (2) allows");
+  const auto second_router = load.refusal(scheduler_report(0, 101, 1, 1, kAllRanks));
+  REQUIRE(second_router.has_value());
+  CHECK(second_router->message ==
+        "router 101 of endpoint prod/backend/generate: the relay holds the reports of 2 frontends and routers, the "
+        "most --max-serving-load-sources (2) allows");
+  // Sources already heard from go on, and a router report for an endpoint without a pool keeps nothing.
+  CHECK_FALSE(load.refusal(frontend_report(1, "prod", 7, 1, 2, true, {{"llama"}})).has_value());
+  CHECK_FALSE(load.refusal(scheduler_report(1, 100, 1, 2, kAllRanks)).has_value());
+  CHECK_FALSE(load.refusal(scheduler_report(1, 102, 1, 1, kAllRanks, "", {"prod", "other", "generate"})).has_value());
+
+  // Models: two held, one more fits, two more do not; a known model is not new.
+  const auto two_new = load.refusal(frontend_report(2, "prod", 7, 1, 3, true, {{"llama"}, {"a"}, {"b"}}));
+  REQUIRE(two_new.has_value());
+  CHECK(two_new->limit == LimitRefusal::Limit::kModels);
+  CHECK(two_new->message ==
+        "frontend 7 of namespace prod: its new models (2) would make 4 models in all, above "
+        "--max-serving-load-models (3)");
+  CHECK(accept(frontend_report(2, "prod", 7, 1, 3, true, {{"llama"}, {"a"}})) == ingest_v1::REPORT_OUTCOME_APPLIED);
+
+  // Declared ids are counted apart: a set replacing its own counts what it changes.
+  CHECK_FALSE(load.refusal_to_declare(std::string("prod"), {7, 8}).has_value());
+  load.set_frontends("prod", {7, 8});
+  CHECK_FALSE(load.refusal_to_declare(std::string("prod"), {9, 10}).has_value());
+  const auto declared = load.refusal_to_declare(kEndpoint, {100});
+  REQUIRE(declared.has_value());
+  CHECK(declared->message ==
+        "the routers of endpoint prod/backend/generate: declaring 1 would make 3 frontend and router ids declared in "
+        "all, above --max-serving-load-sources (2)");
+}
