@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -150,7 +151,6 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     rank->set_dp_rank(ranks_[i].dp_rank);
     rank->set_active_decode_blocks(decode_blocks_[i]);
     rank->set_active_prefill_tokens(prefill_tokens_[i]);
-    prefill_tokens_[i] = 0;
   }
   for (auto& [key, router] : routers) {
     router.set_router_id(kRouterId);
@@ -162,6 +162,9 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     ingest_v1::ReportSchedulerLoadResponse response;
     if (!ok(ingest.ReportSchedulerLoad(&context, router, &response), "ReportSchedulerLoad")) return;
   }
+  // Reported: the prefill work the next reports show is what arrives from now on (a failed
+  // report keeps it for the next tick).
+  std::ranges::fill(prefill_tokens_, 0);
 }
 
 }  // namespace kvrelay::demo

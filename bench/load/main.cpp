@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -282,8 +283,12 @@ std::expected<RunFigures, std::string> run_baseline(const Options& o, std::size_
   return figures;
 }
 
+// The nearest-rank quantile: the smallest sample with at least q of all samples at or below it
+// (with 2 samples p99 is the larger; below 1 000 samples p999 is the largest).
 double quantile(const std::vector<double>& sorted, double q) {
-  return sorted.empty() ? 0.0 : sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1))];
+  if (sorted.empty()) return 0.0;
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
 }
 
 // The first three cells of a row: what was sent, and by whom.
