@@ -205,8 +205,7 @@ void follow_declared_capacity(Self self, const EndpointKey& endpoint, Materializ
   spdlog::info("endpoint {}: declared capacity needs {} buckets, the layout has {}: re-laying out", endpoint.display(),
                wanted, pool.producer.ckf_format().bucket_count());
   if (auto refusal = grant_relayout(self, endpoint, pool, wanted)) {
-    pool.declared_refusal = MaterializedPool::DeclaredRefusal{wanted, state.budget.reserved()};
-    self->send(pool.publisher, atoms::growth_refused_atom_v, std::move(*refusal));  // GetState shows it
+    pool.declared_refusal = MaterializedPool::DeclaredRefusal{wanted, state.budget.reserved(), std::move(*refusal)};
     return;
   }
   pool.declared_refusal.reset();
@@ -677,6 +676,11 @@ void ask_publishers(Self self, caf::typed_response_promise<ingest_v1::RelayState
     slot->mutable_serving_endpoint()->set_component(endpoint.component);
     slot->mutable_serving_endpoint()->set_endpoint(endpoint.endpoint);
     const std::uint32_t sources = active_sources(state, endpoint);
+    // A declared capacity the budget refused, while the layout is still smaller than it wanted.
+    const std::string declared_refusal =
+        pool.declared_refusal && pool.declared_refusal->bucket_count > pool.producer.ckf_format().bucket_count()
+            ? pool.declared_refusal->reason
+            : std::string();
     self->request(pool.publisher, kPoolStateDeadline, atoms::pool_state_atom_v)
         .then(
             [=](const PoolStateReport& report) mutable {
@@ -684,6 +688,7 @@ void ask_publishers(Self self, caf::typed_response_promise<ingest_v1::RelayState
               *slot = report.state;
               *slot->mutable_serving_endpoint() = serving;
               slot->set_active_sources(sources);
+              if (slot->growth_refusal().empty()) slot->set_growth_refusal(declared_refusal);
               one_done();
             },
             [=](const caf::error&) mutable { one_done(); });

@@ -95,10 +95,12 @@ struct MaterializedPool {
   std::uint64_t charged_bytes = 0;                 // against the memory budget
   caf::actor_clock::time_point materialized_at{};  // re-layouts keep it
   // The layout a raised declared capacity wanted and the budget refused, and the budget's
-  // reservations then: it is asked for again only once either changed.
+  // reservations then: it is asked for again only once either changed. GetState shows why while
+  // the pool's layout is smaller (the publisher's own growth is not held back by it).
   struct DeclaredRefusal {
     std::uint64_t bucket_count = 0;
     std::uint64_t budget_reserved = 0;
+    std::string reason;
   };
   std::optional<DeclaredRefusal> declared_refusal{};
 };

@@ -32,7 +32,9 @@ std::expected<std::string, std::string> token_of_file(std::string_view content) 
   for (std::size_t i = 0; i < token.size(); ++i) {
     const auto byte = static_cast<unsigned char>(token[i]);
     if (kWhitespace.find(token[i]) != std::string_view::npos) {
-      return std::unexpected(fmt::format("holds whitespace inside its token (at byte {}: is it on two lines?)", i));
+      const bool line_break = token[i] == '\n' || token[i] == '\r';
+      return std::unexpected(fmt::format("holds whitespace inside its token (at byte {}{})", i,
+                                         line_break ? ": is it on two lines?" : ""));
     }
     if (byte < 0x21 || byte > 0x7e) {
       return std::unexpected(fmt::format(

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 namespace kvrelay::client {
 
 namespace {
@@ -82,9 +80,7 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
       // Found incompatible by another stream, whose stop of this one may not have landed yet:
       // nothing more of this relay is applied (a catalog would subscribe its pools again).
       if (incompatible_) return std::nullopt;
-      // A message still in flight from an incarnation another one replaced is dropped: it
-      // would bring back what the relay lost when it restarted (docs/consumer.md).
-      if (envelope_ok(update) && !observe_identity(update.relay())) return std::nullopt;
+      if (envelope_ok(update)) observe_identity(update.relay());
       auto fault = state.apply(update);
       if (!fault && after_apply != nullptr) (this->*after_apply)();
       return fault;
@@ -231,18 +227,13 @@ void RelayLink::stop_planes() {
   }
 }
 
-bool RelayLink::observe_identity(const v1::RelayIdentity& relay) {
-  if (identity_ && same_relay(*identity_, relay)) return true;
-  if (std::ranges::any_of(replaced_identities_, [&](const auto& old) { return same_relay(old, relay); })) return false;
+void RelayLink::observe_identity(const v1::RelayIdentity& relay) {
+  if (identity_ && same_relay(*identity_, relay)) return;
   if (identity_) {
     ++identity_changes_;
     forget_relay_state();
-    constexpr std::size_t kRemembered = 8;  // incarnations come and go over hours, messages in flight for ms
-    if (replaced_identities_.size() == kRemembered) replaced_identities_.pop_front();
-    replaced_identities_.push_back(*identity_);
   }
   identity_ = relay;
-  return true;
 }
 
 void RelayLink::forget_relay_state() {

@@ -5,7 +5,6 @@
 // the exception — it invalidates everything learned from the old one).
 #include <grpcpp/grpcpp.h>
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <shared_mutex>
@@ -112,8 +111,7 @@ class RelayLink {
   // GetRelayInfo: false when the relay is unreachable or incompatible.
   bool verify_relay(StreamControl& control, PlaneStats& stats);
   // Under the lock. A message from another relay incarnation drops everything from the old one.
-  // False for an incarnation another one already replaced: what it sends is not applied.
-  bool observe_identity(const v1::RelayIdentity& relay);
+  void observe_identity(const v1::RelayIdentity& relay);
   // Under the lock: every plane invalidated and every subscription retired.
   void forget_relay_state();
   void reconcile_pools();
@@ -139,7 +137,6 @@ class RelayLink {
 
   mutable std::shared_mutex mutex_;  // guards everything below
   std::optional<v1::RelayIdentity> identity_;
-  std::deque<v1::RelayIdentity> replaced_identities_;  // the latest few, newest last
   std::uint64_t identity_changes_ = 0;
   bool incompatible_ = false;
   std::string incompatibility_;  // what the first contract mismatch was

@@ -19,7 +19,7 @@ TEST_CASE("bearer: a token file holds no token when no client could send what it
   CHECK(why(" \n\t\r\n") == "holds no token (it is empty or only whitespace)");
   // `openssl rand -base64 64` wraps its output onto two lines.
   CHECK(why("abc\ndef\n") == "holds whitespace inside its token (at byte 3: is it on two lines?)");
-  CHECK(why("two words") == "holds whitespace inside its token (at byte 3: is it on two lines?)");
+  CHECK(why("two words") == "holds whitespace inside its token (at byte 3)");
   CHECK(why("tok\x07"
             "en") == "holds a byte no client can send in its token (0x07 at byte 3: visible ASCII only)");
   CHECK(why("caf\xc3\xa9") == "holds a byte no client can send in its token (0xc3 at byte 3: visible ASCII only)");
