@@ -27,6 +27,7 @@
 #include "bench/load/relay_under_test.hpp"
 #include "bench/load/sources.hpp"
 #include "core/bearer_token.hpp"
+#include "core/quantile.hpp"
 
 using namespace kvrelay::bench;
 
@@ -283,14 +284,6 @@ std::expected<RunFigures, std::string> run_baseline(const Options& o, std::size_
   return figures;
 }
 
-// The nearest-rank quantile: the smallest sample with at least q of all samples at or below it
-// (with 2 samples p99 is the larger; below 1 000 samples p999 is the largest).
-double quantile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0.0;
-  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
-}
-
 // The first three cells of a row: what was sent, and by whom.
 struct RowLabel {
   std::string target, sent, sources;
@@ -314,9 +307,10 @@ void print_row(const RowLabel& label, std::size_t consumers, const RunFigures& f
   }
   if (f.bench.known()) bench_cpu = fmt::format("{:.0f} %", 100 * f.bench.cpu_seconds() / f.seconds);
   fmt::print("| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n",
-             label.target, label.sent, label.sources, consumers, quantile(l, 0.5), quantile(l, 0.99),
-             quantile(l, 0.999), l.size(), f.fleet.probes_unseen, deltas_per_consumer, f.fleet.lagged_streams, cpu,
-             cpu_per_frame, resident, bench_cpu);
+             label.target, label.sent, label.sources, consumers, kvrelay::nearest_rank_quantile(l, 0.5),
+             kvrelay::nearest_rank_quantile(l, 0.99), kvrelay::nearest_rank_quantile(l, 0.999), l.size(),
+             f.fleet.probes_unseen, deltas_per_consumer, f.fleet.lagged_streams, cpu, cpu_per_frame, resident,
+             bench_cpu);
   std::fflush(stdout);
   if (!f.sources.failure.empty() || f.sources.batches_rejected > 0) {
     std::fprintf(stderr, "kvrelay-bench: %llu batches rejected; %s\n",
