@@ -129,6 +129,19 @@ void count_event(Self self, std::int64_t receipt_ns) {
   if (state.index->touched_buckets() >= kEarlyPublicationBuckets) publish(self);
 }
 
+// How long until one gap (for the streams attached now) has passed since the last
+// publication; zero or less once it has.
+std::chrono::nanoseconds until_gap_ends(Self self, caf::actor_clock::time_point now) {
+  const auto& state = self->state;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(state.last_publication +
+                                                              state.config.cadence.gap(state.streams.size()) - now);
+}
+
+void arm_delay(Self self, std::chrono::nanoseconds wait) {
+  self->state.delay_armed = true;
+  self->delayed_send(self, wait, atoms::publish_atom_v);
+}
+
 // Called once per message: the threshold is checked at message boundaries (events of one
 // batch arrive together; publishing inside it would only split one instant's changes into
 // more frames). Publications are also at least one gap apart (the delay, longer for a pool
@@ -144,13 +157,10 @@ void publish_or_arm_delay(Self self) {
   if (state.pending_events == 0 || state.delay_armed) return;
   const PublicationCadence& cadence = state.config.cadence;
   const auto now = self->clock().now();
-  const auto earliest = state.last_publication + cadence.gap(state.streams.size());
+  const auto until_gap = until_gap_ends(self, now);
   const bool threshold_met = state.pending_events >= cadence.threshold;
-  if (threshold_met && now >= earliest) return publish(self);
-  state.delay_armed = true;
-  const auto until_earliest = std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now);
-  const auto wait = threshold_met ? until_earliest : std::max<std::chrono::nanoseconds>(cadence.delay, until_earliest);
-  self->delayed_send(self, wait, atoms::publish_atom_v);
+  if (threshold_met && until_gap.count() <= 0) return publish(self);
+  arm_delay(self, threshold_met ? until_gap : std::max<std::chrono::nanoseconds>(cadence.delay, until_gap));
 }
 
 // The delay timer fired. A publication since it was armed (a stream attaching, an early one)
@@ -160,11 +170,9 @@ void on_publication_due(Self self) {
   auto& state = self->state;
   state.delay_armed = false;
   if (state.pending_events == 0 || state.fenced) return;
-  const auto now = self->clock().now();
-  const auto earliest = state.last_publication + state.config.cadence.gap(state.streams.size());
-  if (now >= earliest) return publish(self);
-  state.delay_armed = true;
-  self->delayed_send(self, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest - now), atoms::publish_atom_v);
+  const auto until_gap = until_gap_ends(self, self->clock().now());
+  if (until_gap.count() <= 0) return publish(self);
+  arm_delay(self, until_gap);
 }
 
 // ---- growth (docs/protocol/capacity.md#relayout) ----
