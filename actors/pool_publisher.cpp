@@ -285,14 +285,15 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
   maybe_grow(self);
 }
 
-// A copy of the bucket lane at the current (published) sequence. Its bytes count in
+// A copy of the bucket lane as last published, at the current sequence: what is pending
+// reaches the new stream as the next delta, with every other stream's. Its bytes count in
 // kv_relay_snapshot_image_bytes until the last stream sending it lets go.
 std::shared_ptr<const SnapshotImage> take_snapshot_image(Self self) {
-  const auto words = self->state.index->filter().words();
+  std::vector<std::uint64_t> words = self->state.index->published_words();
   metrics::RelayMetrics* metrics = self->state.config.metrics;
-  const auto bytes = static_cast<std::int64_t>(words.size_bytes());
+  const auto bytes = static_cast<std::int64_t>(words.size() * sizeof(std::uint64_t));
   if (metrics != nullptr) metrics->snapshot_image_bytes(bytes);
-  auto* image = new SnapshotImage{self->state.sequence, std::vector<std::uint64_t>(words.begin(), words.end())};
+  auto* image = new SnapshotImage{self->state.sequence, std::move(words)};
   return std::shared_ptr<const SnapshotImage>(image, [metrics, bytes](const SnapshotImage* released) {
     if (metrics != nullptr) metrics->snapshot_image_bytes(-bytes);
     delete released;
@@ -324,9 +325,6 @@ void attach_stream(Self self, const PoolFrameSinkActor& stream, std::uint64_t la
     self->send(stream, atoms::end_stream_atom_v, std::move(*refusal));
     return;
   }
-  // Published before the new stream is counted: a publication too large for one delta ends
-  // every stream, the hub slot going with them, and the new one must then take it again.
-  if (state.pending_events > 0) publish(self);
   if (!state.hub_slot && state.config.hub_slots) {
     state.hub_slot = state.config.hub_slots->try_acquire();
     if (!state.hub_slot) {

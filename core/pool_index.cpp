@@ -315,6 +315,13 @@ std::uint64_t PoolIndex::published_digest() const {
   return XXH3_64bits_digest(&hasher);
 }
 
+std::vector<std::uint64_t> PoolIndex::published_words() const {
+  const std::span<const std::uint64_t> current = filter_.words();
+  std::vector<std::uint64_t> words(current.begin(), current.end());
+  for (const ckf::BucketWrite& touch : window_.first_touches()) words[touch.bucket] = touch.before;
+  return words;
+}
+
 std::size_t PoolIndex::lineage_entries(SourceKey source) const {
   const auto it = lineage_.find(source);
   return it == lineage_.end() ? 0 : it->second.size();

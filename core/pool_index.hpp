@@ -80,6 +80,9 @@ class PoolIndex {
   // XXH3-64 (seed 0) of the bucket words as of the last drain: what a replica that applied
   // every publication holds, whatever has changed since. Reads the whole lane.
   std::uint64_t published_digest() const;
+  // A copy of the bucket words as of the last drain: a snapshot at the published sequence,
+  // taken without publishing what is pending.
+  std::vector<std::uint64_t> published_words() const;
 
   const ckf::Filter& filter() const { return filter_; }
   std::uint64_t unique_blocks() const { return owners_.size(); }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "actors/pool_publisher.hpp"
+#include "core/xxh3.hpp"
 #include "tests/actors/actor_fixture.hpp"
 
 using namespace kvrelay;
@@ -101,6 +102,11 @@ struct PublisherUnderTest {
   }
 };
 
+// What GetState's filter_digest gives of a replica holding this image.
+std::uint64_t digest_of(const SnapshotImage& image) {
+  return xxh3(image.words.data(), image.words.size() * sizeof(std::uint64_t));
+}
+
 std::vector<PoolDeltaMsg> deltas_in(const Inbox& inbox) {
   std::vector<PoolDeltaMsg> deltas;
   for (const auto& message : inbox.messages) {
@@ -120,17 +126,47 @@ TEST_CASE("publisher actor: a new stream gets a snapshot at the published sequen
   CHECK(empty->sequence == 0);
   CHECK(empty->words.size() == kBuckets);
 
-  // A change still pending is published before the next stream's snapshot is taken: the
-  // snapshot is at the new sequence and holds it, and the first stream gets it as a delta.
+  // A change still pending is not published for the next stream: its snapshot is the one
+  // at the published sequence, and the change reaches both streams as the same next delta.
   under_test.send(stores(100, 1));  // below the threshold: pending
   auto [second, second_inbox] = under_test.attach();
   REQUIRE(second_inbox->count<PoolSnapshotMsg>() == 1);
   const auto& image = second_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image;
-  CHECK(image->sequence == 1);
-  CHECK(image->words != empty->words);
+  CHECK(image->sequence == 0);
+  CHECK(image->words == empty->words);
+  CHECK(image == empty);  // one image per published sequence, shared
+  CHECK(deltas_in(*first_inbox).empty());
+  CHECK(under_test.state().sequence() == 0);
+  CHECK(under_test.state().publication_pending());
+
+  fixture.advance(kDelay);
   REQUIRE(deltas_in(*first_inbox).size() == 1);
-  CHECK(deltas_in(*first_inbox)[0].sequence == 1);
+  REQUIRE(deltas_in(*second_inbox).size() == 1);
+  CHECK(deltas_in(*first_inbox)[0].base_sequence == 0);
+  CHECK(deltas_in(*first_inbox)[0].payload == deltas_in(*second_inbox)[0].payload);
   CHECK(under_test.state().sequence() == 1);
+}
+
+TEST_CASE("publisher actor: a snapshot taken while changes are pending holds the published words",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 4);
+  auto [first, first_inbox] = under_test.attach();
+  under_test.send(stores(100, 4));  // at the threshold: published at once as sequence 1
+  REQUIRE(deltas_in(*first_inbox).size() == 1);
+  under_test.send(stores(200, 2));  // pending, within the delay
+  auto [second, second_inbox] = under_test.attach();
+  const auto& image = second_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image;
+  CHECK(image->sequence == 1);
+  CHECK(image->words != first_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image->words);
+  // The words as of sequence 1, without what is pending: the digest GetState gives of them.
+  const ingest_v1::PoolState state = under_test.state();
+  CHECK(state.publication_pending());
+  CHECK(digest_of(*image) == state.filter_digest());
+  fixture.advance(kDelay);
+  REQUIRE(deltas_in(*second_inbox).size() == 1);
+  CHECK(deltas_in(*second_inbox)[0].base_sequence == 1);
+  CHECK(digest_of(*image) != under_test.state().filter_digest());
 }
 
 TEST_CASE("publisher actor: threshold per message, at most one delta per delay", "[actors][publisher]") {
@@ -158,24 +194,18 @@ TEST_CASE("publisher actor: threshold per message, at most one delta per delay",
   CHECK(under_test.sink->outcomes.size() == 3);
 }
 
-TEST_CASE("publisher actor: a delay timer armed before a stream's attach published keeps the gap after it",
-          "[actors][publisher]") {
+TEST_CASE("publisher actor: a stream attaching leaves what is pending to its timer", "[actors][publisher]") {
   ActorFixture fixture;
   PublisherUnderTest under_test(fixture, 4);
   auto [stream, inbox] = under_test.attach();
   under_test.send(stores(100, 4));  // published at once, at t0
   under_test.send(stores(200, 1));  // below the threshold: the timer is armed for t0 + 10 ms
   fixture.advance(kDelay - std::chrono::milliseconds(1));
-  under_test.attach();  // an attach publishes what is pending, at t0 + 9 ms
+  for (int i = 0; i < 8; ++i) under_test.attach();  // a burst of resubscriptions publishes nothing
+  CHECK(deltas_in(*inbox).size() == 1);
+  fixture.advance(std::chrono::milliseconds(1));
   REQUIRE(deltas_in(*inbox).size() == 2);
-  under_test.send(stores(300, 1));
-  fixture.advance(std::chrono::milliseconds(1));  // the timer fires one ms after that publication
-  CHECK(deltas_in(*inbox).size() == 2);
-  fixture.advance(kDelay - std::chrono::milliseconds(2));
-  CHECK(deltas_in(*inbox).size() == 2);
-  fixture.advance(std::chrono::milliseconds(1));  // one whole delay after the attach's publication
-  REQUIRE(deltas_in(*inbox).size() == 3);
-  CHECK(deltas_in(*inbox)[2].base_sequence == 2);
+  CHECK(deltas_in(*inbox)[1].base_sequence == 1);
 }
 
 TEST_CASE("publisher actor: a publication that nets no change sends nothing and does not hold back the next",

@@ -146,6 +146,7 @@ void check_index(const PoolIndex& index, const ReferenceLineage& model) {
 void check_publication(PoolIndex& index, std::vector<std::uint64_t>& lane) {
   require(index.published_digest() == xxh3(lane.data(), lane.size() * sizeof(std::uint64_t), 0),
           "the published digest is the replica's");
+  require(index.published_words() == lane, "the published words are the replica's");
   for (const BucketImage& image : index.drain_publication()) {
     require(image.bucket < lane.size(), "a published image is inside the lane");
     lane[image.bucket] = image.word;

@@ -119,7 +119,7 @@ TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the produc
   // the outbox, since this client reads only between rounds.
   for (int round = 0; round < 40; ++round) {
     REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
-    // GetState publishes what is pending, so the stream reaches its sequence.
+    // GetState reports the published sequence (pending changes wait for the delay); the stream reaches it.
     const auto state = only_pool(relay.get_state());
     while (replica.sequence() < state.sequence()) {
       auto frame = stream->next();

@@ -167,8 +167,15 @@ TEST_CASE("a snapshot plus the deltas since rebuilds the producer's buckets", "[
 
   std::uint64_t sequence = 0;
   std::optional<Replica> replica;
+  std::optional<Replica> joined_while_pending;
   for (int i = 0; i < 4000; ++i) {
     workload.step();
+    if (i == 2003) {  // another joins between publications: a snapshot of the published words
+      const auto chunks = cbi1::encode_snapshot(format, kDcId, sequence, index.published_words());
+      REQUIRE(chunks.has_value());
+      joined_while_pending = Replica{format, {}, 0};
+      joined_while_pending->install(*chunks);
+    }
     if (i % 16 != 15) continue;  // publish every 16 events, like the relay's default
     const auto images = index.drain_publication();
     if (!images.empty()) {
@@ -176,6 +183,7 @@ TEST_CASE("a snapshot plus the deltas since rebuilds the producer's buckets", "[
       REQUIRE(frame.has_value());
       ++sequence;
       if (replica) replica->apply(*frame);
+      if (joined_while_pending) joined_while_pending->apply(*frame);
     }
     if (i == 1007) {  // a subscriber joins mid-stream with a barrier snapshot
       const auto chunks = cbi1::encode_snapshot(format, kDcId, sequence, index.filter().words());
@@ -186,8 +194,15 @@ TEST_CASE("a snapshot plus the deltas since rebuilds the producer's buckets", "[
     }
   }
   REQUIRE(replica.has_value());
+  REQUIRE(joined_while_pending.has_value());
   const auto images = index.drain_publication();
-  if (!images.empty()) replica->apply(*cbi1::encode_delta(format, kDcId, sequence, sequence + 1, images));
+  if (!images.empty()) {
+    const auto frame = cbi1::encode_delta(format, kDcId, sequence, sequence + 1, images);
+    replica->apply(*frame);
+    joined_while_pending->apply(*frame);
+  }
   CHECK(std::equal(replica->words.begin(), replica->words.end(), index.filter().words().begin(),
                    index.filter().words().end()));
+  CHECK(std::equal(joined_while_pending->words.begin(), joined_while_pending->words.end(), replica->words.begin(),
+                   replica->words.end()));
 }
