@@ -72,7 +72,12 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
     Request request;
     request.set_subscriber_id(options_.subscriber_id);
     request.set_contract_marker(wire::kContractMarker);
+    std::uint64_t changes_at_open = 0;  // identity changes seen when the current stream opened
     const auto open = [&](grpc::ClientContext* context) -> Reader<Response> {
+      {
+        std::unique_lock lock(mutex_);
+        changes_at_open = identity_changes_;
+      }
       return (stub_.get()->*rpc)(context, request);
     };
     const auto apply = [&](const Response& update) -> Applied {
@@ -80,7 +85,9 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
       // Found incompatible by another stream, whose stop of this one may not have landed yet:
       // nothing more of this relay is applied (a catalog would subscribe its pools again).
       if (incompatible_) return std::nullopt;
-      if (envelope_ok(update)) observe_identity(update.relay());
+      if (envelope_ok(update) && !observe_identity(update.relay(), changes_at_open)) {
+        return Fault{"RelayIdentityDrift", "a stream opened before the relay changed speaks for another incarnation"};
+      }
       auto fault = state.apply(update);
       if (!fault && after_apply != nullptr) (this->*after_apply)();
       return fault;
@@ -227,13 +234,18 @@ void RelayLink::stop_planes() {
   }
 }
 
-void RelayLink::observe_identity(const v1::RelayIdentity& relay) {
-  if (identity_ && same_relay(*identity_, relay)) return;
+// Only a stream opened since the last change may change the identity again: a late message
+// of an older stream, from the relay the change left, is no news. Which of two incarnations is
+// newer cannot be told from their random ids, so the order streams opened in decides.
+bool RelayLink::observe_identity(const v1::RelayIdentity& relay, std::uint64_t changes_at_open) {
+  if (identity_ && same_relay(*identity_, relay)) return true;
   if (identity_) {
+    if (changes_at_open < identity_changes_) return false;
     ++identity_changes_;
     forget_relay_state();
   }
   identity_ = relay;
+  return true;
 }
 
 void RelayLink::forget_relay_state() {

@@ -110,8 +110,10 @@ class RelayLink {
 
   // GetRelayInfo: false when the relay is unreachable or incompatible.
   bool verify_relay(StreamControl& control, PlaneStats& stats);
-  // Under the lock. A message from another relay incarnation drops everything from the old one.
-  void observe_identity(const v1::RelayIdentity& relay);
+  // Under the lock. Adopts the identity a message speaks for: one of another relay incarnation
+  // drops everything from the old one. False for a stream opened before the last change that
+  // still speaks for another relay: its message must not undo the change.
+  bool observe_identity(const v1::RelayIdentity& relay, std::uint64_t changes_at_open);
   // Under the lock: every plane invalidated and every subscription retired.
   void forget_relay_state();
   void reconcile_pools();

@@ -447,6 +447,42 @@ TEST_CASE("fake relay: a new relay incarnation drops everything learned from the
   CHECK(scenario.relay().pool_requests() == 2);
 }
 
+TEST_CASE("fake relay: a late message of a stream opened before the incarnation changed does not undo the change",
+          "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}, 7));
+  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}), 1);
+  scenario.relay().set_pool_script([](const auto& request, int attempt) {
+    return snapshot_script(request.expected_producer(), 3, attempt == 0 ? 7 : 8);
+  });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.readiness.valid && relay.pools.size() == 1 && relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}, 8));
+  scenario.await([](const RelayView& relay) {
+    return relay.identity && relay.identity->relay_incarnation() == 8 && relay.pools.size() == 1 &&
+           relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  // The readiness stream opened while incarnation 7 was the relay: its late message is
+  // refused as drift and the stream reopened, and nothing learned from incarnation 8 is lost.
+  auto late = readiness(2, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)});
+  *late.mutable_relay() = relay_identity(7);
+  scenario.relay().push_readiness(late, 1);
+  auto reopened = readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)});
+  *reopened.mutable_relay() = relay_identity(8);
+  scenario.relay().push_readiness(reopened, 2);
+  scenario.await([](const RelayView& relay) { return relay.readiness.opens == 2 && relay.readiness.valid; });
+  const auto view = scenario.view();
+  CHECK_THAT(view.readiness.last_error, Catch::Contains("RelayIdentityDrift"));
+  CHECK(view.identity_changes == 1);
+  REQUIRE(view.identity);
+  CHECK(view.identity->relay_incarnation() == 8);
+  REQUIRE(view.pools.size() == 1);
+  CHECK(view.pools[0].status == ReplicaStatus::kInstalled);
+  CHECK(scenario.relay().pool_requests() == 2);
+}
+
 TEST_CASE("kvrelay-cli: a relay speaking another contract is a clear error with exit code 3", "[client][fake][cli]") {
   FakeRelay relay;
   relay.set_info_marker(0x4B565232);
