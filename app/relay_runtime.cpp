@@ -314,7 +314,8 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
       ServingLoadWindowConfig{impl->relay, std::chrono::milliseconds(options.load_window_ms),
                               serving_load::Config{std::chrono::milliseconds(options.serving_load_freshness_ms),
                                                    std::chrono::milliseconds(options.serving_load_retention_ms),
-                                                   options.max_serving_load_sources, options.max_serving_load_models},
+                                                   options.max_serving_load_sources, options.max_serving_load_models,
+                                                   options.max_message_bytes / 2},
                               recorder});
   impl->encoders = system.spawn(snapshot_encoders, options.snapshot_encoders,
                                 metrics::mailbox_gauge(recorder, metrics::ActorKind::kSnapshotEncoders));

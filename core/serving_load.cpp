@@ -174,17 +174,32 @@ std::optional<LimitRefusal> ServingLoad::declaring_past_limit(const std::string&
 
 std::optional<LimitRefusal> ServingLoad::refusal(const ingest_v1::FrontendLoadReport& report) const {
   const std::string who = fmt::format("frontend {} of namespace {}", report.frontend_id(), report.namespace_());
-  if (!frontends_.contains({report.namespace_(), report.frontend_id()})) {
+  const auto held = frontends_.find({report.namespace_(), report.frontend_id()});
+  if (held == frontends_.end()) {
     if (auto refused = refusal_to_hear(who)) return refused;
+  } else if (!accepted(classify(held->second.progress, false, report.incarnation(), report.sequence()))) {
+    return std::nullopt;  // answered as a duplicate or a replaced incarnation: nothing of it is kept
   }
   std::size_t added = 0;
-  for (const auto& model : report.models())
-    added += totals_.contains({report.namespace_(), model.canonical_model_id()}) ? 0 : 1;
-  if (totals_.size() + added <= config_.max_models) return std::nullopt;
-  return LimitRefusal{LimitRefusal::Limit::kModels,
-                      fmt::format("{}: its new models ({}) would make {} models in all, above "
-                                  "--max-serving-load-models ({})",
-                                  who, added, totals_.size() + added, config_.max_models)};
+  std::size_t added_bytes = 0;
+  for (const auto& model : report.models()) {
+    if (totals_.contains({report.namespace_(), model.canonical_model_id()})) continue;
+    ++added;
+    added_bytes += report.namespace_().size() + model.canonical_model_id().size();
+  }
+  if (totals_.size() + added > config_.max_models) {
+    return LimitRefusal{LimitRefusal::Limit::kModels,
+                        fmt::format("{}: its new models ({}) would make {} models in all, above "
+                                    "--max-serving-load-models ({})",
+                                    who, added, totals_.size() + added, config_.max_models)};
+  }
+  if (model_name_bytes_ + added_bytes > config_.max_model_name_bytes) {
+    return LimitRefusal{LimitRefusal::Limit::kModels,
+                        fmt::format("{}: its new models' names ({} bytes) would make {} bytes of model names in all, "
+                                    "above half of --max-message-bytes ({}): a window may carry them all",
+                                    who, added_bytes, model_name_bytes_ + added_bytes, config_.max_model_name_bytes)};
+  }
+  return std::nullopt;
 }
 
 std::optional<LimitRefusal> ServingLoad::refusal(const ingest_v1::SchedulerLoadReport& report) const {
@@ -210,17 +225,21 @@ std::optional<LimitRefusal> ServingLoad::refusal_to_declare(const EndpointKey& e
 
 // ---- reports ----
 
+ingest_v1::ReportOutcome ServingLoad::classify(const Progress& progress, bool first_heard, std::uint64_t incarnation,
+                                               std::uint64_t sequence) {
+  if (first_heard) return ingest_v1::REPORT_OUTCOME_APPLIED;
+  if (incarnation == progress.incarnation) {
+    return sequence <= progress.sequence ? ingest_v1::REPORT_OUTCOME_DUPLICATE : ingest_v1::REPORT_OUTCOME_APPLIED;
+  }
+  if (incarnation == progress.replaced_incarnation) return ingest_v1::REPORT_OUTCOME_REPLACED_INCARNATION;
+  return ingest_v1::REPORT_OUTCOME_RESTARTED;
+}
+
 ingest_v1::ReportOutcome ServingLoad::advance(Progress& progress, bool first_heard, std::uint64_t incarnation,
                                               std::uint64_t sequence, TimePoint now) {
-  auto outcome = ingest_v1::REPORT_OUTCOME_APPLIED;
-  if (!first_heard && incarnation == progress.incarnation) {
-    if (sequence <= progress.sequence) return ingest_v1::REPORT_OUTCOME_DUPLICATE;
-  } else if (!first_heard && incarnation == progress.replaced_incarnation) {
-    return ingest_v1::REPORT_OUTCOME_REPLACED_INCARNATION;
-  } else if (!first_heard) {
-    outcome = ingest_v1::REPORT_OUTCOME_RESTARTED;
-    progress.replaced_incarnation = progress.incarnation;
-  }
+  const auto outcome = classify(progress, first_heard, incarnation, sequence);
+  if (!accepted(outcome)) return outcome;
+  if (outcome == ingest_v1::REPORT_OUTCOME_RESTARTED) progress.replaced_incarnation = progress.incarnation;
   progress.incarnation = incarnation;
   progress.sequence = sequence;
   progress.accepted = now;
@@ -247,7 +266,9 @@ void ServingLoad::fold_totals(const ingest_v1::FrontendLoadReport& report, std::
                            totals.requests_cancelled(), totals.input_tokens(),       totals.output_tokens()};
     // A model first heard from this incarnation has a zero baseline: all of its counters are new.
     Counters& baseline = baselines[model.canonical_model_id()];
-    Counters& sum = totals_[{report.namespace_(), model.canonical_model_id()}];
+    const auto [held, added] = totals_.try_emplace({report.namespace_(), model.canonical_model_id()});
+    if (added) model_name_bytes_ += report.namespace_().size() + model.canonical_model_id().size();
+    Counters& sum = held->second;
     for (std::size_t i = 0; i < current.size(); ++i) sum[i] = saturating_add(sum[i], growth(current[i], baseline[i]));
     baseline = current;
   }

@@ -39,6 +39,10 @@ struct Config {
   // declared), and (namespace, model) pairs whose totals are kept.
   std::size_t max_sources = 4096;
   std::size_t max_models = 4096;
+  // The bytes of those pairs' names together (namespace and model id): a window names the
+  // models of every fresh frontend, and it must fit one gRPC message. The relay gives half of
+  // --max-message-bytes.
+  std::size_t max_model_name_bytes = std::size_t{4} << 20;
 };
 
 // A call that would make the plane hold more than a limit allows: which, and why, naming the flag.
@@ -117,6 +121,9 @@ class ServingLoad {
   };
   using ModelKey = std::pair<std::string, std::string>;  // (namespace, canonical model id)
 
+  // Classifies a report against its source's progress.
+  static ingest_v1::ReportOutcome classify(const Progress& progress, bool first_heard, std::uint64_t incarnation,
+                                           std::uint64_t sequence);
   // Classifies a report against its source's progress and advances it if accepted.
   static ingest_v1::ReportOutcome advance(Progress& progress, bool first_heard, std::uint64_t incarnation,
                                           std::uint64_t sequence, TimePoint now);
@@ -139,6 +146,7 @@ class ServingLoad {
   std::map<EndpointKey, std::set<std::uint64_t>> declared_routers_;
   std::map<std::pair<std::string, std::uint64_t>, Frontend> frontends_;  // by (namespace, frontend id)
   std::map<ModelKey, Counters> totals_;
+  std::size_t model_name_bytes_ = 0;  // of totals_' keys
 };
 
 }  // namespace kvrelay::serving_load

@@ -590,6 +590,31 @@ TEST_CASE("serving load: a new source or new models past the limits are RESOURCE
   CHECK(metrics.value("kv_relay_ingest_limit_refusals_total", {{"limit", "serving_load_models"}}) == 1);
 }
 
+TEST_CASE("serving load: new models whose names would not fit half of --max-message-bytes are RESOURCE_EXHAUSTED",
+          "[serving_load][limits]") {
+  auto options = fast_windows();
+  options.max_message_bytes = 4'259'904;  // the smallest allowed: model names may take 2 129 952 bytes
+  TestRelay relay(options);
+  auto stream = watch_serving_load(relay);
+  const auto model_name = [](int i) { return std::to_string(1000 + i) + std::string(3996, 'm'); };
+  auto first = frontend_report(7, 1, 1);
+  for (int i = 0; i < 500; ++i) add_model(first, model_name(i), {1, 0, 0, 0}, {1, 0, 0, 0, 0, 0});
+  CHECK(relay.report_frontend(first) == ingest_v1::REPORT_OUTCOME_APPLIED);  // 500 x (4 + 4 000) bytes
+
+  auto more = frontend_report(7, 1, 2);
+  for (int i = 500; i < 532; ++i) add_model(more, model_name(i), {1, 0, 0, 0}, {1, 0, 0, 0, 0, 0});
+  grpc::ClientContext context;
+  ingest_v1::ReportFrontendLoadResponse response;
+  const grpc::Status status = relay.ingest().ReportFrontendLoad(&context, more, &response);
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(status.error_message() ==
+        "frontend 7 of namespace prod: its new models' names (128128 bytes) would make 2130128 bytes of model names "
+        "in all, above half of --max-message-bytes (2129952): a window may carry them all");
+  // Every window still fits one message and reaches the subscriber with the 500 models kept.
+  const auto window = await_window(*stream, [](const auto& u) { return u.models_size() == 500; });
+  CHECK(window.ByteSizeLong() < options.max_message_bytes);
+}
+
 TEST_CASE("serving load: deployment follows the workers' cards", "[serving_load]") {
   TestRelay relay(fast_windows());
   auto stream = watch_serving_load(relay);

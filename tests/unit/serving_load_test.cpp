@@ -811,6 +811,11 @@ TEST_CASE("serving load: sources and models past their limits are refused before
         "frontend 7 of namespace prod: its new models (2) would make 4 models in all, above "
         "--max-serving-load-models (3)");
   CHECK(accept(frontend_report(2, "prod", 7, 1, 3, true, {{"llama"}, {"a"}})) == ingest_v1::REPORT_OUTCOME_APPLIED);
+  // A report answered as a duplicate keeps nothing, so its new models are not refused.
+  const auto repeated = frontend_report(2, "prod", 7, 1, 3, true, {{"llama"}, {"b"}, {"c"}});
+  CHECK_FALSE(load.refusal(repeated).has_value());
+  CHECK(load.report_frontend(repeated, at(2), kWallBase) == ingest_v1::REPORT_OUTCOME_DUPLICATE);
+  CHECK(load.refusal(frontend_report(2, "prod", 7, 1, 4, true, {{"llama"}, {"b"}})).has_value());
 
   // Declared ids are counted apart: a set replacing its own counts what it changes.
   CHECK_FALSE(load.refusal_to_declare(std::string("prod"), {7, 8}).has_value());
@@ -821,4 +826,30 @@ TEST_CASE("serving load: sources and models past their limits are refused before
   CHECK(declared->message ==
         "the routers of endpoint prod/backend/generate: declaring 1 would make 3 frontend and router ids declared in "
         "all, above --max-serving-load-sources (2)");
+}
+
+TEST_CASE("serving load: models whose names would make a window too large are refused", "[serving_load][limits]") {
+  Config config;
+  config.max_model_name_bytes = 24;
+  ServingLoad load(config);
+  load.set_pools({pool_facts()});
+  // "prod" + "llama" and "prod" + "mistral": 20 bytes held.
+  const auto first = frontend_report(0, "prod", 7, 1, 1, true, {{"llama"}, {"mistral"}});
+  REQUIRE_FALSE(load.refusal(first).has_value());
+  CHECK(load.report_frontend(first, at(0), kWallBase) == ingest_v1::REPORT_OUTCOME_APPLIED);
+
+  const auto too_long = load.refusal(frontend_report(1, "prod", 7, 1, 2, true, {{"llama"}, {"qwen"}}));
+  REQUIRE(too_long.has_value());
+  CHECK(too_long->limit == LimitRefusal::Limit::kModels);
+  CHECK(too_long->message ==
+        "frontend 7 of namespace prod: its new models' names (8 bytes) would make 28 bytes of model names in all, "
+        "above half of --max-message-bytes (24): a window may carry them all");
+  // Names held already cost nothing; four bytes more still fit.
+  CHECK_FALSE(load.refusal(frontend_report(1, "prod", 7, 1, 2, true, {{"llama"}, {"mistral"}})).has_value());
+  CHECK_FALSE(load.refusal(frontend_report(1, "p", 8, 1, 1, true, {{"phi"}})).has_value());
+  CHECK(load.report_frontend(frontend_report(1, "p", 8, 1, 1, true, {{"phi"}}), at(1), kWallBase) ==
+        ingest_v1::REPORT_OUTCOME_APPLIED);
+  // Now 24 bytes are held: one byte more is refused.
+  CHECK(load.refusal(frontend_report(2, "p", 8, 1, 2, true, {{"phi"}, {"x"}})).has_value());
+  CHECK_FALSE(load.refusal(frontend_report(2, "p", 8, 1, 2, true, {{"phi"}})).has_value());
 }
