@@ -142,9 +142,14 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     ingest_v1::ReportFrontendLoadResponse response;
     if (!ok(ingest.ReportFrontendLoad(&context, frontend, &response), "ReportFrontendLoad")) return;
   }
-  std::map<std::string, ingest_v1::SchedulerLoadReport> routers;  // by endpoint
+  struct RouterReport {
+    ingest_v1::SchedulerLoadReport report;
+    std::vector<std::size_t> ranks;  // indices into ranks_
+  };
+  std::map<std::string, RouterReport> routers;  // by endpoint
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
-    auto& router = routers[ranks_[i].endpoint.SerializeAsString()];
+    auto& [router, indices] = routers[ranks_[i].endpoint.SerializeAsString()];
+    indices.push_back(i);
     *router.mutable_endpoint() = ranks_[i].endpoint;
     auto* rank = router.add_ranks();
     rank->set_worker_id(ranks_[i].worker_id);
@@ -152,7 +157,8 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     rank->set_active_decode_blocks(decode_blocks_[i]);
     rank->set_active_prefill_tokens(prefill_tokens_[i]);
   }
-  for (auto& [key, router] : routers) {
+  for (auto& [key, entry] : routers) {
+    auto& [router, indices] = entry;
     router.set_router_id(kRouterId);
     router.set_router_epoch(incarnation_);
     router.set_sequence(sequence_);
@@ -161,10 +167,10 @@ void ServingLoadFeed::report(ingest_v1::RelayIngest::Stub& ingest, std::chrono::
     authorize(context);
     ingest_v1::ReportSchedulerLoadResponse response;
     if (!ok(ingest.ReportSchedulerLoad(&context, router, &response), "ReportSchedulerLoad")) return;
+    // Reported: this router's next reports show the prefill work that arrives from now on (a
+    // failed report keeps its ranks' for the next tick).
+    for (const std::size_t i : indices) prefill_tokens_[i] = 0;
   }
-  // Reported: the prefill work the next reports show is what arrives from now on (a failed
-  // report keeps it for the next tick).
-  std::ranges::fill(prefill_tokens_, 0);
 }
 
 }  // namespace kvrelay::demo
