@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/crash_report.hpp"
 #include "core/cbi1.hpp"
 #include "core/filter_frame.hpp"
 
@@ -172,6 +173,7 @@ void on_heartbeat_due(Self self) {
 PoolStreamActor::behavior_type pool_stream(Self self, StreamSinkPtr<wire::FilterFrame> sink, PoolStreamSpec spec,
                                            OutboxLimits limits, PoolPublisherActor publisher, SnapshotPacing pacing,
                                            metrics::RelayMetrics* metrics) {
+  report_crashes(self, "pool stream");
   auto& state = self->state;
   state.writer.attach(std::move(sink));
   state.metrics = metrics;

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "actors/crash_report.hpp"
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/outbox.hpp"
@@ -100,6 +101,7 @@ typename LatestValueStreamActor<Message>::behavior_type latest_value_stream(
     typename LatestValueStreamActor<Message>::template stateful_pointer<LatestValueStreamState<Message>> self,
     StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, std::string plane,
     std::chrono::milliseconds heartbeat, prometheus::Gauge* mailbox_depth) {
+  report_crashes(self, plane + " stream");
   self->state.writer.attach(std::move(sink));
   self->state.mailbox.start(self, mailbox_depth);
   if (heartbeat.count() > 0) self->state.heartbeat.start(self, heartbeat, atoms::heartbeat_atom_v);
@@ -154,6 +156,7 @@ typename BoundedStreamActor<Message>::behavior_type bounded_stream(
     typename BoundedStreamActor<Message>::template stateful_pointer<BoundedStreamState<Message>> self,
     StreamSinkPtr<Message> sink, UpdateSourceActor<Message> source, std::string plane, OutboxLimits limits,
     prometheus::Gauge* mailbox_depth) {
+  report_crashes(self, plane + " stream");
   self->state.writer.attach(std::move(sink));
   self->state.mailbox.start(self, mailbox_depth);
   self->state.outbox = Outbox<Message>(limits);

@@ -11,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "actors/messages.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "grpc_gateway/status.hpp"
 #include "grpc_gateway/wire_write.hpp"
 #include "metrics/relay_metrics.hpp"
@@ -77,7 +79,7 @@ using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 // reported by bind() may therefore reach the actor after a later one; the stream actor handles
 // write_done and cancelled in either order (cancelled ends it).
 template <class Message>
-class StreamLink final : public StreamSink<Message> {
+class StreamLink final : public StreamSink<Message>, public std::enable_shared_from_this<StreamLink<Message>> {
  public:
   // `metrics` (may be null) counts every frame handed to the transport.
   StreamLink(grpc::CallbackServerContext* context, RawStream* reactor, StreamRelease release,
@@ -90,7 +92,8 @@ class StreamLink final : public StreamSink<Message> {
 
   // Set once the stream actor exists. The actor may already have written (a pool stream
   // attaches to its publisher as soon as it starts): a write completion or a cancellation
-  // that came first is delivered now.
+  // that came first is delivered now. From here the link also watches the actor: one that
+  // stops without ending its call (a handler threw) ends it through actor_stopped().
   void bind(StreamTransportActor actor) ABSL_LOCKS_EXCLUDED(mutex_) {
     std::optional<bool> write_done;
     bool cancelled = false;
@@ -102,6 +105,24 @@ class StreamLink final : public StreamSink<Message> {
     }
     if (write_done) caf::anon_send(actor, atoms::write_done_atom_v, *write_done);
     if (cancelled) caf::anon_send(actor, atoms::cancelled_atom_v);
+    actor->attach_functor([link = this->shared_from_this()](const caf::error& reason) { link->actor_stopped(reason); });
+  }
+
+  // The stream actor stopped. Every stream actor ends or sees the end of its call before it
+  // stops cleanly, so a call still open here was abandoned by a failure: the client would wait
+  // on it, and its permits stay held, until it gave up. It ends PUBLICATION_UNAVAILABLE (the
+  // client subscribes again), and the failure is logged.
+  void actor_stopped(const caf::error& reason) ABSL_LOCKS_EXCLUDED(mutex_) {
+    const std::string why = reason ? caf::to_string(reason) : "no error";
+    {
+      absl::MutexLock lock(&mutex_);
+      if (finished_) return;
+      want_finish_locked(RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE,
+                                                "the relay's stream for this call stopped: " + why));
+    }
+    static RateLimitedLog abandoned;
+    abandoned.error("a stream actor stopped with its call open (ended PUBLICATION_UNAVAILABLE): " + why);
+    issue();
   }
 
   void write(std::shared_ptr<const Message> message, bool more_queued) ABSL_LOCKS_EXCLUDED(mutex_) override {
