@@ -62,9 +62,10 @@ SourceLane::Verdict SourceLane::sequence(const ingest_v1::KvEventBatch& batch, s
   }
   cursor_ = SourceCursor{batch.source_epoch(), batch.sequence() + 1, lineage};
   if (!previous) return Verdict::kInOrder;
+  // A rebuild is named first: the source starts over whatever else its batch says.
+  if (previous->lineage != lineage) return Verdict::kNewGeneration;
   if (batch.source_epoch() != previous->epoch) return Verdict::kEpochChanged;
-  if (batch.sequence() > previous->next_sequence) return Verdict::kSequenceGap;
-  return previous->lineage != lineage ? Verdict::kNewGeneration : Verdict::kInOrder;
+  return batch.sequence() > previous->next_sequence ? Verdict::kSequenceGap : Verdict::kInOrder;
 }
 
 void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {

@@ -5,9 +5,11 @@
 
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "actors/source_lanes.hpp"
+#include "metrics/relay_metrics.hpp"
 #include "tests/actors/actor_fixture.hpp"
 
 using namespace kvrelay;
@@ -62,6 +64,24 @@ struct RecordedPublisher {
 
 using Received = std::vector<std::pair<std::uint64_t, bool>>;
 
+// kv_relay_source_resets_total{reason=`reason`}.
+double resets_counted(const metrics::RelayMetrics& metrics, const std::string& reason) {
+  double counted = 0;
+  for (const auto& collectable : metrics.collectables()) {
+    const auto held = collectable.lock();
+    if (!held) continue;
+    for (const auto& family : held->Collect()) {
+      if (family.name != "kv_relay_source_resets_total") continue;
+      for (const auto& series : family.metric) {
+        for (const auto& label : series.label) {
+          if (label.name == "reason" && label.value == reason) counted += series.counter.value;
+        }
+      }
+    }
+  }
+  return counted;
+}
+
 }  // namespace
 
 TEST_CASE("lanes: in-order batches go straight to the publisher, a stale one is refused there", "[actors][lanes]") {
@@ -107,6 +127,27 @@ TEST_CASE("lanes: a new epoch, a sequence gap or a rebuilt pool reset the source
   CHECK(rebuilt.received() == Received{{3, true}, {4, false}});
   CHECK(answers->outcomes.empty());
   CHECK(lane.report().resets == 3);
+}
+
+TEST_CASE("lanes: the reset of a rebuilt pool's source is counted new_generation whatever else its batch says",
+          "[actors][lanes]") {
+  ActorFixture fixture;
+  RecordedPublisher first(fixture), rebuilt(fixture);
+  metrics::RelayMetrics metrics;
+  SourceLane lane;
+  lane.declare({SourceTransport::kPush, {}, PoolRoute{first.actor, 1}});
+  auto answers = std::make_shared<Answers>();
+
+  lane.carry(carried(batch(7, 0), answers), &metrics);
+  lane.declare({SourceTransport::kPush, {}, PoolRoute{rebuilt.actor, 2}});
+  lane.carry(carried(batch(8, 5), answers), &metrics);  // a new epoch and a gap, into the rebuilt pool
+  lane.carry(carried(batch(8, 7), answers), &metrics);  // then a gap in the rebuilt pool
+  fixture.run();
+
+  CHECK(rebuilt.received() == Received{{5, true}, {7, true}});
+  CHECK(resets_counted(metrics, "new_generation") == 1);
+  CHECK(resets_counted(metrics, "epoch_changed") == 0);
+  CHECK(resets_counted(metrics, "sequence_gap") == 1);
 }
 
 TEST_CASE("lanes: a batch is a duplicate only of one sent to the same pool generation", "[actors][lanes]") {
