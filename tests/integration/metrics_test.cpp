@@ -56,10 +56,12 @@ ingest_v1::LoadReport load_report(const ingest_v1::EndpointRef& endpoint, std::u
   return report;
 }
 
-// Reads `stream` until the replica reaches the pool's current sequence.
+// Reads `stream` until the replica reaches the pool's published sequence with nothing left
+// pending (a change waiting for the delay would be published, and counted, after the check).
 void follow(TestRelay& relay, StreamReader<v1::FilterUpdate>& stream, Replica& replica) {
-  const std::uint64_t sequence = relay.get_state().pools(0).sequence();
-  while (replica.sequence() < sequence) {
+  for (;;) {
+    const auto pool = relay.get_state().pools(0);
+    if (replica.sequence() == pool.sequence() && !pool.publication_pending()) return;
     auto frame = stream.next();
     REQUIRE(frame.has_value());
     replica.apply(*frame);

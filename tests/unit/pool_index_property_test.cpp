@@ -175,6 +175,9 @@ TEST_CASE("a snapshot plus the deltas since rebuilds the producer's buckets", "[
       REQUIRE(chunks.has_value());
       joined_while_pending = Replica{format, {}, 0};
       joined_while_pending->install(*chunks);
+      // Both at the published sequence: the changes since wait for the next delta.
+      REQUIRE(joined_while_pending->sequence == replica->sequence);
+      CHECK(joined_while_pending->words == replica->words);
     }
     if (i % 16 != 15) continue;  // publish every 16 events, like the relay's default
     const auto images = index.drain_publication();
