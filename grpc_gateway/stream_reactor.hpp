@@ -39,9 +39,11 @@ using RawStream = grpc::ServerWriteReactor<grpc::ByteBuffer>;
 
 // Threads. write() and finish() come from the stream actor, one call at a time, with at most
 // one write outstanding (StreamSink's contract). bind() comes from the RPC method handler,
-// once, before it returns the reactor. on_write_done(), on_cancel() and on_done() come from
-// gRPC threads (OnWriteDone, OnCancel, OnDone): the first two may run concurrently with each
-// other and with the actor; OnDone runs after every other reaction has returned.
+// once, before it returns the reactor. actor_stopped() comes once, as the actor terminates: from
+// its last thread, or from bind() if it had already stopped. on_write_done(), on_cancel() and
+// on_done() come from gRPC threads (OnWriteDone, OnCancel, OnDone): the first two may run
+// concurrently with each other and with the actor; OnDone runs after every other reaction has
+// returned.
 //
 // Locking. mutex_ is a plain absl::Mutex and guards every mutable member (annotated below;
 // metrics_ is set once). It is never held while calling out: each entry point decides under it
