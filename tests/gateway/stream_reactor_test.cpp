@@ -85,7 +85,8 @@ Ending watch_to_end(ScriptedService& service) {
   }
   Ending ending{reader->Finish(), ""};
   const auto& trailers = context.GetServerTrailingMetadata();
-  if (const auto it = trailers.find("kv-relay-error-reason"); it != trailers.end()) {
+  if (const auto it = trailers.find(grpc::string_ref(kErrorReasonTrailer.data(), kErrorReasonTrailer.size()));
+      it != trailers.end()) {
     ending.reason.assign(it->second.data(), it->second.size());
   }
   server->Shutdown();
