@@ -14,7 +14,7 @@ using namespace kvrelay::test;
 
 namespace {
 
-constexpr auto kWindow = std::chrono::milliseconds(100);
+constexpr auto kLoadWindow = std::chrono::milliseconds(100);
 
 // Shuts `publisher` down, then subscribes a recording stream as a late gRPC call would.
 template <class Message, class Publisher>
@@ -31,7 +31,7 @@ void subscribe_after_shutdown(ActorFixture& fixture, const Publisher& publisher)
   CHECK(ending_of(*inbox)->message == "relay shutting down");
   CHECK(inbox->count<atoms::update_atom, std::shared_ptr<const Message>>() == 0);
   // Not subscribed: nothing more reaches it, a window tick included.
-  fixture.advance(kWindow);
+  fixture.advance(kLoadWindow);
   CHECK(inbox->messages.size() == 1);
 }
 
@@ -48,11 +48,13 @@ TEST_CASE("broadcast publishers end a stream that subscribes after their shutdow
                                                  fixture.spawn(topology_projector, v1::RelayIdentity{}, nullptr));
   }
   SECTION("pool load") {
-    subscribe_after_shutdown<LoadBroadcast>(fixture, fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr));
+    subscribe_after_shutdown<LoadBroadcast>(fixture,
+                                            fixture.spawn(load_window, v1::RelayIdentity{}, kLoadWindow, nullptr));
   }
   SECTION("serving load") {
     subscribe_after_shutdown<ServingLoadBroadcast>(
-        fixture, fixture.spawn(serving_load_window,
-                               ServingLoadWindowConfig{v1::RelayIdentity{}, kWindow, {kWindow, kWindow}, nullptr}));
+        fixture,
+        fixture.spawn(serving_load_window,
+                      ServingLoadWindowConfig{v1::RelayIdentity{}, kLoadWindow, {kLoadWindow, kLoadWindow}, nullptr}));
   }
 }

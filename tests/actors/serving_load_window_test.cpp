@@ -11,7 +11,7 @@ using namespace kvrelay::test;
 
 namespace {
 
-constexpr auto kWindow = std::chrono::milliseconds(1000);
+constexpr auto kServingWindow = std::chrono::milliseconds(1000);
 constexpr auto kFreshness = std::chrono::milliseconds(3000);
 constexpr auto kRetention = std::chrono::milliseconds(10000);
 
@@ -21,8 +21,9 @@ struct Window {
   std::shared_ptr<Inbox> inbox = std::make_shared<Inbox>();
 
   Window() {
-    actor = fixture.spawn(serving_load_window,
-                          ServingLoadWindowConfig{v1::RelayIdentity{}, kWindow, {kFreshness, kRetention}, nullptr});
+    actor =
+        fixture.spawn(serving_load_window,
+                      ServingLoadWindowConfig{v1::RelayIdentity{}, kServingWindow, {kFreshness, kRetention}, nullptr});
     auto stream = spawn_recorder(fixture, inbox);
     caf::anon_send(actor, atoms::subscribe_atom_v, caf::actor_cast<UpdateStreamActor<ServingLoadBroadcast>>(stream));
     fixture.run();
@@ -41,7 +42,7 @@ struct Window {
 
   // Moves on by one window period and returns the window it published.
   ServingLoadUpdatePtr tick() {
-    fixture.advance(kWindow);
+    fixture.advance(kServingWindow);
     return latest();
   }
 
@@ -132,7 +133,7 @@ TEST_CASE("serving-load window actor: an undeclared frontend silent past the ret
           "[actors][serving_load]") {
   Window w;
   w.frontend(1, 3, 10);
-  w.fixture.advance(kRetention + kWindow);  // forgotten: state and baselines, not the totals
+  w.fixture.advance(kRetention + kServingWindow);  // forgotten: state and baselines, not the totals
   CHECK(mistral(w.latest()) == nullptr);
   w.frontend(1, 4, 15);  // the same incarnation: counted in full again
   const auto window = w.tick();

@@ -17,7 +17,7 @@ using client::ReplicaStatus;
 
 namespace {
 
-constexpr auto kAwait = std::chrono::seconds(30);
+constexpr auto kAwaitFake = std::chrono::seconds(30);
 
 std::vector<std::uint32_t> prompt() {
   std::vector<std::uint32_t> tokens(40);
@@ -62,7 +62,7 @@ class Scenario {
   void start() { consumer_.start(); }
   RelayView view() const { return consumer_.view().relays.at(0); }
   void await(const std::function<bool(const RelayView&)>& done) {
-    REQUIRE(consumer_.await([&](const client::ConsumerView& view) { return done(view.relays.at(0)); }, kAwait));
+    REQUIRE(consumer_.await([&](const client::ConsumerView& view) { return done(view.relays.at(0)); }, kAwaitFake));
   }
   void await_pool(ReplicaStatus status, std::uint64_t generation = 1) {
     await([&](const RelayView& relay) {

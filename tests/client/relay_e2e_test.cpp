@@ -24,7 +24,7 @@ using client::ReplicaStatus;
 
 namespace {
 
-constexpr auto kAwait = std::chrono::seconds(60);
+constexpr auto kAwaitRelay = std::chrono::seconds(60);
 
 client::ConsumerOptions consumer_options(TestRelay& relay) {
   client::ConsumerOptions options;
@@ -57,7 +57,8 @@ bool converged(const client::Consumer& consumer, const client::ConsumerView& vie
 }
 
 void await_converged(client::Consumer& consumer, TestRelay& relay) {
-  REQUIRE(consumer.await([&](const client::ConsumerView& view) { return converged(consumer, view, relay); }, kAwait));
+  REQUIRE(
+      consumer.await([&](const client::ConsumerView& view) { return converged(consumer, view, relay); }, kAwaitRelay));
 }
 
 const client::PoolView& only_pool(const client::Consumer& consumer) {
@@ -141,7 +142,7 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
       [](const client::ConsumerView& view) {
         return !view.relays.at(0).pools.empty() && view.relays[0].pools[0].status == ReplicaStatus::kInstalled;
       },
-      kAwait));
+      kAwaitRelay));
   EventScript script(13, backend, 1, 1);
   for (int round = 0; round < 5; ++round) REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
   await_converged(consumer, relay);
@@ -153,7 +154,7 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
   client::PoolView pool;
   std::optional<client::ReplicaDigest> replica;
   std::unique_lock lock(mutex);
-  REQUIRE(tapped_more.wait_for(lock, kAwait, [&] {
+  REQUIRE(tapped_more.wait_for(lock, kAwaitRelay, [&] {
     pool = only_pool(consumer);
     replica = consumer.replica_digest(relay.runtime().wan_address(), pool.endpoint);
     return replica && tapped.size() == pool.deltas_applied && tapped.contains(replica->sequence);
@@ -229,7 +230,7 @@ TEST_CASE("consumer e2e: a generation swap replaces the replica, a withdrawal dr
   CHECK(only_pool(consumer).subscriptions == 1);  // a new slot: the old replica was dropped
 
   relay.remove_worker(backend, 1);
-  REQUIRE(consumer.await([](const client::ConsumerView& view) { return view.relays[0].pools.empty(); }, kAwait));
+  REQUIRE(consumer.await([](const client::ConsumerView& view) { return view.relays[0].pools.empty(); }, kAwaitRelay));
   const std::vector<std::uint32_t> tokens(64, 1);
   CHECK(consumer.overlap("llama", tokens).empty());
 }
@@ -253,7 +254,7 @@ TEST_CASE("consumer e2e: a relay restart is a new incarnation, everything is reb
   EventScript fresh(12, backend, 1, 1);
   REQUIRE(relay->publish(fresh.next_batches(30)).batches_applied() == 30);
   await_converged(consumer, *relay);
-  REQUIRE(consumer.await([](const client::ConsumerView& view) { return view.relays[0].readiness.valid; }, kAwait));
+  REQUIRE(consumer.await([](const client::ConsumerView& view) { return view.relays[0].readiness.valid; }, kAwaitRelay));
   const auto view = consumer.view().relays.at(0);
   REQUIRE(view.identity);
   CHECK(view.identity->relay_incarnation() == relay->runtime().relay_incarnation());
@@ -347,7 +348,7 @@ TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with 
     return by_target;
   };
   const std::map<std::string, std::optional<std::size_t>> expected{{west.runtime().wan_address(), 7}, {east_wan, 4}};
-  REQUIRE(consumer.await([&](const client::ConsumerView&) { return depths() == expected; }, kAwait));
+  REQUIRE(consumer.await([&](const client::ConsumerView&) { return depths() == expected; }, kAwaitRelay));
   const auto matches = consumer.overlap("llama", tokens);
   REQUIRE(matches.size() == 2);
   CHECK(matches[0].dc_id != matches[1].dc_id);
@@ -374,7 +375,7 @@ TEST_CASE("consumer e2e: a relay that stops answering without closing its connec
     return relay_view.catalog.valid && relay_view.readiness.valid && relay_view.pools.size() == 1 &&
            relay_view.pools[0].status == ReplicaStatus::kInstalled;
   };
-  REQUIRE(consumer.await(serving, kAwait));
+  REQUIRE(consumer.await(serving, kAwaitRelay));
 
   // Stopped, its kernel still holds the connection open and acknowledges what is sent: only
   // the relay's silence tells. Every plane and the replica must be invalidated.
@@ -390,7 +391,7 @@ TEST_CASE("consumer e2e: a relay that stops answering without closing its connec
   CHECK(noticed);
 
   // Answering again, it is reconnected to and replicated anew.
-  REQUIRE(consumer.await(serving, kAwait));
+  REQUIRE(consumer.await(serving, kAwaitRelay));
   consumer.stop();
   kill(relay.child.pid, SIGTERM);
   CHECK(wait_exit(relay.child.pid) == 0);

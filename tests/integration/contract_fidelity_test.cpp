@@ -11,8 +11,6 @@ using namespace kvrelay::test;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
-
 // 2^21 buckets: a 16 MiB lane sent as four 4 MiB chunks. A client that does not read stalls
 // its stream before the last chunk (the transport buffers less than 12 MiB), so the stream
 // keeps its encoder permit.

@@ -18,8 +18,6 @@ using namespace kvrelay::test;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
-
 kvrelay::test::HealthCheckResponse::ServingStatus health(const std::shared_ptr<grpc::Channel>& channel,
                                                          const std::string& service) {
   grpc::ClientContext context;

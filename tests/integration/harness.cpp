@@ -124,6 +124,12 @@ ingest_v1::PutWorkerResponse TestRelay::put_worker(const ingest_v1::PutWorkerReq
   return response;
 }
 
+grpc::Status TestRelay::put_worker_status(const ingest_v1::PutWorkerRequest& request) {
+  grpc::ClientContext context;
+  ingest_v1::PutWorkerResponse response;
+  return ingest_->PutWorker(&context, request, &response);
+}
+
 void TestRelay::remove_worker(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id) {
   grpc::ClientContext context;
   ingest_v1::RemoveWorkerRequest request;

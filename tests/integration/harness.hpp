@@ -47,6 +47,8 @@ class TestRelay {
 
   // Unary ingest calls; REQUIRE success.
   ingest_v1::PutWorkerResponse put_worker(const ingest_v1::PutWorkerRequest& request);
+  // The same call unchecked, for requests a test expects refused.
+  grpc::Status put_worker_status(const ingest_v1::PutWorkerRequest& request);
   void remove_worker(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id);
   void set_availability(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> live);
   ingest_v1::RelayState get_state();
@@ -132,6 +134,8 @@ std::unique_ptr<StreamReader<v1::FilterUpdate>> subscribe_pool(TestRelay& relay,
 
 ingest_v1::EndpointRef endpoint_ref(const std::string& ns, const std::string& component,
                                     const std::string& endpoint = "generate");
+// The endpoint most tests register their workers under.
+inline const ingest_v1::EndpointRef kBackend = endpoint_ref("prod", "backend");
 
 struct WorkerShape {
   std::string model = "llama";

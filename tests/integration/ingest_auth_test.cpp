@@ -18,8 +18,6 @@ using namespace kvrelay::test;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
-
 // A token file of the test's own, replaced by a rename as a Kubernetes Secret update does.
 class TokenFile {
  public:

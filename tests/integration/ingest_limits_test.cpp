@@ -11,7 +11,6 @@ using namespace kvrelay::test;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
 const auto kOther = endpoint_ref("prod", "other");
 
 // Small limits, so that the requests at and past them stay small; metrics to see them counted.
@@ -27,12 +26,6 @@ kvrelay::RelayOptions limited_options() {
   options.max_kv_sources = 5;
   options.max_ingest_streams = 2;
   return options;
-}
-
-grpc::Status put_worker_status(TestRelay& relay, const ingest_v1::PutWorkerRequest& request) {
-  grpc::ClientContext context;
-  ingest_v1::PutWorkerResponse response;
-  return relay.ingest().PutWorker(&context, request, &response);
 }
 
 // One PublishKvEvents stream carrying `batches`, closed: the status it ends with. A write after
@@ -94,7 +87,7 @@ TEST_CASE("ingest limits: a request above a size limit is INVALID_ARGUMENT namin
   relay.put_worker(put_worker_request(kBackend, 1));
   const std::string long_name(33, 'n');
 
-  require_refusal(put_worker_status(relay, put_worker_request(endpoint_ref("prod", long_name), 2)),
+  require_refusal(relay.put_worker_status(put_worker_request(endpoint_ref("prod", long_name), 2)),
                   grpc::StatusCode::INVALID_ARGUMENT,
                   "endpoint.component: 33 bytes exceed --max-ingest-string-bytes (32)");
   {
@@ -150,12 +143,12 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   relay.put_worker(put_worker_request(kBackend, 1));
   relay.put_worker(put_worker_request(kBackend, 2));
 
-  require_refusal(put_worker_status(relay, put_worker_request(kBackend, 3)), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  require_refusal(relay.put_worker_status(put_worker_request(kBackend, 3)), grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/backend/generate: it has 2 workers, the most --max-workers-per-endpoint (2) allows");
   relay.put_worker(put_worker_request(kBackend, 2));  // a worker replacing itself adds none
 
   relay.put_worker(put_worker_request(kOther, 1));
-  require_refusal(put_worker_status(relay, put_worker_request(endpoint_ref("prod", "third"), 1)),
+  require_refusal(relay.put_worker_status(put_worker_request(endpoint_ref("prod", "third"), 1)),
                   grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/third/generate: the relay holds 2 serving endpoints, the most "
                   "--max-serving-endpoints (2) allows");
@@ -165,7 +158,7 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   relay.put_worker(put_worker_request(kOther, 1, two_ranks));  // 4 KV sources in all
   WorkerShape three_ranks;
   three_ranks.dp_size = 3;
-  require_refusal(put_worker_status(relay, put_worker_request(kOther, 2, three_ranks)),
+  require_refusal(relay.put_worker_status(put_worker_request(kOther, 2, three_ranks)),
                   grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/other/generate worker 2: its 3 KV sources would make 7 in all, above "
                   "--max-kv-sources (5)");

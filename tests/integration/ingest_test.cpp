@@ -17,14 +17,6 @@ namespace hashing = kvrelay::hashing;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
-
-grpc::Status put_worker_status(TestRelay& relay, const ingest_v1::PutWorkerRequest& request) {
-  grpc::ClientContext context;
-  ingest_v1::PutWorkerResponse response;
-  return relay.ingest().PutWorker(&context, request, &response);
-}
-
 std::uint64_t unique_blocks(TestRelay& relay) {
   const auto state = relay.get_state();
   REQUIRE(state.pools_size() == 1);
@@ -42,47 +34,47 @@ TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[in
 
   SECTION("endpoint text") {
     request.mutable_endpoint()->set_component(" backend");
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("endpoint.component"));
   }
   SECTION("missing card") {
     request.clear_card();
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("card"));
   }
   SECTION("a KV source outside the worker's ranks (docs/protocol/decisions.md#d18)") {
     request.mutable_kv_sources(0)->set_dp_rank(3);
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("kv_sources[0].dp_rank"));
   }
   SECTION("a replay endpoint without a port (libzmq would refuse it only when a replay starts)") {
     request.mutable_kv_sources(0)->mutable_zmq()->set_endpoint("tcp://engine:5557");
     request.mutable_kv_sources(0)->mutable_zmq()->set_replay_endpoint("tcp://engine");
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(),
                Catch::Contains("kv_sources[0].zmq.replay_endpoint: 'tcp://engine' names no port"));
   }
   SECTION("an ipc path longer than a Unix socket address holds") {
     request.mutable_kv_sources(0)->mutable_zmq()->set_endpoint("ipc:///" + std::string(107, 'p'));
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("kv_sources[0].zmq.endpoint: the ipc:// path has 108 bytes"));
   }
   SECTION("an engine metrics URL whose port is out of range") {
     request.mutable_engine_metrics()->set_url("http://engine:99999999999/metrics");
     request.mutable_engine_metrics()->set_kind(ingest_v1::ENGINE_KIND_VLLM);
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("engine_metrics.url"));
     CHECK_THAT(status.error_message(), Catch::Contains("port '99999999999' is not a number from 1 to 65535"));
   }
   SECTION("an unknown worker type in needs") {
     request.mutable_card()->add_needs()->add_all_of(ingest_v1::WORKER_TYPE_UNSET);
-    const auto status = put_worker_status(relay, request);
+    const auto status = relay.put_worker_status(request);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("card.needs[0].all_of[0]"));
   }

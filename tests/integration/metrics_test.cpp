@@ -19,7 +19,6 @@ using namespace kvrelay::test;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
 const std::string kPool = "prod/backend/generate";
 
 template <class Response>

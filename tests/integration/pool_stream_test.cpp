@@ -9,12 +9,6 @@
 
 using namespace kvrelay::test;
 
-namespace {
-
-const ingest_v1::EndpointRef kBackend = endpoint_ref("prod", "backend");
-
-}  // namespace
-
 TEST_CASE("catalog: starts empty at revision 0, attach and withdrawal move it by one", "[catalog]") {
   TestRelay relay;
   auto catalog = watch_catalog(relay);

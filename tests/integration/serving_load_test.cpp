@@ -15,7 +15,6 @@ using namespace kvrelay::test;
 
 namespace {
 
-const auto kBackend = endpoint_ref("prod", "backend");
 constexpr std::uint64_t kBase = 1'000'000;  // the examples' published_ms clock
 
 kvrelay::RelayOptions fast_windows() {

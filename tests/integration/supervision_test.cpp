@@ -8,12 +8,6 @@
 
 using namespace kvrelay::test;
 
-namespace {
-
-const auto kBackend = endpoint_ref("prod", "backend");
-
-}  // namespace
-
 TEST_CASE("supervision: membership failing fails open ingest calls and stops the relay", "[supervision]") {
   TestRelay relay;
   relay.put_worker(put_worker_request(kBackend, 1));

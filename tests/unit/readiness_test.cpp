@@ -227,7 +227,7 @@ TEST_CASE("units_of groups workers by (worker_type, model_type, needs)", "[readi
 
 // ---- projection basics -----------------------------------------------------------------------
 
-TEST_CASE("an empty input projects no entries", "[readiness]") { CHECK(project({}).empty()); }
+TEST_CASE("an empty input projects no entries", "[readiness]") { CHECK(readiness::project({}).empty()); }
 
 TEST_CASE("only Base registrations create entries, a LoRA-only endpoint creates none", "[readiness]") {
   auto facts = endpoint("prod", "backend", "generate", "llama", {{1, worker(kAggregated)}}, std::set<std::uint64_t>{1});
