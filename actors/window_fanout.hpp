@@ -36,10 +36,10 @@ class WindowFanout {
     if (streams_.add(self, stream)) self->send(stream, atoms::update_atom_v, current_);
   }
 
-  // Call from the tick handler. A tick before any subscriber builds window 0.
+  // Call from the tick handler. Tick k builds window k, whether or not window 0 was ever built.
   template <class Self>
   void tick(Self self) {
-    current_ = build_(current_ ? ++sequence_ : sequence_);
+    current_ = build_(++sequence_);
     streams_.broadcast(self, current_);
     schedule_.rearm(self, atoms::tick_atom_v);
   }
