@@ -26,6 +26,7 @@
 #include "core/ingest_validation.hpp"
 #include "core/xxh3.hpp"
 #include "grpc_gateway/ingest_service.hpp"
+#include "grpc_gateway/reflection_service.hpp"
 #include "grpc_gateway/relay_service.hpp"
 #include "metrics/metrics.hpp"
 #include "metrics/relay_metrics.hpp"
@@ -117,12 +118,16 @@ std::expected<void, std::string> load_topology(caf::actor_system& system, const 
   return {};
 }
 
+// What reflection lists on a listener serving `service_name`: it, health and both reflections.
+std::vector<std::string> listed_services(const std::string& service_name) {
+  return {service_name, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+          "grpc.reflection.v1alpha.ServerReflection"};
+}
+
 // The standard grpc.health.v1.Health service reports `service_name` (and "") SERVING.
-std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std::string& address,
-                                                                       grpc::Service* service,
-                                                                       const std::string& service_name,
-                                                                       const RelayOptions& options,
-                                                                       std::string* bound) {
+std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(
+    const std::string& address, grpc::Service* service, grpc::Service* reflection, const std::string& service_name,
+    const RelayOptions& options, std::string* bound) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
@@ -139,6 +144,7 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(const std
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.RegisterService(service);
+  builder.RegisterService(reflection);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return std::unexpected("cannot listen on " + address);
   *bound = host_of(address) + ":" + std::to_string(port);
@@ -185,6 +191,7 @@ struct RelayRuntime::Impl {
   std::shared_ptr<StreamLimit> hub_slots;
   std::unique_ptr<gateway::RelayService> relay_service;
   std::unique_ptr<gateway::IngestService> ingest_service;
+  std::unique_ptr<gateway::ReflectionService> wan_reflection, ingest_reflection;
   std::unique_ptr<grpc::Server> wan_server, ingest_server;
   std::string wan_address, ingest_address, metrics_address;
   v1::RelayIdentity relay;
@@ -381,12 +388,16 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), "kvrelay.ingest.v1.RelayIngest",
-                             options, &impl->ingest_address);
+  impl->ingest_reflection =
+      std::make_unique<gateway::ReflectionService>(listed_services("kvrelay.ingest.v1.RelayIngest"));
+  impl->wan_reflection =
+      std::make_unique<gateway::ReflectionService>(listed_services("dynamo.kvrelay.v1.KvEventRelay"));
+  auto ingest = start_server(options.ingest_listen, impl->ingest_service.get(), impl->ingest_reflection.get(),
+                             "kvrelay.ingest.v1.RelayIngest", options, &impl->ingest_address);
   if (!ingest) return abandon_start(*impl, ingest.error());
   adopt_listener(*impl, impl->ingest_server, std::move(*ingest));
-  auto wan = start_server(options.listen, impl->relay_service.get(), "dynamo.kvrelay.v1.KvEventRelay", options,
-                          &impl->wan_address);
+  auto wan = start_server(options.listen, impl->relay_service.get(), impl->wan_reflection.get(),
+                          "dynamo.kvrelay.v1.KvEventRelay", options, &impl->wan_address);
   if (!wan) return abandon_start(*impl, wan.error());
   adopt_listener(*impl, impl->wan_server, std::move(*wan));
   spdlog::info("relay started: wan={} ingest={} metrics={} dc_id={:#018x} incarnation={:#x}", impl->wan_address,

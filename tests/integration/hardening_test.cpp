@@ -7,9 +7,13 @@
 #include <future>
 #include <thread>
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/descriptor_database.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "kvrelay_test/standard_services.pb.h"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/scrape.hpp"
@@ -470,4 +474,64 @@ TEST_CASE("messages above --max-message-bytes are refused by the transport", "[l
   ingest_v1::PutWorkerResponse response;
   CHECK(relay.ingest().PutWorker(&context, request, &response).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(relay.get_state().endpoints_size() == 0);  // nothing of it applied; the relay serves on
+}
+
+namespace {
+
+namespace reflection = grpc::reflection::v1;
+
+reflection::ServerReflectionResponse reflect(
+    grpc::ClientReaderWriter<reflection::ServerReflectionRequest, reflection::ServerReflectionResponse>& stream,
+    const reflection::ServerReflectionRequest& request) {
+  REQUIRE(stream.Write(request));
+  reflection::ServerReflectionResponse response;
+  REQUIRE(stream.Read(&response));
+  return response;
+}
+
+}  // namespace
+
+TEST_CASE("reflection v1: the listener's services, and files that describe them whole", "[health]") {
+  TestRelay relay;
+  for (const auto& [channel, service] : {std::pair{relay.wan_channel(), "dynamo.kvrelay.v1.KvEventRelay"},
+                                         std::pair{relay.ingest_channel(), "kvrelay.ingest.v1.RelayIngest"}}) {
+    INFO(service);
+    auto stub = reflection::ServerReflection::NewStub(channel);
+    grpc::ClientContext context;
+    auto stream = stub->ServerReflectionInfo(&context);
+
+    reflection::ServerReflectionRequest list;
+    list.set_list_services("*");
+    const auto listing = reflect(*stream, list);
+    std::vector<std::string> names;
+    for (const auto& listed : listing.list_services_response().service()) names.push_back(listed.name());
+    CHECK(names == std::vector<std::string>{service, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                                            "grpc.reflection.v1alpha.ServerReflection"});
+
+    // The service's file and its imports are enough to build its descriptor.
+    reflection::ServerReflectionRequest by_symbol;
+    by_symbol.set_file_containing_symbol(service);
+    const auto files = reflect(*stream, by_symbol);
+    REQUIRE(files.has_file_descriptor_response());
+    google::protobuf::SimpleDescriptorDatabase database;
+    for (const std::string& bytes : files.file_descriptor_response().file_descriptor_proto()) {
+      google::protobuf::FileDescriptorProto file;
+      REQUIRE(file.ParseFromString(bytes));
+      REQUIRE(database.Add(file));
+    }
+    google::protobuf::DescriptorPool pool(&database);
+    const auto* described = pool.FindServiceByName(service);
+    REQUIRE(described != nullptr);
+    CHECK(described->method_count() > 0);
+
+    reflection::ServerReflectionRequest unknown;
+    unknown.set_file_containing_symbol("no.such.Symbol");
+    const auto missing = reflect(*stream, unknown);
+    REQUIRE(missing.has_error_response());
+    CHECK(missing.error_response().error_code() == grpc::StatusCode::NOT_FOUND);
+    CHECK(missing.original_request().file_containing_symbol() == "no.such.Symbol");
+
+    stream->WritesDone();
+    CHECK(stream->Finish().ok());
+  }
 }
