@@ -275,6 +275,11 @@ void configure_actor_scheduler(caf::actor_system_config& config, std::size_t thr
 
 std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(const RelayOptions& options) {
   auto impl = std::make_unique<Impl>();
+  if (options.dc_id.empty()) {
+    return std::unexpected(
+        "--dc-id is required: this data center's id, hashed into every PoolId (give each data center its own, "
+        "and keep it across restarts)");
+  }
   const auto dc_id = identity::stable_dc_id(options.dc_id);
   if (!dc_id) return std::unexpected("--dc-id: " + std::string(identity::to_string(dc_id.error())));
   for (const auto& [flag, blocks] :

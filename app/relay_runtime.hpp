@@ -22,7 +22,7 @@ struct RelayOptions {
   std::string ingest_listen = "127.0.0.1:50052";
   // host:port of the /metrics listener; none: metrics are recorded but not served.
   std::optional<std::string> metrics_listen;
-  std::string dc_id = "dc-local";
+  std::string dc_id;  // required: this data center's id (docs/protocol/pools.md#dc-id); no default
   std::optional<std::uint64_t> instance_id;  // default: derived from the host name
   // Filter sizing and growth (docs/protocol/capacity.md). nullopt: "auto", sized from the
   // declared KV capacity, the fallback when that is unknown.

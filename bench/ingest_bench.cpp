@@ -111,6 +111,7 @@ double block_stores_per_second(Transport transport, std::size_t sources, std::si
   }
 
   RelayOptions options;
+  options.dc_id = "bench";
   options.listen = "127.0.0.1:0";
   options.ingest_listen = "127.0.0.1:0";
   options.expected_unique_blocks = blocks / pools + blocks / pools / 4;

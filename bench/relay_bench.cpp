@@ -156,6 +156,7 @@ struct Relay {
 
 Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) {
   RelayOptions options;
+  options.dc_id = "bench";
   options.listen = "127.0.0.1:0";
   options.ingest_listen = "127.0.0.1:0";
   options.expected_unique_blocks = expected_blocks;

@@ -99,8 +99,8 @@ std::expected<RelayUnderTest, std::string> RelayUnderTest::start(const std::stri
   if (mkdtemp(dir_template) == nullptr) return std::unexpected("cannot create a temporary directory");
   const std::filesystem::path dir(dir_template);
   const auto ready = dir / "ready.json";
-  std::vector<std::string> args = {"--listen",    "127.0.0.1:0",  "--ingest-listen",
-                                   "127.0.0.1:0", "--ready-file", ready.string()};
+  std::vector<std::string> args = {"--listen",     "127.0.0.1:0",  "--ingest-listen", "127.0.0.1:0",
+                                   "--ready-file", ready.string(), "--dc-id",         "kvrelay-bench"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   const pid_t pid = spawn_logged(binary, std::move(args), log_path);
   if (pid < 0) return std::unexpected("cannot start " + binary + " (log " + log_path + ")");

@@ -47,11 +47,19 @@ TEST_CASE("kv-relay refuses a bad value with one message and exit code 2", "[bin
   close(child.output);
 }
 
+TEST_CASE("kv-relay refuses to start without --dc-id, with exit code 2", "[binary]") {
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off"});
+  const std::string output = read_until(child.output, "\n");
+  CHECK(wait_exit(child.pid) == 2);
+  CHECK_THAT(output, Catch::StartsWith("kv-relay: --dc-id is required: this data center's id"));
+  close(child.output);
+}
+
 TEST_CASE("kv-relay refuses to start without a usable --ingest-token-file, with exit code 2", "[binary]") {
   const std::string token = std::string(KVRELAY_TEST_TMP_DIR) + "/binary-test-token";
   unlink(token.c_str());
   Child missing = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                               "--ingest-token-file", token});
+                               "--dc-id", "dc-binary-test", "--ingest-token-file", token});
   const std::string missing_output = read_until(missing.output, "\n");
   CHECK(wait_exit(missing.pid) == 2);
   CHECK_THAT(missing_output, Catch::StartsWith("kv-relay: --ingest-token-file: cannot read " + token));
@@ -59,7 +67,7 @@ TEST_CASE("kv-relay refuses to start without a usable --ingest-token-file, with 
 
   std::ofstream(token) << "\n";
   Child empty = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                             "--ingest-token-file", token});
+                             "--dc-id", "dc-binary-test", "--ingest-token-file", token});
   const std::string empty_output = read_until(empty.output, "\n");
   CHECK(wait_exit(empty.pid) == 2);
   CHECK(empty_output ==
@@ -79,8 +87,8 @@ class StalledRelay {
     const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-" + name + ".json";
     unlink(ready.c_str());
     child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                         "--ready-file", ready, "--drain-timeout-ms", drain_timeout_ms, "--topology",
-                         write_demo_topology(name, fed_by_push)});
+                         "--dc-id", "dc-binary-test", "--ready-file", ready, "--drain-timeout-ms", drain_timeout_ms,
+                         "--topology", write_demo_topology(name, fed_by_push)});
     REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(8 << 20);
@@ -155,7 +163,7 @@ TEST_CASE("a second signal while kv-relay drains ends it at once, with 128 + the
 
 TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason in its log", "[binary][supervision]") {
   Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                             "--crash-membership-for-test"});
+                             "--dc-id", "dc-binary-test", "--crash-membership-for-test"});
   const std::string log = read_until(child.output, "relay stopped");
   CHECK(wait_exit(child.pid) == 3);
   CHECK_THAT(log, Catch::Contains("core actor failed: membership exited"));

@@ -28,11 +28,10 @@ class DemoRelay {
   explicit DemoRelay(const std::string& name, const std::vector<std::string>& extra_args = {})
       : ready_(kTmp + "/ready-" + name + ".json") {
     unlink(ready_.c_str());
-    std::vector<std::string> args = {"--listen",         "127.0.0.1:0",
-                                     "--ingest-listen",  "127.0.0.1:0",
-                                     "--metrics-listen", "off",
-                                     "--ready-file",     ready_,
-                                     "--topology",       write_demo_topology("cli-" + name, fed_by_push)};
+    std::vector<std::string> args = {
+        "--listen",         "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0",
+        "--metrics-listen", "off",         "--ready-file",    ready_,
+        "--dc-id",          "dc-cli-test", "--topology",      write_demo_topology("cli-" + name, fed_by_push)};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     process_ = spawn_relay(std::move(args));
     REQUIRE_THAT(read_until(process_.output, "ready: "), Catch::Contains("ready: "));

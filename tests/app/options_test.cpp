@@ -40,6 +40,47 @@ TEST_CASE("options: defaults", "[options]") {
   CHECK(options->relay.serving_load_retention_ms == 600000);
   CHECK_FALSE(options->demo);
   CHECK_FALSE(options->relay.instance_id.has_value());
+  CHECK(options->relay.dc_id.empty());  // required: the relay refuses to start without one
+  // The stream limits and timers of docs/protocol/limits.md.
+  CHECK(options->relay.max_message_bytes == 8u << 20);
+  CHECK(options->relay.max_catalog_subscribers == 64);
+  CHECK(options->relay.max_readiness_subscribers == 64);
+  CHECK(options->relay.max_load_subscribers == 64);
+  CHECK(options->relay.max_pool_streams_total == 64);
+  CHECK(options->relay.max_subscribers_per_pool == 64);
+  CHECK(options->relay.max_initialized_pool_hubs == 64);
+  CHECK(options->relay.snapshot_encoders == 2);
+  CHECK(options->relay.snapshot_progress_timeout_ms == 60000);
+  CHECK(options->relay.pool_heartbeat_ms == 10000);
+  CHECK(options->relay.readiness_heartbeat_ms == 10000);
+  CHECK(options->relay.catalog_heartbeat_ms == 10000);
+  CHECK(options->relay.drain_timeout_ms == 5000);
+}
+
+TEST_CASE("options: --help shows the defaults the options hold", "[options]") {
+  const auto defaults = parse_options({}, {});
+  REQUIRE(defaults.has_value());
+  const std::string help = usage();
+  const auto shown = [&](const std::string& flag) {
+    const auto at = help.find("  --" + flag + " ");
+    REQUIRE(at != std::string::npos);
+    const auto value = help.find("default: ", at) + std::string_view("default: ").size();
+    return help.substr(value, help.find('\n', value) - value);
+  };
+  CHECK(shown("max-subscribers-per-pool") == std::to_string(defaults->relay.max_subscribers_per_pool));
+  CHECK(shown("snapshot-progress-timeout-ms") == std::to_string(defaults->relay.snapshot_progress_timeout_ms));
+  CHECK(shown("max-engine-message-bytes") == std::to_string(defaults->relay.max_engine_message_bytes));
+  CHECK(shown("relayout-load") == "0.85");
+  CHECK(shown("dc-id") == "required (--demo: demo)");
+}
+
+TEST_CASE("options: the demo names its data center, a real relay must name its own", "[options]") {
+  const auto demo = parse_options({"--demo"}, {});
+  REQUIRE(demo.has_value());
+  CHECK(demo->relay.dc_id == "demo");
+  const auto named = parse_options({"--demo", "--dc-id", "dc-east"}, {});
+  REQUIRE(named.has_value());
+  CHECK(named->relay.dc_id == "dc-east");
 }
 
 TEST_CASE("options: the ingest plane's credentials and limits", "[options]") {

@@ -28,7 +28,7 @@ class RelayProcess {
     std::vector<std::string> args = {"--listen",           "127.0.0.1:0", "--ingest-listen",  "127.0.0.1:0",
                                      "--ready-file",       ready,         "--metrics-listen", "127.0.0.1:0",
                                      "--drain-timeout-ms", "500",         "--topology",       topology,
-                                     "--load-window-ms",   "100"};
+                                     "--load-window-ms",   "100",         "--dc-id",          "dc-engines-test"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     child_ = spawn_relay(std::move(args));
     const std::string start = read_until(child_.output, "ready: ");

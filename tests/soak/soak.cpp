@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
   const int seconds = argc > 1 ? std::atoi(argv[1]) : 600;
   spdlog::set_level(spdlog::level::warn);
   RelayOptions options;
+  options.dc_id = "soak";
   options.listen = "127.0.0.1:0";
   options.ingest_listen = "127.0.0.1:0";
   options.expected_unique_blocks = 65536;

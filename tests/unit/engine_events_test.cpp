@@ -648,6 +648,13 @@ TEST_CASE("medium maps to a storage tier and only device-tier events are emitted
     CHECK(decoded.out.events_size() == 0);
     CHECK(decoded.result.detail.empty());
   }
+  // A clear names no medium (device); one that does is filtered like the rest (decisions.md#d39).
+  EventDecoder decoder(standard_config());
+  const auto cleared = decode(decoder, batch({cleared_map(), Map{{"type", "AllBlocksCleared"}, {"medium", "CPU"}}}));
+  CHECK(cleared.result.emitted == 1);
+  CHECK(cleared.result.ignored == 1);
+  REQUIRE(cleared.out.events_size() == 1);
+  CHECK(cleared.out.events(0).has_cleared());
 }
 
 TEST_CASE("garbage payloads are malformed batches and append nothing", "[engine_events]") {
