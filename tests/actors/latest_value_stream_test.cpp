@@ -65,3 +65,45 @@ TEST_CASE("latest-value stream actor: a heartbeat due while a write is in flight
   REQUIRE(sink->writes.size() == 2);  // the held heartbeat goes out then
   CHECK(sink->writes[1]->message().revision() == 3);
 }
+
+namespace {
+
+void send_revision(caf::actor stream, std::uint64_t revision) {
+  v1::KvPoolCatalogUpdate update;
+  update.set_revision(revision);
+  caf::anon_send(stream, atoms::update_atom_v, std::make_shared<const CatalogBroadcast>(update));
+}
+
+}  // namespace
+
+TEST_CASE("latest-value stream actor: updates that arrive during a write coalesce into the newest",
+          "[actors][heartbeat]") {
+  ActorFixture fixture;
+  auto [stream, sink] = stream_of_revision_3(fixture, std::chrono::milliseconds(0));
+  for (std::uint64_t revision = 4; revision <= 7; ++revision) send_revision(stream, revision);
+  fixture.run();
+  CHECK(sink->writes.size() == 1);  // revision 3 still in flight
+  complete_write(caf::actor_cast<StreamTransportActor>(stream));
+  fixture.run();
+  REQUIRE(sink->writes.size() == 2);
+  CHECK(sink->writes[1]->message().revision() == 7);  // 4, 5 and 6 skipped
+  complete_write(caf::actor_cast<StreamTransportActor>(stream));
+  fixture.run();
+  CHECK(sink->writes.size() == 2);  // nothing left to send
+}
+
+TEST_CASE("latest-value stream actor: a change-driven send leaves the heartbeat schedule where it was",
+          "[actors][heartbeat]") {
+  ActorFixture fixture;
+  auto [stream, sink] = stream_of_revision_3(fixture, std::chrono::milliseconds(100));
+  complete_write(caf::actor_cast<StreamTransportActor>(stream));
+  fixture.advance(std::chrono::milliseconds(90));
+  send_revision(stream, 4);  // 90 ms into the interval
+  fixture.run();
+  REQUIRE(sink->writes.size() == 2);
+  complete_write(caf::actor_cast<StreamTransportActor>(stream));
+  fixture.run();
+  fixture.advance(std::chrono::milliseconds(10));  // the heartbeat still falls at 100 ms
+  REQUIRE(sink->writes.size() == 3);
+  CHECK(sink->writes[2]->message().revision() == 4);
+}

@@ -116,6 +116,38 @@ TEST_CASE("engines: a gap is filled from the replay socket in order and nothing 
   CHECK(metrics.count("kv_relay_engine_source_replays_total", engine_source_labels()) == 1);
 }
 
+TEST_CASE("engines: every delta sent to a stream is timed from its events' arrival off the engine's socket",
+          "[engines]") {
+  FakeEngineProcess engine({});
+  EngineWorkload workload(13, {});
+  TestRelay relay(with_metrics());
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(engine_worker(1, {&engine}));
+  engine.await_subscribers(1);
+  const auto producer = await_single_pool(*catalog);
+  // Attached before any event: every delta of the pool reaches this stream.
+  auto stream = subscribe_pool(relay, producer);
+  Replica replica(producer);
+  while (!replica.installed()) {
+    const auto frame = stream->next();
+    REQUIRE(frame.has_value());
+    replica.apply(*frame);
+  }
+  const std::uint64_t last = publish_all(engine, workload, workload.next(20));
+  const auto pool = settled_pool(relay, last);
+  REQUIRE(pool.layout_generation() == producer.layout_generation());
+  REQUIRE(pool.sequence() > 0);
+  while (replica.sequence() < pool.sequence()) {
+    const auto frame = stream->next();
+    REQUIRE(frame.has_value());
+    replica.apply(*frame);
+  }
+  const auto metrics = scrape_until(relay, [&](const Scrape& now) {
+    return now.count("kv_relay_event_to_wire_seconds_count") >= static_cast<double>(pool.sequence());
+  });
+  CHECK(metrics.count("kv_relay_event_to_wire_seconds_count") == static_cast<double>(pool.sequence()));
+}
+
 TEST_CASE("engines: an unrecoverable gap or an evicted replay or an engine restart cold-resets the source",
           "[engines]") {
   const bool with_replay = GENERATE(false, true);

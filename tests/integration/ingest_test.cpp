@@ -162,6 +162,35 @@ TEST_CASE("a change of the workers' kv_state_endpoint binds the pool anew: a new
   CHECK(only_pool(relay).layout_generation() == second.layout_generation());
 }
 
+TEST_CASE("workers that disagree on kv_state_endpoint leave their endpoint without a pool, still serving", "[ingest]") {
+  TestRelay relay;
+  auto catalog = watch_catalog(relay);
+  relay.put_worker(put_worker_request(kBackend, 1));
+  await_single_pool(*catalog);
+  auto elsewhere = put_worker_request(kBackend, 2);
+  *elsewhere.mutable_card()->mutable_runtime_config()->mutable_kv_state_endpoint() = endpoint_ref("prod", "kv-state");
+  relay.put_worker(elsewhere);
+  await_catalog(*catalog, 0);
+  auto state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 1);
+  CHECK_FALSE(state.endpoints(0).pool_materialized());
+  CHECK(state.endpoints(0).worker_ids_size() == 2);
+
+  // Serving goes on: the endpoint is READY, a member with no pool.
+  relay.set_availability(kBackend, {1, 2});
+  auto readiness = watch_readiness(relay);
+  const auto ready = readiness->until([](const v1::ServingReadinessUpdate& update) {
+    return update.entries_size() == 1 && update.entries(0).state() == v1::SERVING_READINESS_STATE_READY;
+  });
+  REQUIRE(ready.has_value());
+  REQUIRE(ready->entries(0).members_size() == 1);
+  CHECK_FALSE(ready->entries(0).members(0).has_pool_id());
+
+  // One value again: the pool comes back.
+  relay.remove_worker(kBackend, 2);
+  await_single_pool(*catalog);
+}
+
 TEST_CASE("batches: unknown sources and malformed batches are counted, the stream goes on", "[ingest]") {
   TestRelay relay;
   relay.put_worker(put_worker_request(kBackend, 1));

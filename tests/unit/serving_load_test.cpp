@@ -592,6 +592,22 @@ TEST_CASE("serving load: pools in PoolId order, withdrawn pools go, a new genera
   CHECK(send(load, scheduler_report(200, 100, 1, 1, kAllRanks)).outcome == kApplied);
 }
 
+TEST_CASE("serving load: the declared routers outlast a pool generation", "[serving_load]") {
+  ServingLoad load;
+  load.set_pools({pool_facts()});
+  load.set_schedulers(kEndpoint, {100, 101});
+  send(load, scheduler_report(100, 100, 1, 1, kAllRanks));
+  CHECK(pool_status(load, 1000) == v1::DATA_STATUS_DEGRADED);  // 101 declared, silent
+  PoolFacts next = pool_facts();
+  next.producer.set_producer_incarnation(2);
+  next.lineage = 2;
+  load.set_pools({next});
+  REQUIRE(send(load, scheduler_report(1100, 100, 1, 1, kAllRanks)).outcome == kApplied);
+  CHECK(pool_status(load, 2000) == v1::DATA_STATUS_DEGRADED);  // 101 still expected
+  REQUIRE(send(load, scheduler_report(1200, 101, 1, 1, kAllRanks)).outcome == kApplied);
+  CHECK(pool_status(load, 2000) == v1::DATA_STATUS_COMPLETE);
+}
+
 TEST_CASE("serving load: a re-layout keeps views and progress", "[serving_load]") {
   ServingLoad load;
   load.set_pools({pool_facts()});
