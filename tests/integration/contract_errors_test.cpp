@@ -40,6 +40,44 @@ v1::ProducerIdentity materialize_one_pool(TestRelay& relay) {
 
 }  // namespace
 
+namespace {
+
+v1::RelayInfo relay_info(TestRelay& relay, grpc_compression_algorithm compression = GRPC_COMPRESS_NONE) {
+  grpc::ClientContext context;
+  context.set_compression_algorithm(compression);
+  v1::RelayInfoRequest request;
+  request.set_contract_marker(kMarker);
+  v1::RelayInfo info;
+  const grpc::Status status = relay.wan().GetRelayInfo(&context, request, &info);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  return info;
+}
+
+}  // namespace
+
+TEST_CASE("without --instance-id, drt_instance_id is 63 bits that a restart keeps, and the incarnation is new",
+          "[contract]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.instance_id.reset();
+  v1::RelayIdentity first;
+  {
+    TestRelay relay(options);
+    first = relay_info(relay).relay();
+  }
+  TestRelay restarted(options);
+  const v1::RelayIdentity second = relay_info(restarted).relay();
+  CHECK(second.drt_instance_id() == first.drt_instance_id());
+  CHECK(first.drt_instance_id() <= 0x7FFFFFFFFFFFFFFFULL);
+  CHECK(first.drt_instance_id() != 7);  // not the tests' fixed id
+  CHECK(second.relay_incarnation() != first.relay_incarnation());
+}
+
+TEST_CASE("a request compressed with gzip is answered (docs/protocol/decisions.md#d7)", "[contract]") {
+  TestRelay relay;
+  CHECK(relay_info(relay, GRPC_COMPRESS_GZIP).contract_marker() == kMarker);
+}
+
 TEST_CASE("GetRelayInfo answers the envelope and rejects a wrong marker", "[contract]") {
   TestRelay relay;
   {
