@@ -20,9 +20,9 @@ class WindowFanout {
  public:
   using Window = std::shared_ptr<const Message>;
 
-  // `build(sequence)` makes the window with that sequence. Window 0 is built when first asked
-  // for (the first subscriber or the first tick), so that it holds what the relay was given
-  // before it served anyone (its topology file), not the empty state it started from.
+  // `build(sequence)` makes the window with that sequence. Window 0 is built when a stream
+  // first asks for it before the first tick, so that it holds what the relay was given before
+  // it served anyone (its topology file), not the empty state it started from.
   template <class Self, class Build>
   void start(Self self, std::chrono::milliseconds period, Build build) {
     build_ = std::move(build);

@@ -115,9 +115,13 @@ fi
 
 # ---- 1. lint --------------------------------------------------------------------------
 
-for values in "" "$all_on"; do
-  args=(lint --strict "$chart")
-  [[ -n "$values" ]] && args+=(-f "$values")
+# The chart has no default data center id (it must be given, as the relay's --dc-id): every
+# render below starts from this values file, and a later -f or --set overrides it.
+dc_values=$work/dc-values.yaml
+printf 'dcId: dc-deploy-check\n' >"$dc_values"
+
+for values in "$dc_values" "$all_on"; do
+  args=(lint --strict "$chart" -f "$values")
   if ! "$helm" "${args[@]}" >"$work/lint.log" 2>&1; then
     cat "$work/lint.log" >&2
     die "helm ${args[*]}"
@@ -125,7 +129,7 @@ for values in "" "$all_on"; do
   # --strict fails on warnings already; refuse any that a helm version prints anyway.
   if grep -E '^\[(WARNING|ERROR)\]' "$work/lint.log" >&2; then die "helm ${args[*]} printed warnings"; fi
 done
-say "helm lint --strict: default values and ${all_on#"$chart"/}"
+say "helm lint --strict: default values (with a dcId) and ${all_on#"$chart"/}"
 
 # ---- 2. template ----------------------------------------------------------------------
 
@@ -133,7 +137,8 @@ render() {  # render NAME [helm template options]: $work/rendered/NAME.yaml
   local name=$1
   shift
   mkdir -p "$work/rendered"
-  if ! "$helm" template kv-relay "$chart" --namespace kv-relay "$@" >"$work/rendered/$name.yaml" 2>"$work/$name.err"; then
+  if ! "$helm" template kv-relay "$chart" --namespace kv-relay -f "$dc_values" "$@" >"$work/rendered/$name.yaml" \
+    2>"$work/$name.err"; then
     cat "$work/$name.err" >&2
     die "helm template $name ($*)"
   fi
@@ -176,11 +181,12 @@ say "helm template: $(find "$work/rendered" -name "*.yaml" | wc -l) renders ($(c
 refuse() {  # refuse EXPECTED_MESSAGE [helm template options]
   local expected=$1
   shift
-  if "$helm" template kv-relay "$chart" "$@" >/dev/null 2>"$work/refused.err"; then
+  if "$helm" template kv-relay "$chart" -f "$dc_values" "$@" >/dev/null 2>"$work/refused.err"; then
     die "helm template $* rendered, but the chart must refuse it ($expected)"
   fi
   grep -q -- "$expected" "$work/refused.err" || { cat "$work/refused.err" >&2; die "helm template $*: expected '$expected'"; }
 }
+refuse "dcId must be set" --set dcId=
 refuse "set by the chart" --set relay.listen=0.0.0.0:1
 refuse "set by the chart" --set relay.dc_id=x
 refuse "set by the chart" --set relay.ingest-token-file=/etc/token
@@ -196,7 +202,7 @@ sed 's/"7587888435464773378"/7587888435464773378/g' "$work/topology-values.yaml"
 refuse "topology.endpoints\[0\].* is past 2^53" -f "$work/topology-unquoted.yaml"
 printf 'instanceId:\n  source: value\n  value: 7587888435464773378\n' >"$work/instance-unquoted.yaml"
 refuse "instanceId.value: .* is past 2^53" -f "$work/instance-unquoted.yaml"
-say "the chart refuses 13 invalid configurations"
+say "the chart refuses 14 invalid configurations"
 
 # ---- 3 + 4. read the manifests: embedded YAML out, flags checked ----------------------
 
@@ -350,7 +356,7 @@ while read -r topology; do
   ready=$work/ready.json
   rm -f "$ready"
   env -i PATH=/usr/bin:/bin "$binary" --listen 127.0.0.1:0 --ingest-listen 127.0.0.1:0 --metrics-listen off \
-    --topology "$topology" --ready-file "$ready" --log-level warn >"$work/relay.log" 2>&1 &
+    --topology "$topology" --dc-id dc-deploy-check --ready-file "$ready" --log-level warn >"$work/relay.log" 2>&1 &
   relay_pid=$!
   for _ in $(seq 100); do
     [[ -s "$ready" ]] && break

@@ -7,7 +7,7 @@
 #   2. a fake vLLM engine on the host (tools/fake_engine.py) and the relay in the image with
 #      --network host: its ZeroMQ source connects and ingests (`kvrelay-cli state`), and the
 #      engine's metrics page feeds the pool's load (`kvrelay-cli load`);
-#   3. the chart's kv-relay container (helm template, default values and
+#   3. the chart's kv-relay container (helm template, default values with a dcId, and
 #      ci/all-on-values.yaml) unchanged: its image, args, env, security context and mounts (the
 #      rendered ConfigMaps, a token file for the Secret, a tmpfs for the emptyDir) until its
 #      readiness and liveness probes' health services are SERVING;
@@ -302,7 +302,7 @@ if [[ -z "$helm" ]] || ! "$python" -c 'import yaml' 2>/dev/null; then
 else
   chart=deploy/helm/kv-relay
   for render in default all-on; do
-    values=()
+    values=(--set dcId=image-test)  # the chart has no default data center id
     [[ "$render" == all-on ]] && values=(-f "$chart/ci/all-on-values.yaml")
     "$helm" template kv-relay "$chart" --namespace kv-relay "${values[@]}" >"$work/$render.yaml" ||
       die "helm template ($render)"

@@ -173,3 +173,25 @@ TEST_CASE("serving-load window actor: a router's views expire after the freshnes
   CHECK(expired->message().pools(0).load().status() == v1::DATA_STATUS_UNAVAILABLE);
   CHECK(expired->message().pools(0).load().source_observed_ms() == 0);
 }
+
+TEST_CASE("serving-load window actor: tick k carries window k, also when nobody asked for window 0",
+          "[actors][serving_load]") {
+  ActorFixture fixture;
+  auto actor =
+      fixture.spawn(serving_load_window,
+                    ServingLoadWindowConfig{v1::RelayIdentity{}, kServingWindow, {kFreshness, kRetention}, nullptr});
+  fixture.run();
+  fixture.advance(kServingWindow);  // tick 1, with no stream yet
+  auto inbox = std::make_shared<Inbox>();
+  caf::anon_send(actor, atoms::subscribe_atom_v,
+                 caf::actor_cast<UpdateStreamActor<ServingLoadBroadcast>>(spawn_recorder(fixture, inbox)));
+  fixture.run();
+  fixture.advance(kServingWindow);
+  std::vector<std::uint64_t> sequences;
+  for (const auto& message : inbox->messages) {
+    if (message.match_elements<atoms::update_atom, ServingLoadUpdatePtr>()) {
+      sequences.push_back(message.get_as<ServingLoadUpdatePtr>(1)->message().window_sequence());
+    }
+  }
+  CHECK(sequences == std::vector<std::uint64_t>{1, 2});
+}

@@ -208,7 +208,7 @@ bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 {{/* Every check on the values that the templates cannot express as a schema. */}}
 {{- define "kv-relay.validate" -}}
 {{- if not .Values.dcId -}}
-{{- fail "dcId must be set: it is hashed into every PoolId" -}}
+{{- fail "dcId must be set (--set dcId=<this data center's id>): it is hashed into every PoolId; give each data center its own and keep it" -}}
 {{- end -}}
 {{- if not (has .Values.instanceId.source (list "podIndex" "hostname" "value")) -}}
 {{- fail "instanceId.source must be podIndex, hostname or value" -}}
