@@ -174,6 +174,11 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
 }
 
 bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
+  std::uint64_t changes_at_call = 0;
+  {
+    std::shared_lock lock(mutex_);
+    changes_at_call = identity_changes_;
+  }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kInfoDeadline);
   control.attach(&context);
@@ -205,6 +210,12 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
     }
     return false;
   }
+  // The answer names the relay as it is now: a new incarnation voids what the old one said.
+  {
+    std::unique_lock lock(mutex_);
+    observe_identity(info.relay(), changes_at_call);
+  }
+  notifier_->bump();
   return true;
 }
 
@@ -453,8 +464,11 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
   view.bucket_count = slot.pool.producer.ckf_format.bucket_count;
   view.subscriptions = slot.subscriptions;
   view.last_fault = slot.last_fault;
-  view.load = load_of(slot.pool.producer);
-  if (const auto* serving = serving_load_.find_pool(slot.pool.producer)) view.serving_load = *serving;
+  // A quarantined pool's load goes with its replica (docs/consumer.md): no fallback.
+  if (slot.status != ReplicaStatus::kQuarantined) {
+    view.load = load_of(slot.pool.producer);
+    if (const auto* serving = serving_load_.find_pool(slot.pool.producer)) view.serving_load = *serving;
+  }
   if (const auto* replica = slot.replica.get(); replica != nullptr && replica->installed()) {
     view.sequence = replica->sequence();
     view.deltas_applied = replica->deltas_applied();

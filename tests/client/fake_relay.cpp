@@ -57,6 +57,11 @@ void FakeRelay::set_info_identity(bool present) {
   info_identity_ = present;
 }
 
+void FakeRelay::set_info_incarnation(std::uint64_t incarnation) {
+  std::lock_guard lock(mutex_);
+  info_incarnation_ = incarnation;
+}
+
 int FakeRelay::pool_requests() const {
   std::lock_guard lock(mutex_);
   return pool_requests_;
@@ -103,7 +108,7 @@ grpc::Status FakeRelay::GetRelayInfo(grpc::ServerContext* context, const v1::Rel
   std::lock_guard lock(mutex_);
   if (info_refusal_) return end(context, *info_refusal_);
   info->set_protocol_version(wire::kProtocolVersion);
-  if (info_identity_) *info->mutable_relay() = relay_identity();
+  if (info_identity_) *info->mutable_relay() = relay_identity(info_incarnation_);
   info->set_contract_marker(info_marker_);
   return grpc::Status::OK;
 }

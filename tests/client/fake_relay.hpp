@@ -49,6 +49,8 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   void set_info_refusal(std::optional<StreamEndScript> refusal);
   // GetRelayInfo answers without the relay's identity (an invalid answer of the right contract).
   void set_info_identity(bool present);
+  // GetRelayInfo answers with this incarnation (7 until set).
+  void set_info_incarnation(std::uint64_t incarnation);
   int pool_requests() const;
 
   grpc::Status GetRelayInfo(grpc::ServerContext*, const v1::RelayInfoRequest*, v1::RelayInfo* info) override;
@@ -94,6 +96,7 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   std::uint32_t info_marker_ = wire::kContractMarker;
   std::optional<StreamEndScript> info_refusal_;
   bool info_identity_ = true;
+  std::uint64_t info_incarnation_ = 7;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -226,6 +226,7 @@ TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEA
     if (attempt == 0) return {StreamEndScript{code, first_end}};
     return snapshot_script(request.expected_producer());
   });
+  scenario.relay().push_load(load_window(1, {1}));
   scenario.start();
   const bool unsupported = code == grpc::StatusCode::FAILED_PRECONDITION;
   scenario.await_pool(unsupported ? ReplicaStatus::kQuarantined : ReplicaStatus::kWaiting);
@@ -235,9 +236,13 @@ TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEA
     CHECK(scenario.view().pools[0].status == ReplicaStatus::kQuarantined);
     CHECK(scenario.relay().pool_requests() == 1);
     CHECK(scenario.consumer().overlap("llama", prompt()).empty());  // a quarantined pool's names stop resolving
+    scenario.await([](const RelayView& relay) { return relay.load.valid; });
+    CHECK_FALSE(scenario.view().pools[0].load.has_value());  // its load goes with it
   } else {
     scenario.await_pool(ReplicaStatus::kInstalled);
     CHECK(scenario.relay().pool_requests() == 2);
+    scenario.await([](const RelayView& relay) { return relay.load.valid; });
+    CHECK(scenario.view().pools[0].load.has_value());
   }
 }
 
@@ -445,6 +450,27 @@ TEST_CASE("fake relay: a new relay incarnation drops everything learned from the
   CHECK(view.identity_changes == 1);
   CHECK_FALSE(view.readiness.valid);  // the old incarnation's readiness is gone until the relay sends it again
   CHECK(scenario.relay().pool_requests() == 2);
+}
+
+TEST_CASE("fake relay: a new incarnation that GetRelayInfo names after an ambiguous refusal voids the old one's state",
+          "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}, 7));
+  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}), 1);
+  scenario.relay().set_pool_script(
+      [](const auto& request, int) { return snapshot_script(request.expected_producer(), 3, 7); });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.readiness.valid && relay.pools.size() == 1 && relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  // The relay restarted: the catalog stream is refused with no reason, so the consumer asks
+  // GetRelayInfo before it reopens, and learns the new incarnation there.
+  scenario.relay().set_info_incarnation(8);
+  scenario.relay().push_catalog(StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, ""});
+  scenario.await([](const RelayView& relay) { return relay.identity && relay.identity->relay_incarnation() == 8; });
+  const auto view = scenario.view();
+  CHECK(view.identity_changes == 1);
+  CHECK_FALSE(view.readiness.valid);  // incarnation 7's readiness is void
 }
 
 TEST_CASE("fake relay: a late message of a stream opened before the incarnation changed does not undo the change",
