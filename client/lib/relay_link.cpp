@@ -54,6 +54,9 @@ RelayLink::RelayLink(std::string target, const ConsumerOptions& options, std::sh
 RelayLink::~RelayLink() { stop(); }
 
 void RelayLink::start() {
+  std::lock_guard lifecycle(lifecycle_);
+  if (phase_ != Phase::kNew) return;
+  phase_ = Phase::kRunning;
   launch_plane(Plane::kCatalog, catalog_control_, catalog_stats_, &v1::KvEventRelay::Stub::WatchKvPoolCatalog, catalog_,
                &RelayLink::reconcile_pools);
   launch_plane(Plane::kReadiness, readiness_control_, readiness_stats_,
@@ -97,6 +100,9 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
 }
 
 void RelayLink::stop() {
+  std::lock_guard lifecycle(lifecycle_);
+  if (phase_ == Phase::kStopped) return;
+  phase_ = Phase::kStopped;
   stop_planes();
   for (auto& thread : plane_threads_) thread.join();
   plane_threads_.clear();

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
@@ -152,6 +153,11 @@ class RelayLink {
 
   StreamControl catalog_control_, readiness_control_, load_control_, serving_load_control_;
   std::vector<std::thread> plane_threads_;
+  // A link runs once: start() after the first, or after stop(), does nothing, and stop() may
+  // come more than once (and from the destructor).
+  enum class Phase { kNew, kRunning, kStopped };
+  std::mutex lifecycle_;
+  Phase phase_ = Phase::kNew;
 };
 
 }  // namespace kvrelay::client

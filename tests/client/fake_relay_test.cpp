@@ -452,6 +452,24 @@ TEST_CASE("fake relay: a new relay incarnation drops everything learned from the
   CHECK(scenario.relay().pool_requests() == 2);
 }
 
+TEST_CASE("fake relay: a consumer starts once and stops once, however often it is asked", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().set_pool_script(
+      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.start();
+  scenario.start();
+  scenario.await_pool(ReplicaStatus::kInstalled);
+  CHECK(scenario.view().catalog.opens == 1);  // one catalog stream: the second start did nothing
+  scenario.consumer().stop();
+  scenario.consumer().stop();
+  scenario.consumer().start();  // after stop: nothing opens again
+  const auto view = scenario.view();
+  CHECK_FALSE(view.catalog.valid);
+  CHECK(view.catalog.opens == 1);
+  CHECK(scenario.relay().pool_requests() == 1);
+}
+
 TEST_CASE("fake relay: a new incarnation that GetRelayInfo names after an ambiguous refusal voids the old one's state",
           "[client][fake]") {
   Scenario scenario;

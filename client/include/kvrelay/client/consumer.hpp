@@ -151,6 +151,9 @@ class Consumer {
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
+  // The consumer runs once: start() opens its streams, stop() ends them and joins its threads.
+  // A second start(), or one after stop(), does nothing; stop() may be called again. Neither
+  // may be called from a tap (a tap runs on a thread stop() joins).
   void start();
   void stop();
 
