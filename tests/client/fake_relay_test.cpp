@@ -188,12 +188,15 @@ TEST_CASE("fake relay: a replica that faults soon after its snapshot every time 
   CHECK_THAT(scenario.view().pools[0].last_fault, Catch::Contains("Cbi1:Checksum"));
 }
 
-TEST_CASE("fake relay: PRODUCER_CHANGED waits for a new generation in the catalog", "[client][fake]") {
+TEST_CASE("fake relay: PRODUCER_CHANGED and INVALID_PUBLICATION wait for a new generation in the catalog",
+          "[client][fake]") {
+  const std::string reason = GENERATE("RELAY_ERROR_REASON_PRODUCER_CHANGED", "RELAY_ERROR_REASON_INVALID_PUBLICATION");
+  INFO(reason);
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
-  scenario.relay().set_pool_script([](const auto& request, int) -> StreamScript<v1::FilterUpdate> {
+  scenario.relay().set_pool_script([reason](const auto& request, int) -> StreamScript<v1::FilterUpdate> {
     if (request.expected_producer().layout_generation() == 1) {
-      return {StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_PRODUCER_CHANGED"}};
+      return {StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, reason}};
     }
     return snapshot_script(request.expected_producer());
   });
@@ -207,6 +210,22 @@ TEST_CASE("fake relay: PRODUCER_CHANGED waits for a new generation in the catalo
   scenario.relay().push_catalog(catalog(3, {next}));
   scenario.await_pool(ReplicaStatus::kInstalled, 2);
   CHECK(scenario.relay().pool_requests() == 2);  // the stale generation was never retried
+}
+
+TEST_CASE("fake relay: a pool stream that ends cleanly is reopened from a fresh snapshot", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().set_pool_script([](const auto& request, int attempt) {
+    auto script = snapshot_script(request.expected_producer());
+    if (attempt == 0) script.push_back(StreamEndScript{grpc::StatusCode::OK, ""});
+    return script;
+  });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.pools.size() == 1 && relay.pools[0].subscriptions == 2 &&
+           relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  CHECK(scenario.relay().pool_requests() == 2);
 }
 
 TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEATURE quarantines", "[client][fake]") {
