@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 namespace kvrelay::client {
 
 namespace {
@@ -110,7 +113,7 @@ void RelayLink::stop() {
     std::unique_lock lock(mutex_);
     forget_relay_state();
   }
-  reap();
+  reap(true);
 }
 
 template <class Response>
@@ -303,8 +306,10 @@ void RelayLink::subscribe(PoolSlot& slot) {
   if (!options_.subscribe_pools) return;
   auto subscription = std::make_shared<Subscription>();
   slot.subscription = subscription;
-  subscription->thread =
-      std::thread([this, subscription, key = slot.pool.producer.pool] { run_pool(subscription, key); });
+  subscription->thread = std::thread([this, subscription, key = slot.pool.producer.pool] {
+    run_pool(subscription, key);
+    subscription->finished.store(true, std::memory_order_release);
+  });
 }
 
 void RelayLink::retire(PoolSlot& slot) {
@@ -314,13 +319,17 @@ void RelayLink::retire(PoolSlot& slot) {
   retired_.push_back(std::move(slot.subscription));
 }
 
-void RelayLink::reap() {
-  std::vector<std::shared_ptr<Subscription>> retired;
+void RelayLink::reap(bool all) {
+  std::vector<std::shared_ptr<Subscription>> done;
   {
     std::unique_lock lock(mutex_);
-    retired.swap(retired_);
+    const auto still_running = std::partition(retired_.begin(), retired_.end(), [all](const auto& subscription) {
+      return !all && !subscription->finished.load(std::memory_order_acquire);
+    });
+    done.assign(std::make_move_iterator(still_running), std::make_move_iterator(retired_.end()));
+    retired_.erase(still_running, retired_.end());
   }
-  for (auto& subscription : retired) subscription->thread.join();
+  for (auto& subscription : done) subscription->thread.join();
 }
 
 RelayLink::PoolSlot* RelayLink::slot_of(const wire::PoolKey& key, const std::shared_ptr<Subscription>& subscription) {

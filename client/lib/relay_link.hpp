@@ -5,6 +5,7 @@
 // the exception — it invalidates everything learned from the old one).
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,7 @@ class RelayLink {
   struct Subscription {
     StreamControl control;
     std::thread thread;
+    std::atomic<bool> finished{false};  // its thread has left run_pool: joining it cannot wait
   };
   struct PoolSlot {
     CatalogPool pool;
@@ -123,7 +125,9 @@ class RelayLink {
   void mark_incompatible(std::string why);
   void note_error(PlaneStats& stats, std::string what);
   void stop_planes();
-  void reap();  // joins retired subscription threads; never under the lock
+  // Joins the retired subscription threads that have finished, or all of them (stop): a plane
+  // thread never waits for a pool thread still in a tap. Never under the lock.
+  void reap(bool all = false);
   PoolSlot* slot_of(const wire::PoolKey& key, const std::shared_ptr<Subscription>& subscription);
   v1::SubscribeKvPoolRequest pool_request(const PoolSlot& slot) const;
   PoolView pool_view(const PoolSlot& slot) const;

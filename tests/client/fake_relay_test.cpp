@@ -2,6 +2,8 @@
 // sends, and the reaction the contract asks for each one.
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
+#include <mutex>
 #include <sstream>
 
 #include "core/ckf.hpp"
@@ -469,6 +471,43 @@ TEST_CASE("fake relay: a new relay incarnation drops everything learned from the
   CHECK(view.identity_changes == 1);
   CHECK_FALSE(view.readiness.valid);  // the old incarnation's readiness is gone until the relay sends it again
   CHECK(scenario.relay().pool_requests() == 2);
+}
+
+TEST_CASE("fake relay: a pool thread held in its tap does not hold up the catalog that retired its pool",
+          "[client][fake]") {
+  FakeRelay relay;
+  std::mutex gate_mutex;
+  std::condition_variable gate_changed;
+  bool in_tap = false;
+  bool gate_open = false;
+  auto options = options_for(relay);
+  options.frame_tap = [&](const v1::FilterUpdate&) {
+    std::unique_lock lock(gate_mutex);
+    in_tap = true;
+    gate_changed.notify_all();
+    gate_changed.wait(lock, [&] { return gate_open; });
+  };
+  relay.push_catalog(catalog(1, {descriptor(1)}));
+  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  client::Consumer consumer(options);
+  consumer.start();
+  {
+    std::unique_lock lock(gate_mutex);
+    REQUIRE(gate_changed.wait_for(lock, kAwaitFake, [&] { return in_tap; }));
+  }
+  // The pool leaves while its thread waits in the tap; then the catalog moves on again.
+  relay.push_catalog(catalog(2, {}));
+  relay.push_catalog(catalog(3, {}));
+  const bool caught_up = consumer.await(
+      [](const client::ConsumerView& view) { return view.relays.at(0).catalog_revision == 3; }, kAwaitFake);
+  {
+    std::lock_guard lock(gate_mutex);
+    gate_open = true;
+  }
+  gate_changed.notify_all();
+  CHECK(caught_up);
+  consumer.stop();  // joins the released pool thread too
+  CHECK(consumer.view().relays.at(0).pools.empty());
 }
 
 TEST_CASE("fake relay: a consumer starts once and stops once, however often it is asked", "[client][fake]") {
