@@ -166,20 +166,39 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
         control, &stats, open, apply, [] { return true; }, backoff);
     if (control.stopped()) return;
     const Reaction reaction = reaction_to(plane, end);
+    std::uint64_t changes_at_end = 0;
     // Every end — an error, a local fault, even a clean end — leaves this plane's state stale.
     {
       std::unique_lock lock(mutex_);
       invalidate();
       stats.last_error = end.describe();
       stats.unavailable = reaction.retry == Retry::kNever && !reaction.stop_relay;
+      changes_at_end = identity_changes_;
     }
     notifier_->bump();
     reap();
     if (reaction.stop_relay) return mark_incompatible(end.describe());
-    if (reaction.retry == Retry::kNever) return;
+    if (reaction.retry == Retry::kNever) {
+      // Not for this incarnation; a relay that restarts (an upgrade, say) may serve it.
+      if (!await_new_incarnation(control, changes_at_end)) return;
+      {
+        std::unique_lock lock(mutex_);
+        stats.unavailable = false;
+      }
+      verify = true;
+      continue;
+    }
     verify = reaction.retry == Retry::kVerifyRelay;
     if (!control.wait(backoff.next())) return;
   }
+}
+
+bool RelayLink::await_new_incarnation(StreamControl& control, std::uint64_t changes_seen) {
+  while (control.wait(options_.backoff_max)) {
+    std::shared_lock lock(mutex_);
+    if (identity_changes_ > changes_seen) return true;
+  }
+  return false;
 }
 
 bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {

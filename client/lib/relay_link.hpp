@@ -112,6 +112,9 @@ class RelayLink {
                           const StreamEnd& end, const Reaction& reaction);
 
   // GetRelayInfo: false when the relay is unreachable or incompatible.
+  // Waits (checking once per backoff cap) until another incarnation than the one of
+  // `changes_seen` identity changes answers; false once stopped.
+  bool await_new_incarnation(StreamControl& control, std::uint64_t changes_seen);
   bool verify_relay(StreamControl& control, PlaneStats& stats);
   // Under the lock. Adopts the identity a message speaks for: one of another relay incarnation
   // drops everything from the old one. False for a stream opened before the last change that

@@ -666,6 +666,32 @@ TEST_CASE("fake relay: a serving-load gap or regression reopens only that stream
   CHECK(view.catalog.opens == 1);
 }
 
+TEST_CASE("fake relay: a plane the relay did not serve is asked again once another incarnation answers",
+          "[client][fake][serving-load]") {
+  Scenario scenario;
+  auto& relay = scenario.relay();
+  relay.push_serving_load(StreamEndScript{grpc::StatusCode::UNIMPLEMENTED, ""}, 1);
+  relay.push_catalog(catalog(1, {descriptor(1)}, 7));
+  relay.set_pool_script([](const auto& request, int attempt) {
+    return snapshot_script(request.expected_producer(), 3, attempt == 0 ? 7 : 8);
+  });
+  scenario.start();
+  scenario.await([](const RelayView& view) {
+    return view.serving_load.unavailable && view.pools.size() == 1 && view.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  // The relay is upgraded in place: a restart, under a new incarnation, that serves the RPC.
+  relay.set_info_incarnation(8);
+  auto window = serving_load_window(1, {1});
+  *window.mutable_relay() = relay_identity(8);
+  relay.push_serving_load(window, 2);
+  relay.push_catalog(catalog(1, {descriptor(1)}, 8));
+  scenario.await([](const RelayView& view) { return view.serving_load.valid; });
+  const auto view = scenario.view();
+  CHECK_FALSE(view.serving_load.unavailable);
+  CHECK(view.serving_load.opens == 2);
+  CHECK(view.identity_changes == 1);
+}
+
 TEST_CASE("fake relay: a relay that does not serve SubscribeServingLoad leaves the other planes working",
           "[client][fake][serving-load]") {
   Scenario scenario;
