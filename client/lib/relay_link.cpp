@@ -95,7 +95,9 @@ void RelayLink::launch_plane(Plane plane, StreamControl& control, PlaneStats& st
         return Fault{"RelayIdentityDrift", "a stream opened before the relay changed speaks for another incarnation"};
       }
       auto fault = state.apply(update);
-      if (!fault && after_apply != nullptr) (this->*after_apply)();
+      if (fault) return fault;
+      stats.last_message = std::chrono::steady_clock::now();
+      if (after_apply != nullptr) (this->*after_apply)();
       return fault;
     };
     run_plane<Response>(plane, control, stats, open, apply, [&] { state.invalidate(); });
@@ -403,6 +405,7 @@ Applied RelayLink::apply_pool_frame(const std::shared_ptr<Subscription>& subscri
     if (slot == nullptr || !slot->replica) return Fault{"Retired", "the subscription was retired"};
     auto fault = slot->replica->apply(update, options_.delta_tap ? &applied : nullptr);
     if (fault) return fault;
+    slot->last_frame = std::chrono::steady_clock::now();
     if (slot->replica->installed()) slot->status = ReplicaStatus::kInstalled;
   }
   // Outside the lock, as the frame tap: the tap may query the consumer. Images were handed over
@@ -498,6 +501,7 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
   view.bucket_count = slot.pool.producer.ckf_format.bucket_count;
   view.subscriptions = slot.subscriptions;
   view.last_fault = slot.last_fault;
+  view.last_frame = slot.last_frame;
   // A quarantined pool's load goes with its replica (docs/consumer.md): no fallback.
   if (slot.status != ReplicaStatus::kQuarantined) {
     view.load = load_of(slot.pool.producer);
@@ -514,7 +518,11 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
 }
 
 PlaneView RelayLink::plane_view(bool valid, const PlaneStats& stats) {
-  return {.valid = valid, .unavailable = stats.unavailable, .opens = stats.opens, .last_error = stats.last_error};
+  return {.valid = valid,
+          .unavailable = stats.unavailable,
+          .opens = stats.opens,
+          .last_error = stats.last_error,
+          .last_message = stats.last_message};
 }
 
 void RelayLink::add_serving_load(RelayView& view) const {

@@ -74,11 +74,13 @@ class RelayLink {
     std::uint64_t parked_at_revision = 0;
     std::uint64_t subscriptions = 0;
     std::string last_fault;
+    std::optional<std::chrono::steady_clock::time_point> last_frame;
     std::shared_ptr<Subscription> subscription;
   };
   struct PlaneStats {
     std::uint64_t opens = 0;
     std::string last_error;
+    std::optional<std::chrono::steady_clock::time_point> last_message;
     bool unavailable = false;  // the stream ended with Retry::kNever
   };
   template <class Response>

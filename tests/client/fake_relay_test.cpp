@@ -510,6 +510,30 @@ TEST_CASE("fake relay: a pool thread held in its tap does not hold up the catalo
   CHECK(consumer.view().relays.at(0).pools.empty());
 }
 
+TEST_CASE("fake relay: each plane and replica tells when it last applied a message", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
+  scenario.relay().push_load(load_window(1, {1}));
+  scenario.relay().set_pool_script(
+      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.start();
+  scenario.await([](const RelayView& relay) {
+    return relay.load.valid && relay.pools.size() == 1 && relay.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  const auto before = scenario.view();
+  REQUIRE(before.catalog.last_message);
+  REQUIRE(before.load.last_message);
+  REQUIRE(before.pools[0].last_frame);
+  CHECK_FALSE(before.readiness.last_message);  // nothing received on that plane yet
+  const auto asked = std::chrono::steady_clock::now();
+  scenario.relay().push_load(load_window(2, {1}));
+  scenario.await([](const RelayView& relay) { return relay.load_window == 2; });
+  const auto after = scenario.view();
+  REQUIRE(after.load.last_message);
+  CHECK(*after.load.last_message >= asked);  // stamped when the new window arrived
+  CHECK(after.catalog.last_message == before.catalog.last_message);
+}
+
 TEST_CASE("fake relay: a consumer starts once and stops once, however often it is asked", "[client][fake]") {
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));

@@ -66,6 +66,9 @@ struct PlaneView {
   bool unavailable = false;  // the relay refused the stream for good (see last_error): never reopened
   std::uint64_t opens = 0;   // streams opened so far (1 + reconnects)
   std::string last_error;    // the last stream end or local fault, for people
+  // When this consumer last applied a message of the plane (its own clock): how fresh the plane
+  // is. The relay's timestamps (observed_ms) are another data center's clock, not a freshness.
+  std::optional<std::chrono::steady_clock::time_point> last_message;
 };
 
 struct LoadFacts {
@@ -89,6 +92,8 @@ struct PoolView {
   std::uint64_t bucket_count = 0;
   std::uint64_t subscriptions = 0;  // snapshots requested for this generation
   std::string last_fault;
+  // When this consumer last applied a frame of the pool's stream, heartbeats included.
+  std::optional<std::chrono::steady_clock::time_point> last_frame;
   std::optional<LoadFacts> load;
   // This producer's entry in the latest serving-load window: its gauges are set exactly when its
   // load status is COMPLETE.
