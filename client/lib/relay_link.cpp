@@ -182,7 +182,7 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
     if (reaction.stop_relay) return mark_incompatible(end.describe());
     if (reaction.retry == Retry::kNever) {
       // Not for this incarnation; a relay that restarts (an upgrade, say) may serve it.
-      if (!await_new_incarnation(control, changes_at_end)) return;
+      if (!await_new_incarnation(control, stats, changes_at_end)) return;
       {
         std::unique_lock lock(mutex_);
         stats.unavailable = false;
@@ -195,8 +195,10 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
   }
 }
 
-bool RelayLink::await_new_incarnation(StreamControl& control, std::uint64_t changes_seen) {
-  while (control.wait(options_.backoff_max)) {
+bool RelayLink::await_new_incarnation(StreamControl& control, PlaneStats& stats, std::uint64_t changes_seen) {
+  const auto period = std::max(options_.backoff_max, std::chrono::milliseconds(1));
+  while (control.wait(period)) {
+    verify_relay(control, stats);
     std::shared_lock lock(mutex_);
     if (identity_changes_ > changes_seen) return true;
   }
@@ -241,12 +243,13 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
     return false;
   }
   // The answer names the relay as it is now: a new incarnation voids what the old one said.
+  bool current = false;
   {
     std::unique_lock lock(mutex_);
-    observe_identity(info.relay(), changes_at_call);
+    current = observe_identity(info.relay(), changes_at_call);
   }
   notifier_->bump();
-  return true;
+  return current;
 }
 
 // What a plane shows while it waits to check again; those awaiting a view are told.

@@ -113,10 +113,11 @@ class RelayLink {
   bool settle_pool_stream(const std::shared_ptr<Subscription>& subscription, const wire::PoolKey& key,
                           const StreamEnd& end, const Reaction& reaction);
 
-  // GetRelayInfo: false when the relay is unreachable or incompatible.
-  // Waits (checking once per backoff cap) until another incarnation than the one of
-  // `changes_seen` identity changes answers; false once stopped.
-  bool await_new_incarnation(StreamControl& control, std::uint64_t changes_seen);
+  // Asks GetRelayInfo once per backoff cap until another incarnation than the one of
+  // `changes_seen` identity changes answers (or another stream saw one); false once stopped.
+  bool await_new_incarnation(StreamControl& control, PlaneStats& stats, std::uint64_t changes_seen);
+  // GetRelayInfo, its identity observed: false when the relay is unreachable, incompatible, or
+  // answered for an incarnation that another stream has since left.
   bool verify_relay(StreamControl& control, PlaneStats& stats);
   // Under the lock. Adopts the identity a message speaks for: one of another relay incarnation
   // drops everything from the old one. False for a stream opened before the last change that

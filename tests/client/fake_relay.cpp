@@ -67,6 +67,11 @@ int FakeRelay::pool_requests() const {
   return pool_requests_;
 }
 
+int FakeRelay::info_calls() const {
+  std::lock_guard lock(mutex_);
+  return info_calls_;
+}
+
 template <class Message>
 void FakeRelay::push(Queue<Message>& queue, std::variant<Message, StreamEndScript> item, int for_stream) {
   {
@@ -106,6 +111,7 @@ grpc::Status FakeRelay::serve(grpc::ServerContext* context, Queue<Message>& queu
 
 grpc::Status FakeRelay::GetRelayInfo(grpc::ServerContext* context, const v1::RelayInfoRequest*, v1::RelayInfo* info) {
   std::lock_guard lock(mutex_);
+  ++info_calls_;
   if (info_refusal_) return end(context, *info_refusal_);
   info->set_protocol_version(wire::kProtocolVersion);
   if (info_identity_) *info->mutable_relay() = relay_identity(info_incarnation_);

@@ -52,6 +52,7 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   // GetRelayInfo answers with this incarnation (7 until set).
   void set_info_incarnation(std::uint64_t incarnation);
   int pool_requests() const;
+  int info_calls() const;  // GetRelayInfo calls answered or refused
 
   grpc::Status GetRelayInfo(grpc::ServerContext*, const v1::RelayInfoRequest*, v1::RelayInfo* info) override;
   grpc::Status WatchKvPoolCatalog(grpc::ServerContext* context, const v1::WatchKvPoolCatalogRequest*,
@@ -93,6 +94,7 @@ class FakeRelay final : public v1::KvEventRelay::Service {
   PoolScript pool_script_;
   std::map<std::string, int> pool_attempts_;
   int pool_requests_ = 0;
+  int info_calls_ = 0;
   std::uint32_t info_marker_ = wire::kContractMarker;
   std::optional<StreamEndScript> info_refusal_;
   bool info_identity_ = true;

@@ -63,7 +63,7 @@ std::string_view to_string(ReplicaStatus status);
 
 struct PlaneView {
   bool valid = false;        // holds a complete, validated snapshot/window
-  bool unavailable = false;  // the relay refused the stream for good (see last_error): never reopened
+  bool unavailable = false;  // refused by this relay incarnation (see last_error); asked again once another answers
   std::uint64_t opens = 0;   // streams opened so far (1 + reconnects)
   std::string last_error;    // the last stream end or local fault, for people
   // When this consumer last applied a message of the plane (its own clock): how fresh the plane
