@@ -127,8 +127,11 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
   control.attach(&context);
   auto reader = open(&context);
   if (stats != nullptr) {
-    std::unique_lock lock(mutex_);
-    ++stats->opens;
+    {
+      std::unique_lock lock(mutex_);
+      ++stats->opens;
+    }
+    notifier_->bump();  // the view changed: whoever awaits it looks again
   }
   StreamEnd end;
   std::optional<std::chrono::steady_clock::time_point> usable_since;
@@ -367,6 +370,7 @@ void RelayLink::run_pool(std::shared_ptr<Subscription> subscription, wire::PoolK
   const auto open = [&](grpc::ClientContext* context) -> Reader<v1::FilterUpdate> {
     v1::SubscribeKvPoolRequest request;
     if (!prepare_pool_stream(subscription, key, request)) context->TryCancel();
+    notifier_->bump();  // a new subscription shows in the view
     return stub_->SubscribeKvPool(context, request);
   };
   const auto apply = [&](const v1::FilterUpdate& update) {
