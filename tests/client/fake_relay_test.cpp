@@ -145,7 +145,7 @@ TEST_CASE("fake relay: a faulty frame invalidates only that replica, which resub
   }
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
   scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
-  scenario.relay().set_pool_script([&](const auto& request, int attempt) {
+  scenario.relay().set_pool_script([=](const auto& request, int attempt) {
     auto script = snapshot_script(request.expected_producer());
     script.push_back(attempt == 0 ? bad : delta_frame(identity, 5, {{1, 0x10001}}));
     return script;
@@ -163,10 +163,11 @@ TEST_CASE("fake relay: a faulty frame invalidates only that replica, which resub
 
 TEST_CASE("fake relay: a replica that faults soon after its snapshot every time reopens ever more slowly",
           "[client][fake][backoff]") {
-  Scenario scenario;  // backoff 5 ms, at most 50 ms
+  // Before the scenario, so that they outlive its relay's threads, which run the script.
   const auto identity = producer(1);
   std::mutex opened_mutex;
   std::vector<std::chrono::steady_clock::time_point> opened;
+  Scenario scenario;  // backoff 5 ms, at most 50 ms
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
   scenario.relay().set_pool_script([&](const auto& request, int) {
     {
@@ -181,7 +182,8 @@ TEST_CASE("fake relay: a replica that faults soon after its snapshot every time 
     return script;
   });
   scenario.start();
-  scenario.await([](const RelayView& relay) { return relay.pools.size() == 1 && relay.pools[0].subscriptions >= 6; });
+  // The 7th subscription begins once the 6th stream ended: six requests reached the relay.
+  scenario.await([](const RelayView& relay) { return relay.pools.size() == 1 && relay.pools[0].subscriptions >= 7; });
   std::lock_guard lock(opened_mutex);
   REQUIRE(opened.size() >= 6);
   // The fifth consecutive failure waits at least half of min(5 ms * 2^4, 50 ms): the snapshot
@@ -243,7 +245,7 @@ TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEA
     first_end = "RELAY_ERROR_REASON_UNSUPPORTED_FEATURE";
     code = grpc::StatusCode::FAILED_PRECONDITION;
   }
-  scenario.relay().set_pool_script([&](const auto& request, int attempt) -> StreamScript<v1::FilterUpdate> {
+  scenario.relay().set_pool_script([=](const auto& request, int attempt) -> StreamScript<v1::FilterUpdate> {
     if (attempt == 0) return {StreamEndScript{code, first_end}};
     return snapshot_script(request.expected_producer());
   });
