@@ -115,6 +115,7 @@ void RelayLink::stop() {
     std::unique_lock lock(mutex_);
     forget_relay_state();
   }
+  notifier_->bump();
   reap(true);
 }
 
@@ -190,6 +191,7 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
         std::unique_lock lock(mutex_);
         stats.unavailable = false;
       }
+      notifier_->bump();
       verify = true;
       continue;
     }
