@@ -23,15 +23,18 @@ void add_file_and_imports(const FileDescriptor* file, std::set<const FileDescrip
   for (int i = 0; i < file->dependency_count(); ++i) add_file_and_imports(file->dependency(i), added, out);
 }
 
-void set_file(const FileDescriptor* file, reflection::ServerReflectionResponse& response) {
-  std::set<const FileDescriptor*> added;
-  add_file_and_imports(file, added, *response.mutable_file_descriptor_response());
+void set_error(grpc::StatusCode code, const std::string& message, reflection::ServerReflectionResponse& response) {
+  auto* error = response.mutable_error_response();
+  error->set_error_code(code);
+  error->set_error_message(message);
 }
 
-void set_not_found(const std::string& message, reflection::ServerReflectionResponse& response) {
-  auto* error = response.mutable_error_response();
-  error->set_error_code(grpc::StatusCode::NOT_FOUND);
-  error->set_error_message(message);
+// The file and its imports, or NOT_FOUND naming what was asked for.
+void set_file_or_not_found(const FileDescriptor* file, const std::string& missing,
+                           reflection::ServerReflectionResponse& response) {
+  if (file == nullptr) return set_error(grpc::StatusCode::NOT_FOUND, missing, response);
+  std::set<const FileDescriptor*> added;
+  add_file_and_imports(file, added, *response.mutable_file_descriptor_response());
 }
 
 }  // namespace
@@ -48,30 +51,21 @@ reflection::ServerReflectionResponse ReflectionService::answer(
         response.mutable_list_services_response()->add_service()->set_name(name);
       break;
     case reflection::ServerReflectionRequest::kFileByFilename:
-      if (const auto* file = pool.FindFileByName(request.file_by_filename())) {
-        set_file(file, response);
-      } else {
-        set_not_found("file not found: " + request.file_by_filename(), response);
-      }
+      set_file_or_not_found(pool.FindFileByName(request.file_by_filename()),
+                            "file not found: " + request.file_by_filename(), response);
       break;
     case reflection::ServerReflectionRequest::kFileContainingSymbol:
-      if (const auto* file = pool.FindFileContainingSymbol(request.file_containing_symbol())) {
-        set_file(file, response);
-      } else {
-        set_not_found("symbol not found: " + request.file_containing_symbol(), response);
-      }
+      set_file_or_not_found(pool.FindFileContainingSymbol(request.file_containing_symbol()),
+                            "symbol not found: " + request.file_containing_symbol(), response);
       break;
     case reflection::ServerReflectionRequest::kFileContainingExtension: {
       const auto& wanted = request.file_containing_extension();
       const auto* type = pool.FindMessageTypeByName(wanted.containing_type());
       const auto* extension = type == nullptr ? nullptr : pool.FindExtensionByNumber(type, wanted.extension_number());
-      if (extension != nullptr) {
-        set_file(extension->file(), response);
-      } else {
-        set_not_found(
-            "extension not found: " + wanted.containing_type() + " " + std::to_string(wanted.extension_number()),
-            response);
-      }
+      set_file_or_not_found(
+          extension == nullptr ? nullptr : extension->file(),
+          "extension not found: " + wanted.containing_type() + " " + std::to_string(wanted.extension_number()),
+          response);
       break;
     }
     case reflection::ServerReflectionRequest::kAllExtensionNumbersOfType:
@@ -82,15 +76,12 @@ reflection::ServerReflectionResponse ReflectionService::answer(
         numbers->set_base_type_name(type->full_name());
         for (const auto* extension : extensions) numbers->add_extension_number(extension->number());
       } else {
-        set_not_found("type not found: " + request.all_extension_numbers_of_type(), response);
+        set_error(grpc::StatusCode::NOT_FOUND, "type not found: " + request.all_extension_numbers_of_type(), response);
       }
       break;
-    case reflection::ServerReflectionRequest::MESSAGE_REQUEST_NOT_SET: {
-      auto* error = response.mutable_error_response();
-      error->set_error_code(grpc::StatusCode::UNIMPLEMENTED);
-      error->set_error_message("the request names nothing to reflect");
+    case reflection::ServerReflectionRequest::MESSAGE_REQUEST_NOT_SET:
+      set_error(grpc::StatusCode::UNIMPLEMENTED, "the request names nothing to reflect", response);
       break;
-    }
   }
   return response;
 }

@@ -111,11 +111,7 @@ void RelayLink::stop() {
   stop_planes();
   for (auto& thread : plane_threads_) thread.join();
   plane_threads_.clear();
-  {
-    std::unique_lock lock(mutex_);
-    forget_relay_state();
-  }
-  notifier_->bump();
+  change_view([this] { forget_relay_state(); });
   reap(true);
 }
 
@@ -127,13 +123,7 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
   grpc::ClientContext context;
   control.attach(&context);
   auto reader = open(&context);
-  if (stats != nullptr) {
-    {
-      std::unique_lock lock(mutex_);
-      ++stats->opens;
-    }
-    notifier_->bump();  // the view changed: whoever awaits it looks again
-  }
+  if (stats != nullptr) change_view([stats] { ++stats->opens; });
   StreamEnd end;
   std::optional<std::chrono::steady_clock::time_point> usable_since;
   Response message;
@@ -187,11 +177,7 @@ void RelayLink::run_plane(Plane plane, StreamControl& control, PlaneStats& stats
     if (reaction.retry == Retry::kNever) {
       // Not for this incarnation; a relay that restarts (an upgrade, say) may serve it.
       if (!await_new_incarnation(control, stats, changes_at_end)) return;
-      {
-        std::unique_lock lock(mutex_);
-        stats.unavailable = false;
-      }
-      notifier_->bump();
+      change_view([&stats] { stats.unavailable = false; });
       verify = true;
       continue;
     }
@@ -249,21 +235,13 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
   }
   // The answer names the relay as it is now: a new incarnation voids what the old one said.
   bool current = false;
-  {
-    std::unique_lock lock(mutex_);
-    current = observe_identity(info.relay(), changes_at_call);
-  }
-  notifier_->bump();
+  change_view([&] { current = observe_identity(info.relay(), changes_at_call); });
   return current;
 }
 
 // What a plane shows while it waits to check again; those awaiting a view are told.
 void RelayLink::note_error(PlaneStats& stats, std::string what) {
-  {
-    std::unique_lock lock(mutex_);
-    stats.last_error = std::move(what);
-  }
-  notifier_->bump();
+  change_view([&] { stats.last_error = std::move(what); });
 }
 
 void RelayLink::mark_incompatible(std::string why) {

@@ -130,6 +130,16 @@ class RelayLink {
   void retire(PoolSlot& slot);
   void mark_incompatible(std::string why);
   void note_error(PlaneStats& stats, std::string what);
+  // Applies `change` to the view under the lock, then wakes whoever awaits the view: every
+  // change an await may look for goes through here or through a message's apply.
+  template <class Change>
+  void change_view(Change&& change) {
+    {
+      std::unique_lock lock(mutex_);
+      change();
+    }
+    notifier_->bump();
+  }
   void stop_planes();
   // Joins the retired subscription threads that have finished, or all of them (stop): a plane
   // thread never waits for a pool thread still in a tap. Never under the lock.

@@ -62,6 +62,10 @@ class Scenario {
   FakeRelay& relay() { return relay_; }
   client::Consumer& consumer() { return consumer_; }
   void start() { consumer_.start(); }
+  // Every pool stream answers with a snapshot and stays open.
+  void serve_snapshots() {
+    relay_.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  }
   RelayView view() const { return consumer_.view().relays.at(0); }
   void await(const std::function<bool(const RelayView&)>& done) {
     REQUIRE(consumer_.await([&](const client::ConsumerView& view) { return done(view.relays.at(0)); }, kAwaitFake));
@@ -92,8 +96,7 @@ TEST_CASE("fake relay: unsupported entries are quarantined while the rest serves
   scenario.relay().push_readiness(
       readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY), unknown_state}));
   scenario.relay().push_load(load_window(1, {1, 2}));
-  scenario.relay().set_pool_script(
-      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.serve_snapshots();
   scenario.start();
   scenario.await([](const RelayView& relay) {
     return relay.readiness.valid && relay.load.valid && relay.pools.size() == 1 &&
@@ -366,8 +369,7 @@ TEST_CASE("fake relay: invalid catalogs and clean ends invalidate the plane, whi
     scenario.relay().push_catalog(StreamEndScript{});
   }
   scenario.relay().push_catalog(catalog(9, {descriptor(2, "qwen")}), 2);  // for the reopened stream
-  scenario.relay().set_pool_script(
-      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.serve_snapshots();
   scenario.start();
   scenario.await([](const RelayView& relay) {
     return relay.catalog.valid && relay.catalog_revision == 9 && relay.pools.size() == 1 &&
@@ -515,8 +517,7 @@ TEST_CASE("fake relay: each plane and replica tells when it last applied a messa
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
   scenario.relay().push_load(load_window(1, {1}));
-  scenario.relay().set_pool_script(
-      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.serve_snapshots();
   scenario.start();
   scenario.await([](const RelayView& relay) {
     return relay.load.valid && relay.pools.size() == 1 && relay.pools[0].status == ReplicaStatus::kInstalled;
@@ -538,8 +539,7 @@ TEST_CASE("fake relay: each plane and replica tells when it last applied a messa
 TEST_CASE("fake relay: a consumer starts once and stops once, however often it is asked", "[client][fake]") {
   Scenario scenario;
   scenario.relay().push_catalog(catalog(1, {descriptor(1)}));
-  scenario.relay().set_pool_script(
-      [](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  scenario.serve_snapshots();
   scenario.start();
   scenario.start();
   scenario.await_pool(ReplicaStatus::kInstalled);
