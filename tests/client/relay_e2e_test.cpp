@@ -10,6 +10,7 @@
 #include <fstream>
 #include <latch>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -60,6 +61,19 @@ void await_converged(client::Consumer& consumer, TestRelay& relay) {
   REQUIRE(
       consumer.await([&](const client::ConsumerView& view) { return converged(consumer, view, relay); }, kAwaitRelay));
 }
+
+// A gate a tap waits at until the test opens it, once.
+class TapGate {
+ public:
+  void wait() { latch_.wait(); }
+  void open() {
+    if (!opened_.exchange(true)) latch_.count_down();
+  }
+
+ private:
+  std::latch latch_{1};
+  std::atomic<bool> opened_{false};
+};
 
 const client::PoolView& only_pool(const client::Consumer& consumer) {
   static thread_local client::ConsumerView view;
@@ -181,25 +195,28 @@ TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch
   relay.put_worker(put_worker_request(backend, 1));
   // The tap holds the stream's thread on its first snapshot chunk: the relay's writes stall
   // behind flow control and its bounded queue overflows.
-  std::latch release(1);
+  TapGate gate;
   std::atomic<bool> held{false};
   auto consumer_opts = consumer_options(relay);
   consumer_opts.frame_tap = [&](const dynamo::kvrelay::v1::FilterUpdate&) {
-    if (!held.exchange(true)) release.wait();
+    if (!held.exchange(true)) gate.wait();
   };
   client::Consumer consumer(consumer_opts);
+  // Opened however the test ends: a REQUIRE that fails below throws past the opening, and the
+  // consumer's destructor would wait for the held thread forever.
+  const std::unique_ptr<TapGate, void (*)(TapGate*)> open_at_exit(&gate, [](TapGate* held_gate) { held_gate->open(); });
   consumer.start();
   REQUIRE(relay.runtime().await_open_streams_at_least("hubs", 1));  // attached: it gets every delta
   EventScript script(3, backend, 1, 1, 200);
   // Deltas until the held stream's queue overflows (bounded: a relay that never ends it fails
-  // the test, and the tap is released first so that the consumer can stop).
+  // the test, and the tap is opened first so that the consumer can stop).
   bool lagged = false;
   for (int round = 0; round < 400 && !lagged; ++round) {
     REQUIRE(relay.publish(script.next_batches(10)).batches_applied() == 10);
     lagged = round >= 40 && relay.runtime().await_serving_streams_at_most("pool", 0, std::chrono::milliseconds(100));
   }
   lagged = lagged || relay.runtime().await_serving_streams_at_most("pool", 0, std::chrono::seconds(60));
-  release.count_down();
+  gate.open();
   REQUIRE(lagged);
   await_converged(consumer, relay);
   const auto& pool = only_pool(consumer);
