@@ -90,8 +90,20 @@ std::string base_models(const client::PoolView& pool) {
   return models.empty() ? "-" : models;
 }
 
-std::string plane_text(const char* name, const client::PlaneView& plane, std::uint64_t position) {
-  return fmt::format("{} {}{}", name, position, plane.valid ? "" : plane.unavailable ? " (unavailable)" : " (stale)");
+using Clock = std::chrono::steady_clock;
+
+// How long ago this consumer last applied a message: a plane or pool whose stream stops
+// moving shows here before anything fails (docs/consumer.md#freshness).
+std::string age_text(const std::optional<Clock::time_point>& last, Clock::time_point now) {
+  return last ? fmt::format("{:.1f}s ago", std::chrono::duration<double>(now - *last).count()) : std::string("never");
+}
+
+std::string plane_text(const char* name, const client::PlaneView& plane, std::uint64_t position,
+                       Clock::time_point now) {
+  return fmt::format("{} {} ({}){}", name, position, age_text(plane.last_message, now),
+                     plane.valid         ? ""
+                     : plane.unavailable ? " (unavailable)"
+                                         : " (stale)");
 }
 
 // The pool's gauges in the latest serving-load window; unset (shown "-") when the window has no
@@ -113,22 +125,22 @@ void print_serving_models(const RelayView& relay) {
 
 using DeltaCounts = std::map<std::pair<std::string, std::string>, std::uint64_t>;
 
-void render_top(const ConsumerView& view, const DeltaCounts& previous, double elapsed_s) {
+void render_top(const ConsumerView& view, const DeltaCounts& previous, double elapsed_s, Clock::time_point now) {
   for (const auto& relay : view.relays) {
     const auto identity = relay.identity
                               ? fmt::format("instance {:016x} incarnation {:016x}", relay.identity->drt_instance_id(),
                                             relay.identity->relay_incarnation())
                               : std::string("identity unknown");
     std::printf("RELAY %s  %s  %s  %s  %s  %s  restarts %lu\n", relay.target.c_str(), identity.c_str(),
-                plane_text("catalog rev", relay.catalog, relay.catalog_revision).c_str(),
-                plane_text("readiness rev", relay.readiness, relay.readiness_revision).c_str(),
-                plane_text("load window", relay.load, relay.load_window).c_str(),
-                plane_text("serving-load window", relay.serving_load, relay.serving_load_window).c_str(),
+                plane_text("catalog rev", relay.catalog, relay.catalog_revision, now).c_str(),
+                plane_text("readiness rev", relay.readiness, relay.readiness_revision, now).c_str(),
+                plane_text("load window", relay.load, relay.load_window, now).c_str(),
+                plane_text("serving-load window", relay.serving_load, relay.serving_load_window, now).c_str(),
                 static_cast<unsigned long>(relay.identity_changes));
     if (relay.incompatible) std::printf("  ! contract mismatch: %s\n", relay.incompatibility.c_str());
     if (!relay.incompatible && !relay.catalog.valid) std::printf("  ! %s\n", relay.catalog.last_error.c_str());
-    Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "FINGERPRINTS", "FILTER LOAD", "READINESS",
-                 "KV LOAD", "PREFILL TOKENS", "DECODE BLOCKS"});
+    Table table({"  ENDPOINT", "MODEL", "REPLICA", "SEQUENCE", "DELTAS/S", "LAST FRAME", "FINGERPRINTS", "FILTER LOAD",
+                 "READINESS", "KV LOAD", "PREFILL TOKENS", "DECODE BLOCKS"});
     for (const auto& pool : relay.pools) {
       const auto it = previous.find({relay.target, pool.endpoint});
       const double rate = it == previous.end() || elapsed_s <= 0 || pool.deltas_applied < it->second
@@ -136,8 +148,9 @@ void render_top(const ConsumerView& view, const DeltaCounts& previous, double el
                               : double(pool.deltas_applied - it->second) / elapsed_s;
       const auto& tokens = serving_tokens(pool);
       table.add({"  " + pool.endpoint, base_models(pool), std::string(client::to_string(pool.status)),
-                 std::to_string(pool.sequence), fmt::format("{:.1f}", rate), std::to_string(pool.occupied_slots),
-                 fmt::format("{:.2f}%", 100.0 * pool.load_factor()), pool_readiness(relay, pool), load_text(pool.load),
+                 std::to_string(pool.sequence), fmt::format("{:.1f}", rate), age_text(pool.last_frame, now),
+                 std::to_string(pool.occupied_slots), fmt::format("{:.2f}%", 100.0 * pool.load_factor()),
+                 pool_readiness(relay, pool), load_text(pool.load),
                  gauge(tokens.has_active_prefill_tokens(), tokens.active_prefill_tokens()),
                  gauge(tokens.has_active_decode_blocks(), tokens.active_decode_blocks())});
     }
@@ -187,16 +200,16 @@ int run_top(const Args& args) {
   consumer.await([](const ConsumerView& view) { return std::ranges::all_of(view.relays, relay_shown); },
                  std::chrono::milliseconds(args.timeout_ms));
   auto previous = delta_counts(consumer.view());
-  auto previous_at = std::chrono::steady_clock::now();
+  auto previous_at = Clock::now();
   const bool live = args.iterations != 1 && isatty(STDOUT_FILENO);  // redrawn in place on a terminal only
   for (std::uint32_t i = 0; args.iterations == 0 || i < args.iterations; ++i) {
     // The refresh period, before the first frame too: its delta rates span a whole period.
     std::this_thread::sleep_for(std::chrono::milliseconds(args.interval_ms));
     const auto view = consumer.view();
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     if (live) std::printf("\x1b[H\x1b[2J");
     std::printf("kvrelay-cli top  %zu relay(s)  refresh %u ms\n\n", view.relays.size(), args.interval_ms);
-    render_top(view, previous, std::chrono::duration<double>(now - previous_at).count());
+    render_top(view, previous, std::chrono::duration<double>(now - previous_at).count(), now);
     std::fflush(stdout);
     previous = delta_counts(view);
     previous_at = now;

@@ -135,6 +135,12 @@ TEST_CASE("kvrelay-cli reads a running relay as tables or JSON, and fails clearl
   const auto [top, top_exit] = run_to_end(KVRELAY_CLI, {"top", "--target", relay.wan(), "--iterations", "1"});
   CHECK(top_exit == 0);
   CHECK_THAT(top, Catch::Contains("prod/llama/generate") && Catch::Contains("installed") && Catch::Contains("READY"));
+  // How long ago each plane's and each installed replica's last message was applied.
+  CHECK_THAT(top,
+             Catch::Matches(R"([\s\S]*catalog rev \d+ \(\d+\.\ds ago\)  readiness rev \d+ \(\d+\.\ds ago\)[\s\S]*)"));
+  CHECK_THAT(top,
+             Catch::Matches(
+                 R"([\s\S]*LAST FRAME[\s\S]*prod/llama/generate +\S+ +installed +\d+ +[\d.]+ +\d+\.\ds ago [\s\S]*)"));
 
   const auto [unreachable, unreachable_exit] = run_to_end(KVRELAY_CLI, {"info", "--target", "127.0.0.1:1"});
   CHECK(unreachable_exit == 1);
