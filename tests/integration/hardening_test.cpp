@@ -220,6 +220,30 @@ TEST_CASE("catalog heartbeat 0 disables it", "[heartbeat]") {
   CHECK(next->revision() == 1);
 }
 
+TEST_CASE("keepalive: a client that pings far more often than the relay's minimum keeps its connection",
+          "[keepalive]") {
+  // docs/protocol/decisions.md#d24. gRPC's default server answers the third ping in a row that
+  // comes sooner than its minimum interval after its last data with GOAWAY (too_many_pings);
+  // the relay counts no strikes. gRPC's client pings at most once a second: the catalog stream
+  // stays quiet for five, four pings or more.
+  kvrelay::RelayOptions options = loopback_options();
+  options.catalog_heartbeat_ms = 5000;
+  TestRelay relay(options);
+  grpc::ChannelArguments pinging;
+  pinging.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  pinging.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  pinging.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  pinging.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, 0);
+  auto stub = v1::KvEventRelay::NewStub(
+      grpc::CreateCustomChannel(relay.runtime().wan_address(), grpc::InsecureChannelCredentials(), pinging));
+  auto catalog = watch_catalog(relay, "pinging", stub.get());
+  const auto snapshot = catalog->next();
+  REQUIRE(snapshot.has_value());
+  const auto heartbeat = catalog->next();
+  if (!heartbeat) FAIL("the stream ended: " << catalog->finish().error_message());
+  CHECK(heartbeat->revision() == snapshot->revision());
+}
+
 TEST_CASE("health and reflection on both listeners, drain flips health and refuses new calls", "[health]") {
   TestRelay relay;
   using Status = kvrelay::test::HealthCheckResponse;

@@ -207,12 +207,14 @@ void TestRelay::set_schedulers(const ingest_v1::EndpointRef& endpoint, std::vect
   require_ok(ingest_->SetSchedulers(&context, request, &response));
 }
 
-std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber) {
+std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber,
+                                                                     v1::KvEventRelay::Stub* client) {
+  v1::KvEventRelay::Stub& stub = client != nullptr ? *client : relay.wan();
   v1::WatchKvPoolCatalogRequest request;
   request.set_subscriber_id(std::move(subscriber));
   request.set_contract_marker(kMarker);
   return std::make_unique<StreamReader<v1::KvPoolCatalogUpdate>>(
-      request, [&](grpc::ClientContext* c, const auto& r) { return relay.wan().WatchKvPoolCatalog(c, r); });
+      request, [&](grpc::ClientContext* c, const auto& r) { return stub.WatchKvPoolCatalog(c, r); });
 }
 
 std::unique_ptr<StreamReader<v1::ServingReadinessUpdate>> watch_readiness(TestRelay& relay, std::string subscriber) {

@@ -119,7 +119,9 @@ std::string StreamReader<Response>::reason() const {
   return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
 }
 
-std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber = "test");
+// `client` is a stub on a channel of the test's own, or the relay's shared one when null.
+std::unique_ptr<StreamReader<v1::KvPoolCatalogUpdate>> watch_catalog(TestRelay& relay, std::string subscriber = "test",
+                                                                     v1::KvEventRelay::Stub* client = nullptr);
 std::unique_ptr<StreamReader<v1::ServingReadinessUpdate>> watch_readiness(TestRelay& relay,
                                                                           std::string subscriber = "test");
 std::unique_ptr<StreamReader<v1::KvPoolLoadUpdate>> watch_load(TestRelay& relay, std::string subscriber = "test");
