@@ -153,13 +153,16 @@ void on_delta(Self self, const PoolDeltaMsg& msg) {
 }
 
 // Heartbeats never interleave with snapshot chunks; a data frame since the timer was set
-// pushes the next heartbeat back.
+// pushes the next heartbeat back. A stream with a frame still on its way is not quiet: a
+// heartbeat queued behind it would take an outbox frame from the deltas, and a client that
+// stopped reading would lag on heartbeats alone (docs/protocol/rpcs.md#heartbeats).
 void on_heartbeat_due(Self self) {
   auto& state = self->state;
   state.heartbeat_armed = false;
   const auto now = self->clock().now();
   const auto due = state.last_frame_at + state.pacing.heartbeat;
-  if (!snapshot_complete(state)) return arm_heartbeat(self, now + state.pacing.heartbeat);
+  const bool sending = !state.writer.ready() || !state.deltas.empty();
+  if (!snapshot_complete(state) || sending) return arm_heartbeat(self, now + state.pacing.heartbeat);
   if (now < due) return arm_heartbeat(self, due);
   auto frame = frame_of(state, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence);
   if (!state.deltas.push(std::move(frame), 0)) return end_stream(self, state.writer, lagged_status());

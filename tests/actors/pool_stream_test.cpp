@@ -204,3 +204,32 @@ TEST_CASE("pool stream actor: heartbeats follow the complete snapshot after a qu
   CHECK(under_test.sink->writes[4]->kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT);
   CHECK(under_test.sink->writes[4]->sequence() == 10);
 }
+
+TEST_CASE("pool stream actor: a stream whose write is still on its way gets no heartbeats, nor lags on them",
+          "[actors][pool]") {
+  constexpr auto kHeartbeat = std::chrono::milliseconds(10);
+  constexpr std::size_t kFrames = 4;
+  ActorFixture fixture;
+  StreamUnderTest under_test(fixture, 1024, /*paced=*/false, kHeartbeat, OutboxLimits{kFrames, 16u << 20});
+  caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(1024, 0)});
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 1);  // the snapshot, not taken by the client for ten intervals
+  fixture.advance(10 * kHeartbeat);
+  CHECK_FALSE(under_test.sink->finished.has_value());
+  // The outbox is still the deltas' own: all of them fit, and they go out before any heartbeat.
+  for (std::uint64_t base = 0; base < kFrames; ++base) caf::anon_send(under_test.stream, delta_from(base));
+  fixture.run();
+  CHECK_FALSE(under_test.sink->finished.has_value());
+  for (std::size_t write = 0; write < kFrames; ++write) complete_write(under_test.stream);
+  fixture.run();
+  REQUIRE(under_test.sink->writes.size() == 1 + kFrames);
+  for (std::size_t write = 1; write <= kFrames; ++write) {
+    CHECK(under_test.sink->writes[write]->kind() == v1::FILTER_UPDATE_KIND_DELTA);
+  }
+  // Quiet again, it hears a heartbeat one interval on.
+  complete_write(under_test.stream);
+  fixture.advance(kHeartbeat);
+  REQUIRE(under_test.sink->writes.size() == 2 + kFrames);
+  CHECK(under_test.sink->writes.back()->kind() == v1::FILTER_UPDATE_KIND_HEARTBEAT);
+  CHECK(under_test.sink->writes.back()->sequence() == kFrames);
+}
