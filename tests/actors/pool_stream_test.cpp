@@ -214,7 +214,7 @@ TEST_CASE("pool stream actor: a stream whose write is still on its way gets no h
   caf::anon_send(under_test.stream, PoolSnapshotMsg{empty_image(1024, 0)});
   fixture.run();
   REQUIRE(under_test.sink->writes.size() == 1);  // the snapshot, not taken by the client for ten intervals
-  fixture.advance(10 * kHeartbeat);
+  for (int interval = 0; interval < 10; ++interval) fixture.advance(kHeartbeat);
   CHECK_FALSE(under_test.sink->finished.has_value());
   // The outbox is still the deltas' own: all of them fit, and they go out before any heartbeat.
   for (std::uint64_t base = 0; base < kFrames; ++base) caf::anon_send(under_test.stream, delta_from(base));
