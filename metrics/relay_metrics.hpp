@@ -91,7 +91,7 @@ struct SourceStats {
   std::atomic<std::uint64_t> replays{0};  // replay requests sent
   PerLabel<std::atomic<std::uint64_t>, EngineResetCause> resets{};
 };
-// Key labels: endpoint, worker, dp_rank.
+// Key labels: serving_endpoint, worker, dp_rank.
 using SourceCollector = KeyedCollector<SourceStats>;
 
 // One engine metrics scraper's figures.
@@ -103,7 +103,7 @@ struct ScrapeStats {
   // age never reads from 0.
   std::atomic<std::int64_t> started_ns{std::chrono::steady_clock::now().time_since_epoch().count()};
 };
-// Key labels: endpoint, worker.
+// Key labels: serving_endpoint, worker.
 using ScrapeCollector = KeyedCollector<ScrapeStats>;
 
 // Every counter and gauge family of a fixed label set: X(member, type, name, help, label

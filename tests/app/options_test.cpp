@@ -2,6 +2,9 @@
 
 #include <cctype>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
 
 #include "app/options.hpp"
 #include "ingest/topology_file.hpp"
@@ -196,6 +199,36 @@ TEST_CASE("options: --help lists every flag with its variable", "[options]") {
     CHECK_THAT(text, Catch::Contains("env " + variable + ","));
   }
   CHECK_THAT(text, Catch::Contains("--config"));
+}
+
+TEST_CASE("options: README's configuration table is --help's, flag for flag and default for default", "[options]") {
+  // flag -> its default as --help shows it; --config is described above the table.
+  std::map<std::string, std::string> help_defaults;
+  const std::regex flag_line(R"(^  (--[a-z0-9-]+))");
+  const std::regex default_text(R"(default: (.*)$)");
+  std::istringstream help(usage());
+  std::string flag;
+  for (std::string line; std::getline(help, line);) {
+    std::smatch match;
+    if (std::regex_search(line, match, flag_line)) flag = match[1];
+    if (std::regex_search(line, match, default_text) && !flag.empty()) help_defaults[flag] = match[1];
+  }
+  help_defaults.erase("--config");
+  REQUIRE(help_defaults.size() > 40);
+
+  // README rows: | `--flag VALUE` | default | meaning |, the default's backticks being markup.
+  std::map<std::string, std::string> readme_defaults;
+  const std::regex row(R"(^\| `(--[a-z0-9-]+)[^`]*` \| ([^|]*?) \|)");
+  std::ifstream readme(std::string(KVRELAY_SOURCE_DIR) + "/README.md");
+  REQUIRE(readme.good());
+  for (std::string line; std::getline(readme, line);) {
+    std::smatch match;
+    if (!std::regex_search(line, match, row)) continue;
+    std::string shown = match[2];
+    std::erase(shown, '`');
+    readme_defaults[match[1]] = shown;
+  }
+  CHECK(readme_defaults == help_defaults);
 }
 
 TEST_CASE("topology file: YAML and JSON give the same message", "[topology]") {
