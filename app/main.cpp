@@ -14,6 +14,7 @@
 
 #include "app/options.hpp"
 #include "app/relay_runtime.hpp"
+#include "core/build_info.hpp"
 #include "ingest/demo_workload.hpp"
 #include "ingest/topology_file.hpp"
 
@@ -52,6 +53,10 @@ int main(int argc, char** argv) {
   if (!options) return fail(options.error());
   if (options->help) {
     std::fputs(kvrelay::usage().c_str(), stdout);
+    return 0;
+  }
+  if (options->version) {
+    fmt::print("kv-relay {} (revision {})\n", kvrelay::build_version(), kvrelay::build_revision());
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(options->log_level));

@@ -307,6 +307,7 @@ struct CommandLine {
   std::vector<std::pair<const Flag*, std::string>> values;
   std::optional<std::string> config;
   bool help = false;
+  bool version = false;
 };
 
 std::expected<CommandLine, std::string> split_command_line(const std::vector<std::string>& args) {
@@ -315,6 +316,10 @@ std::expected<CommandLine, std::string> split_command_line(const std::vector<std
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       line.help = true;
+      continue;
+    }
+    if (arg == "--version") {
+      line.version = true;
       continue;
     }
     if (arg.rfind("--", 0) != 0) return std::unexpected(fmt::format("unexpected argument '{}'", arg));
@@ -349,6 +354,7 @@ std::expected<AppOptions, std::string> parse_options(const std::vector<std::stri
   auto line = split_command_line(args);
   if (!line) return std::unexpected(line.error());
   options.help = line->help;
+  options.version = line->version;
   if (!line->config) {
     if (const auto config = environment.find("KV_RELAY_CONFIG"); config != environment.end())
       line->config = config->second;
@@ -381,6 +387,7 @@ std::string usage() {
       "Usage: kv-relay [--config FILE] [FLAGS]\n\n"
       "The KV DC relay: publishes this data center's KV-cache pools (dynamo.kvrelay.v1).\n"
       "Every flag can also be set by an environment variable or a config-file key.\n\n";
+  text += fmt::format("  --{:<28} {}\n", "version", "print the version and the commit it was built from, and exit");
   text += fmt::format("  --{:<28} {}\n      {:<28} env KV_RELAY_CONFIG\n", "config FILE",
                       "YAML map of flag names to values", "");
   for (const Flag& flag : flags()) {

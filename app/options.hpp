@@ -24,6 +24,7 @@ struct AppOptions {
   std::uint32_t demo_events_per_second = 2000;
   bool crash_membership_for_test = false;  // shows that a core actor's failure stops the process
   bool help = false;
+  bool version = false;
 };
 
 // Parses argv (without argv[0]) with `environment` (e.g. from environ) as the second source.

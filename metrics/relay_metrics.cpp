@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "core/build_info.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay::metrics {
@@ -246,7 +247,7 @@ RelayMetrics::RelayMetrics()
       .Name("kv_relay_build_info")
       .Help("kv-relay build information (always 1)")
       .Register(registry)
-      .Add({{"version", KVRELAY_VERSION}, {"revision", KVRELAY_REVISION}})
+      .Add({{"version", std::string(build_version())}, {"revision", std::string(build_revision())}})
       .Set(1);
   prometheus::BuildGauge()
       .Name("kv_relay_process_start_time_seconds")

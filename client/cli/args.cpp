@@ -16,7 +16,8 @@
 namespace kvrelay::cli {
 
 const char* const kUsage =
-    "Usage: kvrelay-cli COMMAND [OPTIONS]\n\n"
+    "Usage: kvrelay-cli COMMAND [OPTIONS]\n"
+    "       kvrelay-cli --version\n\n"
     "Relay views (WAN API, default target localhost:50051):\n"
     "  info                 each relay's identity and protocol version\n"
     "  catalog              the pool catalog\n"

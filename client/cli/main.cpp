@@ -1,4 +1,6 @@
 // kvrelay-cli: an operator's window into one or more relays, built on the consumer library.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "client/cli/commands.hpp"
+#include "core/build_info.hpp"
 
 int main(int argc, char** argv) {
   using namespace kvrelay::cli;
@@ -15,6 +18,10 @@ int main(int argc, char** argv) {
   const auto asks_help = [](const std::string& arg) { return arg == "--help" || arg == "-h"; };
   if ((!argv_list.empty() && argv_list[0] == "help") || std::ranges::any_of(argv_list, asks_help)) {
     std::fputs(kUsage, stdout);
+    return kOk;
+  }
+  if (argv_list.size() == 1 && argv_list[0] == "--version") {
+    fmt::print("kvrelay-cli {} (revision {})\n", kvrelay::build_version(), kvrelay::build_revision());
     return kOk;
   }
   const char* token_file = std::getenv("KV_RELAY_INGEST_TOKEN_FILE");

@@ -39,6 +39,18 @@ TEST_CASE("kv-relay writes its ready file, drains on SIGTERM, SIGINT or SIGHUP a
   close(child.output);
 }
 
+TEST_CASE("kv-relay and kvrelay-cli --version print the project's version and its commit", "[binary]") {
+  // The version CMake's project() declares, handed to this test apart from the binaries.
+  const std::string version = KVRELAY_PROJECT_VERSION;
+  const std::string revision = R"( \(revision ([0-9a-f]{12}|unknown)\)\n)";
+  for (const auto& [binary, name] : {std::pair{KVRELAY_BINARY, "kv-relay"}, std::pair{KVRELAY_CLI, "kvrelay-cli"}}) {
+    const auto [output, exit_code] = run_to_end(binary, {"--version"});
+    CHECK(exit_code == 0);
+    CHECK_THAT(output, Catch::StartsWith(std::string(name) + " " + version + " (revision ") &&
+                           Catch::Matches(std::string(name) + " [0-9.]+" + revision));
+  }
+}
+
 TEST_CASE("kv-relay refuses a bad value with one message and exit code 2", "[binary]") {
   Child child = spawn_relay({"--load-window-ms", "zero"});
   const std::string output = read_until(child.output, "\n");
