@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "client/cli/commands.hpp"
 #include "client/cli/format.hpp"
@@ -98,12 +99,14 @@ std::string age_text(const std::optional<Clock::time_point>& last, Clock::time_p
   return last ? fmt::format("{:.1f}s ago", std::chrono::duration<double>(now - *last).count()) : std::string("never");
 }
 
+// "catalog rev 3 (0.4s ago)", "... (12.0s ago, stale)", "serving-load window 0 (unavailable)".
 std::string plane_text(const char* name, const client::PlaneView& plane, std::uint64_t position,
                        Clock::time_point now) {
-  return fmt::format("{} {} ({}){}", name, position, age_text(plane.last_message, now),
-                     plane.valid         ? ""
-                     : plane.unavailable ? " (unavailable)"
-                                         : " (stale)");
+  std::vector<std::string> notes;
+  if (plane.last_message) notes.push_back(age_text(plane.last_message, now));
+  if (!plane.valid) notes.emplace_back(plane.unavailable ? "unavailable" : "stale");
+  return notes.empty() ? fmt::format("{} {}", name, position)
+                       : fmt::format("{} {} ({})", name, position, fmt::join(notes, ", "));
 }
 
 // The pool's gauges in the latest serving-load window; unset (shown "-") when the window has no
