@@ -26,8 +26,10 @@ Consumer::Consumer(ConsumerOptions options) : options_(std::move(options)), noti
 
 Consumer::~Consumer() { stop(); }
 
-void Consumer::start() {
-  for (auto& link : links_) link->start();
+bool Consumer::start() {
+  bool started = true;
+  for (auto& link : links_) started = link->start() && started;
+  return started;
 }
 
 void Consumer::stop() {

@@ -56,9 +56,9 @@ RelayLink::RelayLink(std::string target, const ConsumerOptions& options, std::sh
 
 RelayLink::~RelayLink() { stop(); }
 
-void RelayLink::start() {
+bool RelayLink::start() {
   std::lock_guard lifecycle(lifecycle_);
-  if (phase_ != Phase::kNew) return;
+  if (phase_ != Phase::kNew) return false;
   phase_ = Phase::kRunning;
   launch_plane(Plane::kCatalog, catalog_control_, catalog_stats_, &v1::KvEventRelay::Stub::WatchKvPoolCatalog, catalog_,
                &RelayLink::reconcile_pools);
@@ -67,6 +67,7 @@ void RelayLink::start() {
   launch_plane(Plane::kLoad, load_control_, load_stats_, &v1::KvEventRelay::Stub::SubscribeKvPoolLoad, load_);
   launch_plane(Plane::kServingLoad, serving_load_control_, serving_load_stats_,
                &v1::KvEventRelay::Stub::SubscribeServingLoad, serving_load_);
+  return true;
 }
 
 // A plane's thread: its stream feeds `state` under the lock, once the message's relay identity

@@ -53,7 +53,7 @@ class RelayLink {
   RelayLink(std::string target, const ConsumerOptions& options, std::shared_ptr<Consumer::Notifier> notifier);
   ~RelayLink();
 
-  void start();
+  bool start();  // false once started or stopped
   void stop();
   RelayView view() const;
   const std::string& target() const { return target_; }

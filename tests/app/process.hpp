@@ -3,8 +3,14 @@
 // appears, collect the exit code.
 #include <catch2/catch.hpp>
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 
 #include <fstream>
 #include <sstream>
@@ -38,11 +44,26 @@ inline Child spawn(const char* program, std::vector<std::string> args) {
   return {pid, pipe_fds[0]};
 }
 
-// Reads the child's output until `needle` appears (or the output ends); returns what was read.
+// Every wait on a child is bounded: a child that never prints what a test waits for, or never
+// exits, fails that test instead of hanging the suite.
+inline constexpr std::chrono::seconds kChildDeadline{90};
+
+// Reads the child's output until `needle` appears, the output ends or the deadline passes (a
+// failed check); returns what was read.
 inline std::string read_until(int fd, const std::string& needle) {
+  const auto deadline = std::chrono::steady_clock::now() + kChildDeadline;
   std::string text;
   char buffer[4096];
   while (text.find(needle) == std::string::npos) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd readable{fd, POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&readable, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      FAIL_CHECK("the child did not print '" << needle << "' within " << kChildDeadline.count() << " s; it printed:\n"
+                                             << text);
+      break;
+    }
     const ssize_t n = read(fd, buffer, sizeof buffer);
     if (n <= 0) break;
     text.append(buffer, static_cast<std::size_t>(n));
@@ -52,9 +73,21 @@ inline std::string read_until(int fd, const std::string& needle) {
 
 inline Child spawn_relay(std::vector<std::string> args) { return spawn(KVRELAY_BINARY, std::move(args)); }
 
+// The child's exit code (128 + the signal that ended it). A child still running at the deadline
+// is killed and fails the test.
 inline int wait_exit(pid_t pid) {
+  const int exited = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  REQUIRE(exited >= 0);
+  pollfd done{exited, POLLIN, 0};
+  int ready = 0;
+  do {
+    ready = poll(&done, 1, static_cast<int>(std::chrono::milliseconds(kChildDeadline).count()));
+  } while (ready < 0 && errno == EINTR);
+  close(exited);
+  if (ready <= 0) kill(pid, SIGKILL);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
+  if (ready <= 0) FAIL("the child did not exit within " << kChildDeadline.count() << " s: killed");
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

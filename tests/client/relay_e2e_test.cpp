@@ -16,6 +16,7 @@
 
 #include "core/cbi1.hpp"
 #include "kvrelay/client/consumer.hpp"
+#include "tests/app/free_port.hpp"
 #include "tests/app/process.hpp"
 #include "tests/integration/harness.hpp"
 
@@ -253,7 +254,11 @@ TEST_CASE("consumer e2e: a generation swap replaces the replica, a withdrawal dr
 }
 
 TEST_CASE("consumer e2e: a relay restart is a new incarnation, everything is rebuilt", "[client][e2e]") {
-  auto relay = std::make_unique<TestRelay>();
+  // A port below the ephemeral range: while the relay is down, no outgoing connection (the
+  // consumer's own dials to it among them) can be given it.
+  RelayOptions same_port = loopback_options();
+  same_port.listen = "127.0.0.1:" + std::to_string(free_port());
+  auto relay = std::make_unique<TestRelay>(same_port);
   const auto backend = endpoint_ref("prod", "backend");
   relay->put_worker(put_worker_request(backend, 1));
   client::Consumer consumer(consumer_options(*relay));
@@ -263,8 +268,6 @@ TEST_CASE("consumer e2e: a relay restart is a new incarnation, everything is reb
   await_converged(consumer, *relay);
   const auto first_incarnation = relay->runtime().relay_incarnation();
 
-  RelayOptions same_port = loopback_options();
-  same_port.listen = relay->runtime().wan_address();
   relay.reset();
   relay = std::make_unique<TestRelay>(same_port);
   relay->put_worker(put_worker_request(backend, 1));

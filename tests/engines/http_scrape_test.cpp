@@ -177,12 +177,12 @@ TEST_CASE("http scrape: one watchdog serves GET after GET, a stopped one does no
   }
   SECTION("after a GET that was cancelled") {
     TricklingServer slow;
-    std::stop_source cancel;
     kvrelay::engine_io::HttpResult cancelled;
-    std::thread getting(
-        [&] { cancelled = http_get(slow.url(), std::chrono::seconds(60), watchdog, cancel.get_token()); });
+    // A jthread: however the section ends, its destructor cancels the GET and joins.
+    std::jthread getting(
+        [&](std::stop_token cancel) { cancelled = http_get(slow.url(), std::chrono::seconds(60), watchdog, cancel); });
     REQUIRE(slow.await_accepted());
-    cancel.request_stop();
+    getting.request_stop();
     getting.join();
     CHECK_FALSE(cancelled.ok);
     CHECK(cancelled.error == "the scrape was cancelled");

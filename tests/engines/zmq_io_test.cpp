@@ -171,6 +171,7 @@ class PlainPublisher {
  public:
   PlainPublisher(zmq::context_t& context, const std::string& endpoint) : socket_(context, zmq::socket_type::xpub) {
     socket_.set(zmq::sockopt::linger, 10000);
+    socket_.set(zmq::sockopt::rcvtimeo, 30000);  // a subscription that never comes fails the test
     socket_.bind(endpoint);
   }
   std::string endpoint() const { return socket_.get(zmq::sockopt::last_endpoint); }

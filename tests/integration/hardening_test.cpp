@@ -409,7 +409,8 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
 
 TEST_CASE("snapshot progress timeout ends a stalled subscriber alone, the generation goes on", "[limits]") {
   kvrelay::RelayOptions options = big_snapshot_options();
-  options.snapshot_progress_timeout_ms = 100;
+  // Long enough for the healthy reader below to take a 4 MiB chunk on a busy host.
+  options.snapshot_progress_timeout_ms = 1000;
   options.snapshot_encoders = 1;
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);

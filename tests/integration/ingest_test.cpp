@@ -329,7 +329,7 @@ TEST_CASE("removing a worker while its batches stream leaves none of its blocks"
   context.set_deadline(std::chrono::system_clock::now() + kStreamDeadline);
   ingest_v1::PublishKvEventsResponse response;
   auto stream = relay.ingest().PublishKvEvents(&context, &response);
-  std::thread feeder([&] {
+  std::jthread feeder([&] {  // joined however the test ends
     for (std::uint64_t i = 0; i < kBatches; ++i) {
       if (!stream->Write(stored_batch(kBackend, 1, 0, 1, i, {{i + 100, (i + 100) * 0x9E3779B97F4A7C15ULL}}))) break;
     }

@@ -157,9 +157,9 @@ class Consumer {
   Consumer& operator=(const Consumer&) = delete;
 
   // The consumer runs once: start() opens its streams, stop() ends them and joins its threads.
-  // A second start(), or one after stop(), does nothing; stop() may be called again. Neither
-  // may be called from a tap (a tap runs on a thread stop() joins).
-  void start();
+  // A second start(), or one after stop(), does nothing and returns false; stop() may be called
+  // again. Neither may be called from a tap (a tap runs on a thread stop() joins).
+  bool start();
   void stop();
 
   // Every supported pool, across all relays, that serves `model` (a canonical id or alias that
