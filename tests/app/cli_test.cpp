@@ -2,7 +2,6 @@
 #include <catch2/catch.hpp>
 
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -26,29 +25,21 @@ const std::string kTmp = KVRELAY_TEST_TMP_DIR;
 class DemoRelay {
  public:
   explicit DemoRelay(const std::string& name, const std::vector<std::string>& extra_args = {})
-      : ready_(kTmp + "/ready-" + name + ".json") {
-    unlink(ready_.c_str());
-    std::vector<std::string> args = {
-        "--listen",         "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0",
-        "--metrics-listen", "off",         "--ready-file",    ready_,
-        "--dc-id",          "dc-cli-test", "--topology",      write_demo_topology("cli-" + name, fed_by_push)};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    process_ = spawn_relay(std::move(args));
-    REQUIRE_THAT(read_until(process_.output, "ready: "), Catch::Contains("ready: "));
-    wan_ = wan_of(ready_);
-    ingest_ = address_in(ready_, "ingest");
-  }
-  ~DemoRelay() {
-    kill(process_.pid, SIGTERM);
-    wait_exit(process_.pid);
-    close(process_.output);
-  }
+      : relay_("cli-" + name, arguments(name, extra_args)),
+        wan_(relay_.address("wan")),
+        ingest_(relay_.address("ingest")) {}
   const std::string& wan() const { return wan_; }
   const std::string& ingest() const { return ingest_; }
 
  private:
-  std::string ready_;
-  Child process_;
+  static std::vector<std::string> arguments(const std::string& name, const std::vector<std::string>& extra_args) {
+    std::vector<std::string> args = {"--metrics-listen", "off",        "--dc-id",
+                                     "dc-cli-test",      "--topology", write_demo_topology("cli-" + name, fed_by_push)};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    return args;
+  }
+
+  RelayChild relay_;
   std::string wan_, ingest_;
 };
 

@@ -13,8 +13,10 @@
 #include <chrono>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace kvrelay::test {
@@ -98,17 +100,6 @@ inline std::pair<std::string, int> run_to_end(const char* program, std::vector<s
   return {output, wait_exit(child.pid)};
 }
 
-// One address ("wan", "ingest") from a relay's ready file.
-inline std::string address_in(const std::string& ready_file, const std::string& key) {
-  std::stringstream content;
-  content << std::ifstream(ready_file).rdbuf();
-  const std::string text = content.str();
-  const std::string marker = "\"" + key + "\": \"";
-  const auto start = text.find(marker) + marker.size();
-  return text.substr(start, text.find('"', start) - start);
-}
-inline std::string wan_of(const std::string& ready_file) { return address_in(ready_file, "wan"); }
-
 // The lines of `text` that contain every one of `words`.
 inline std::size_t lines_with(const std::string& text, const std::vector<std::string>& words) {
   std::size_t count = 0;
@@ -120,5 +111,72 @@ inline std::size_t lines_with(const std::string& text, const std::vector<std::st
   }
   return count;
 }
+
+// One address ("wan", "ingest", "metrics") from a relay's ready file.
+inline std::string address_in(const std::string& ready_file, const std::string& key) {
+  std::stringstream content;
+  content << std::ifstream(ready_file).rdbuf();
+  const std::string text = content.str();
+  const std::string marker = "\"" + key + "\": \"";
+  const auto start = text.find(marker) + marker.size();
+  return text.substr(start, text.find('"', start) - start);
+}
+inline std::string wan_of(const std::string& ready_file) { return address_in(ready_file, "wan"); }
+
+// A kv-relay process on loopback listeners, up once it has said so. Its output after that is
+// copied into a file as it comes: a pipe nobody reads fills at 64 KiB and then blocks every
+// thread of the relay that logs. Stopped with SIGTERM and reaped when it goes, unless the test
+// stopped it, however the test ends.
+class RelayChild {
+ public:
+  // `name` keeps its files apart from another test's; `args` follow the WAN and ingest
+  // listeners and the ready file (--dc-id and --metrics-listen among them).
+  RelayChild(const std::string& name, std::vector<std::string> args)
+      : ready_(std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".ready"),
+        log_path_(std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".log") {
+    unlink(ready_.c_str());
+    args.insert(args.begin(), {"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--ready-file", ready_});
+    child_ = spawn_relay(std::move(args));
+    const std::string start = read_until(child_.output, "ready: ");
+    if (start.find("ready: ") == std::string::npos) {
+      stop();
+      close(child_.output);
+      FAIL("kv-relay did not start:\n" << start);
+    }
+    log_reader_ = std::thread([fd = child_.output, path = log_path_, start] {
+      std::ofstream log(path);
+      log << start;
+      char buffer[4096];
+      for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) log.write(buffer, n).flush();
+    });
+  }
+  ~RelayChild() {
+    stop();
+    log_reader_.join();  // the output ended with the process
+    close(child_.output);
+  }
+  RelayChild(const RelayChild&) = delete;
+  RelayChild& operator=(const RelayChild&) = delete;
+
+  // SIGTERM (a drain), then the exit code; the same code when asked again. A relay the test
+  // stopped (SIGSTOP) is continued, so that it can drain.
+  int stop() {
+    if (!exit_code_) {
+      kill(child_.pid, SIGTERM);
+      kill(child_.pid, SIGCONT);
+      exit_code_ = wait_exit(child_.pid);
+    }
+    return *exit_code_;
+  }
+  pid_t pid() const { return child_.pid; }
+  std::string address(const std::string& key) const { return address_in(ready_, key); }
+  const std::string& log_path() const { return log_path_; }
+
+ private:
+  Child child_;
+  std::string ready_, log_path_;
+  std::optional<int> exit_code_;
+  std::thread log_reader_;
+};
 
 }  // namespace kvrelay::test

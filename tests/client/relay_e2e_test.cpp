@@ -300,17 +300,19 @@ ingest_v1::KvEventBatch store_tokens(const ingest_v1::EndpointRef& endpoint, con
   return batch;
 }
 
-struct RelayProcess {
-  Child child;
-  std::string wan, ingest;
-};
-
 // A kv-relay subprocess (dc "dc-east") serving one pool, Eagle windows of 9 tokens, from its
 // topology file; `name` keeps its files apart from another test's.
-RelayProcess spawn_east_relay(const std::string& name) {
-  const std::string dir = KVRELAY_TEST_TMP_DIR;
-  const std::string topology = dir + "/" + name + "-topology.yaml", ready = dir + "/" + name + "-ready.json";
-  std::ofstream(topology) << R"(version: 1
+class EastRelay {
+ public:
+  explicit EastRelay(const std::string& name) : relay_(name, arguments(name)), wan_(relay_.address("wan")) {}
+  RelayChild& process() { return relay_; }
+  const std::string& wan() const { return wan_; }
+  std::string ingest() const { return relay_.address("ingest"); }
+
+ private:
+  static std::vector<std::string> arguments(const std::string& name) {
+    const std::string topology = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + "-topology.yaml";
+    std::ofstream(topology) << R"(version: 1
 endpoints:
   - endpoint: {namespace: prod, component: backend, endpoint: generate}
     workers:
@@ -320,12 +322,12 @@ endpoints:
         kvSources: [{dpRank: 0, push: {}}]
     liveWorkers: {workerIds: [1]}
 )";
-  unlink(ready.c_str());
-  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                             "--dc-id", "dc-east", "--ready-file", ready, "--topology", topology});
-  REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
-  return {child, wan_of(ready), address_in(ready, "ingest")};
-}
+    return {"--metrics-listen", "off", "--dc-id", "dc-east", "--topology", topology};
+  }
+
+  RelayChild relay_;
+  std::string wan_;
+};
 
 }  // namespace
 
@@ -340,10 +342,10 @@ TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with 
   shape.block_size = 8;
   west.put_worker(put_worker_request(backend, 1, shape));
 
-  const RelayProcess east = spawn_east_relay("east");
-  const std::string& east_wan = east.wan;
+  EastRelay east("east");
+  const std::string& east_wan = east.wan();
   auto east_ingest =
-      ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(east.ingest, grpc::InsecureChannelCredentials()));
+      ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(east.ingest(), grpc::InsecureChannelCredentials()));
 
   std::vector<std::uint32_t> tokens(200);
   for (std::uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 5 * i + 1;
@@ -374,16 +376,14 @@ TEST_CASE("consumer e2e: one consumer, two data centers, each pool queried with 
   CHECK(matches[0].dc_id != matches[1].dc_id);
   for (const auto& match : matches) CHECK(match.prompt_blocks == (match.target == east_wan ? 24u : 25u));
   consumer.stop();
-  kill(east.child.pid, SIGTERM);
-  CHECK(wait_exit(east.child.pid) == 0);
-  close(east.child.output);
+  CHECK(east.process().stop() == 0);
 }
 
 TEST_CASE("consumer e2e: a relay that stops answering without closing its connection is noticed by pings",
           "[client][e2e][keepalive]") {
-  const RelayProcess relay = spawn_east_relay("frozen");
+  EastRelay relay("frozen");
   client::ConsumerOptions options;
-  options.targets = {relay.wan};
+  options.targets = {relay.wan()};
   options.backoff_initial = std::chrono::milliseconds(10);
   options.backoff_max = std::chrono::milliseconds(200);
   options.keepalive_time = std::chrono::milliseconds(500);
@@ -399,7 +399,7 @@ TEST_CASE("consumer e2e: a relay that stops answering without closing its connec
 
   // Stopped, its kernel still holds the connection open and acknowledges what is sent: only
   // the relay's silence tells. Every plane and the replica must be invalidated.
-  REQUIRE(kill(relay.child.pid, SIGSTOP) == 0);
+  REQUIRE(kill(relay.process().pid(), SIGSTOP) == 0);
   const bool noticed = consumer.await(
       [](const client::ConsumerView& view) {
         const auto& relay_view = view.relays.at(0);
@@ -407,13 +407,11 @@ TEST_CASE("consumer e2e: a relay that stops answering without closing its connec
                (relay_view.pools.empty() || relay_view.pools[0].status != ReplicaStatus::kInstalled);
       },
       std::chrono::seconds(20));
-  REQUIRE(kill(relay.child.pid, SIGCONT) == 0);
+  REQUIRE(kill(relay.process().pid(), SIGCONT) == 0);
   CHECK(noticed);
 
   // Answering again, it is reconnected to and replicated anew.
   REQUIRE(consumer.await(serving, kAwaitRelay));
   consumer.stop();
-  kill(relay.child.pid, SIGTERM);
-  CHECK(wait_exit(relay.child.pid) == 0);
-  close(relay.child.output);
+  CHECK(relay.process().stop() == 0);
 }

@@ -3,13 +3,10 @@
 #include <grpcpp/grpcpp.h>
 #include <catch2/catch.hpp>
 
-#include <signal.h>
-
 #include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/bearer_token.hpp"
@@ -22,37 +19,15 @@ namespace kvrelay::test {
 // One relay process and clients of both its APIs.
 class RelayProcess {
  public:
-  RelayProcess(const std::string& name, const std::string& topology, std::vector<std::string> extra_args = {}) {
-    const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".ready";
-    unlink(ready.c_str());
-    std::vector<std::string> args = {"--listen",           "127.0.0.1:0", "--ingest-listen",  "127.0.0.1:0",
-                                     "--ready-file",       ready,         "--metrics-listen", "127.0.0.1:0",
-                                     "--drain-timeout-ms", "500",         "--topology",       topology,
-                                     "--load-window-ms",   "100",         "--dc-id",          "dc-engines-test"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    child_ = spawn_relay(std::move(args));
-    const std::string start = read_until(child_.output, "ready: ");
-    REQUIRE_THAT(start, Catch::Contains("ready: "));
-    // The rest of the output is read as it comes, into a file for diagnosis: a pipe nobody
-    // reads fills at 64 KiB and then blocks every thread of the relay that logs.
-    log_path_ = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".log";
-    log_reader_ = std::thread([fd = child_.output, path = log_path_, start] {
-      std::ofstream log(path);
-      log << start;
-      char buffer[4096];
-      for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) log.write(buffer, n).flush();
-    });
-    ingest_address_ = address_in(ready, "ingest");
-    wan_address_ = wan_of(ready);
+  RelayProcess(const std::string& name, const std::string& topology, std::vector<std::string> extra_args = {})
+      : relay_(name, with_extra({"--metrics-listen", "127.0.0.1:0", "--drain-timeout-ms", "500", "--topology", topology,
+                                 "--load-window-ms", "100", "--dc-id", "dc-engines-test"},
+                                std::move(extra_args))),
+        ingest_address_(relay_.address("ingest")),
+        wan_address_(relay_.address("wan")),
+        metrics_(relay_.address("metrics")) {
     ingest_ = ingest_v1::RelayIngest::NewStub(grpc::CreateChannel(ingest_address_, grpc::InsecureChannelCredentials()));
     wan_ = v1::KvEventRelay::NewStub(grpc::CreateChannel(wan_address_, grpc::InsecureChannelCredentials()));
-    metrics_ = address_in(ready, "metrics");
-  }
-  ~RelayProcess() {
-    kill(child_.pid, SIGTERM);
-    wait_exit(child_.pid);
-    log_reader_.join();  // the output ended with the process
-    close(child_.output);
   }
 
   const std::string& wan_address() const { return wan_address_; }
@@ -76,7 +51,7 @@ class RelayProcess {
       auto s = state();
       if (accept(s)) return s;
       INFO(s.DebugString());
-      INFO("the relay's log: " << log_path_);
+      INFO("the relay's log: " << relay_.log_path());
       REQUIRE(std::chrono::steady_clock::now() < deadline);
     }
   }
@@ -129,13 +104,16 @@ class RelayProcess {
     return {};
   }
 
-  Child child_;
+  static std::vector<std::string> with_extra(std::vector<std::string> args, std::vector<std::string> extra) {
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  RelayChild relay_;
+  std::string ingest_address_, wan_address_, metrics_;
   std::unique_ptr<ingest_v1::RelayIngest::Stub> ingest_;
   std::unique_ptr<v1::KvEventRelay::Stub> wan_;
-  std::string wan_address_, ingest_address_, metrics_;
   std::optional<std::string> authorization_;
-  std::string log_path_;    // the relay's output after "ready: "
-  std::thread log_reader_;  // copies it there as it comes
 };
 
 }  // namespace kvrelay::test
