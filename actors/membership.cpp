@@ -133,8 +133,9 @@ std::shared_ptr<StreamLimit> generation_subscribers(const MembershipState& state
 std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoint, const PoolBinding& binding) {
   const membership::IndexerDomain& domain = binding.domain;
   auto& state = self->state;
-  const std::uint64_t buckets = capacity::initial_bucket_count(
-      state.config.sizing, capacity::declared_capacity(state.projection.at(endpoint).runtime_configs));
+  const auto& runtime_configs = state.projection.at(endpoint).runtime_configs;
+  const std::uint64_t buckets =
+      capacity::initial_bucket_count(state.config.sizing, capacity::declared_capacity(runtime_configs));
   const std::uint64_t charge = capacity::pool_charge_bytes(buckets, state.config.relayout_load);
   if (auto refusal = state.budget.try_reserve(charge)) {
     if (state.over_budget.insert_or_assign(endpoint, "PoolMaterialization: " + *refusal).second) {
@@ -151,6 +152,7 @@ std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoi
   PublisherConfig config;
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed, buckets};
   config.semantics = {domain.kv_block_size, domain.hash_format};
+  config.expected_blocks = capacity::expected_blocks(runtime_configs, buckets, state.config.relayout_load);
   config.cadence = state.config.cadence;
   config.hub_slots = state.config.hub_slots;
   config.relayout_load = state.config.relayout_load;

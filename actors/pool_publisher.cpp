@@ -376,7 +376,12 @@ std::int64_t steady_now_ns() {
 }
 
 PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig config) {
-  self->state.index.emplace(PoolIndexConfig{config.spec.bucket_count, config.spec.seed});
+  PoolIndexConfig index;
+  index.bucket_count = config.spec.bucket_count;
+  index.seed = config.spec.seed;
+  index.expected_unique_blocks = config.expected_blocks.unique;
+  index.expected_source_blocks = config.expected_blocks.per_source;
+  self->state.index.emplace(index);
   self->state.events = KvEventApplier(config.semantics);
   self->state.config = std::move(config);
   self->state.last_relayout = self->clock().now();

@@ -114,7 +114,9 @@ class CountingSink {
 };
 
 // ---- one publisher, no transport ----
-Throughput publisher_apply_rate(std::size_t batches, int events, int blocks) {
+// A pool whose workers declare their KV capacity (`declared`) has its tables made room for it
+// when it is created; one that does not grows them as the blocks come.
+Throughput publisher_apply_rate(std::size_t batches, int events, int blocks, bool declared) {
   caf::actor_system_config config;
   configure_actor_scheduler(config, kDefaultActorThreads);  // as the relay runs its publishers
   caf::actor_system system(config);
@@ -122,6 +124,7 @@ Throughput publisher_apply_rate(std::size_t batches, int events, int blocks) {
   publisher.spec.bucket_count = *ckf::bucket_count_for(batches * events * blocks);
   publisher.spec.seed = ckf::kDefaultSeed;
   publisher.semantics = {16, hashing::HashFormat::kStandard};
+  if (declared) publisher.expected_blocks = {batches * events * blocks, {{{1, 0}, batches * events * blocks}}};
   auto actor = system.spawn(pool_publisher, publisher);
   const auto input = bench::store_batches(batches, events, blocks, 1, endpoint());
   auto sink = std::make_shared<CountingSink>(batches);
@@ -154,7 +157,7 @@ struct Relay {
   v1::ProducerIdentity producer;
 };
 
-Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) {
+Relay start_runtime(std::uint64_t expected_blocks, std::size_t queue_frames) {
   RelayOptions options;
   options.dc_id = "bench";
   options.listen = "127.0.0.1:0";
@@ -167,12 +170,20 @@ Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) 
   relay.ingest = ingest_v1::RelayIngest::NewStub(
       grpc::CreateCustomChannel(relay.runtime->ingest_address(), grpc::InsecureChannelCredentials(), args));
   relay.wan_channel = grpc::CreateCustomChannel(relay.runtime->wan_address(), grpc::InsecureChannelCredentials(), args);
+  return relay;
+}
+
+// The bench's one worker, and its pool once the catalog shows it. A worker that declares its
+// KV capacity (`declared_capacity` blocks on its one rank) gets a pool whose tables are made
+// room for it at once.
+void put_worker(Relay& relay, std::optional<std::uint64_t> declared_capacity = std::nullopt) {
   ingest_v1::PutWorkerRequest put;
   *put.mutable_endpoint() = endpoint();
   put.set_worker_id(1);
   put.mutable_card()->set_display_name("bench-model");
   put.mutable_card()->set_kv_cache_block_size(16);
   put.mutable_card()->set_worker_type(ingest_v1::WORKER_TYPE_AGGREGATED);
+  if (declared_capacity) put.mutable_card()->mutable_runtime_config()->set_total_kv_blocks(*declared_capacity);
   put.add_kv_sources()->mutable_push();
   grpc::ClientContext context;
   ingest_v1::PutWorkerResponse response;
@@ -188,6 +199,11 @@ Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) 
   }
   relay.producer = update.snapshot().pools(0).producer();
   catalog_context.TryCancel();
+}
+
+Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) {
+  Relay relay = start_runtime(expected_blocks, queue_frames);
+  put_worker(relay);
   return relay;
 }
 
@@ -208,8 +224,9 @@ Throughput stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<i
   return clock.finish(block_stores);
 }
 
-Throughput ingest_apply_rate(std::size_t batches, int events, int blocks) {
-  Relay relay = start_relay(batches * events * blocks);
+Throughput ingest_apply_rate(std::size_t batches, int events, int blocks, bool declared) {
+  Relay relay = start_runtime(batches * events * blocks, 16);
+  put_worker(relay, declared ? std::optional<std::uint64_t>(batches * events * blocks) : std::nullopt);
   const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
   return stream_rate(*relay.ingest, input, batches * events * blocks);
 }
@@ -446,13 +463,18 @@ double cold_snapshot_ms(std::uint64_t bucket_count, std::size_t subscribers) {
 
 // ---- heap memory for 1 M live blocks, then 16 subscribers on top ----
 struct MemoryFigures {
-  double blocks_mib;       // filter + lineage + owners for 1 M live blocks
+  double pool_mib;         // the pool when it is made: its filter, and the tables made room for
+  double blocks_mib;       // then 1 M live blocks: lineage and owners as they fill (or grow)
   double subscribers_mib;  // 16 subscribers holding the complete snapshot
 };
 
-MemoryFigures memory_figures() {
+// A pool whose worker declares its capacity (`declared`) takes part of its tables' memory when
+// it is made, so the pool is measured too.
+MemoryFigures memory_figures(bool declared) {
   constexpr std::size_t kBlocks = 1'000'000;
-  Relay relay = start_relay(kBlocks);
+  Relay relay = start_runtime(kBlocks, 16);
+  const std::size_t no_pool = heap_in_use();
+  put_worker(relay, declared ? std::optional<std::uint64_t>(kBlocks) : std::nullopt);
   const std::size_t empty = heap_in_use();
   grpc::ClientContext context;
   ingest_v1::PublishKvEventsResponse response;
@@ -477,17 +499,17 @@ MemoryFigures memory_figures() {
     s->thread.join();
   }
   auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  return {mib(loaded - empty), mib(subscribed - loaded)};
+  return {mib(empty - no_pool), mib(loaded - empty), mib(subscribed - loaded)};
 }
 
 }  // namespace
 
-// With arguments, only the named groups run (publisher, ingest, transport, latency, fanout,
-// snapshot, memory): a profile of one part does not sample the others.
+// With arguments, only the named groups run (publisher, publisher-declared, ingest, ingest-declared,
+// transport, latency, fanout, snapshot, memory): a profile of one part does not sample the others.
 int main(int argc, char** argv) {
   spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
   const std::vector<std::string_view> groups(argv + 1, argv + argc);
-  auto runs = [&](std::string_view group) { return groups.empty() || std::ranges::count(groups, group) > 0; };
+  auto runs = [&](const std::string& group) { return groups.empty() || std::ranges::count(groups, group) > 0; };
   fmt::print("| Measurement | Result |\n| --- | --- |\n");
   auto print_throughput = [](std::string_view measurement, const Throughput& throughput) {
     fmt::print("| {} | {:.2f} M block stores/s (process busy {:.2f} cores) |\n", measurement,
@@ -503,13 +525,19 @@ int main(int argc, char** argv) {
       print_throughput(fmt::format("{}, fill {} of this process", measurement, ++fills), throughput);
     }
   };
-  if (runs("publisher")) {
-    print_fills("Publisher apply rate, no transport (256-block batches)",
-                [] { return publisher_apply_rate(4096, 16, 16); });
-  }
-  if (runs("ingest")) {
-    print_fills("Apply rate through gRPC PublishKvEvents (256-block batches)",
-                [] { return ingest_apply_rate(4096, 16, 16); });
+  // Each into a pool whose worker declares no KV capacity, then (the -declared groups) into one
+  // that declares what the fill stores.
+  for (const bool declared : {false, true}) {
+    const std::string suffix = declared ? "-declared" : "";
+    const char* pool = declared ? ", capacity declared" : "";
+    if (runs("publisher" + suffix)) {
+      print_fills(fmt::format("Publisher apply rate, no transport (256-block batches{})", pool),
+                  [=] { return publisher_apply_rate(4096, 16, 16, declared); });
+    }
+    if (runs("ingest" + suffix)) {
+      print_fills(fmt::format("Apply rate through gRPC PublishKvEvents (256-block batches{})", pool),
+                  [=] { return ingest_apply_rate(4096, 16, 16, declared); });
+    }
   }
   if (runs("transport")) {
     print_throughput("The same client into a server that only parses (256-block batches)",
@@ -538,13 +566,18 @@ int main(int argc, char** argv) {
     }
   }
   if (runs("memory")) {
-    const auto memory = memory_figures();
-    fmt::print(
-        "| Heap added by 1 M live blocks (4 MiB filter + lineage + owners) | {:.1f} MiB ({:.0f} bytes per block) |\n",
-        memory.blocks_mib, memory.blocks_mib * (1 << 20) / 1e6);
-    fmt::print(
-        "| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
-        memory.subscribers_mib);
+    for (const bool declared : {false, true}) {
+      const auto memory = memory_figures(declared);
+      const auto per_block = [](double mib) { return mib * (1 << 20) / 1e6; };
+      fmt::print(
+          "| Heap added by a pool{} when made, then by its 1 M live blocks | {:.1f} + {:.1f} MiB ({:.0f} bytes "
+          "per block with the pool, {:.0f} without) |\n",
+          declared ? " that declares its capacity" : "", memory.pool_mib, memory.blocks_mib,
+          per_block(memory.pool_mib + memory.blocks_mib), per_block(memory.blocks_mib));
+      fmt::print(
+          "| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
+          memory.subscribers_mib);
+    }
   }
   return 0;
 }

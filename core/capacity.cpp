@@ -41,11 +41,29 @@ std::uint64_t grown_bucket_count(std::uint64_t bucket_count, std::uint64_t live_
   return std::min(std::max(bucket_count * 2, needed), kMaxBuckets);
 }
 
+std::uint64_t layout_live_blocks(std::uint64_t bucket_count, double relayout_load) {
+  return static_cast<std::uint64_t>(relayout_load * static_cast<double>(bucket_count) *
+                                    static_cast<double>(ckf::kSlotsPerBucket));
+}
+
 std::uint64_t pool_charge_bytes(std::uint64_t bucket_count, double relayout_load) {
   const std::uint64_t lane = bucket_count * sizeof(std::uint64_t);
-  const auto live_blocks = static_cast<std::uint64_t>(relayout_load * static_cast<double>(bucket_count) *
-                                                      static_cast<double>(ckf::kSlotsPerBucket));
-  return 2 * lane + live_blocks * kBytesPerLiveBlock;
+  return 2 * lane + layout_live_blocks(bucket_count, relayout_load) * kBytesPerLiveBlock;
+}
+
+ExpectedBlocks expected_blocks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs,
+                               std::uint64_t bucket_count, double relayout_load) {
+  const auto declared = declared_capacity(runtime_configs);
+  if (!declared) return {};
+  const auto ranks = declared_ranks(runtime_configs);  // valid, every capacity known: declared says so
+  const std::uint64_t charged = layout_live_blocks(bucket_count, relayout_load);
+  const double scale = *declared > charged ? static_cast<double>(charged) / static_cast<double>(*declared) : 1.0;
+  ExpectedBlocks expected{std::min(*declared, charged), {}};
+  for (const auto& [rank, blocks] : *ranks) {
+    expected.per_source[{rank.worker_id, rank.dp_rank}] =
+        static_cast<std::uint64_t>(static_cast<double>(*blocks) * scale);
+  }
+  return expected;
 }
 
 std::optional<std::string> MemoryBudget::try_reserve(std::uint64_t bytes) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/ckf.hpp"
+#include "core/pool_index.hpp"
 #include "core/topology_model.hpp"
 
 namespace kvrelay::capacity {
@@ -45,10 +46,25 @@ bool wants_growth(std::uint64_t bucket_count, std::uint64_t occupied_slots, std:
 // (a flood into a small pool re-lays out once, not once per doubling). At most kMaxBuckets.
 std::uint64_t grown_bucket_count(std::uint64_t bucket_count, std::uint64_t live_blocks);
 
+// Live blocks a layout of `bucket_count` buckets holds before it re-lays out.
+std::uint64_t layout_live_blocks(std::uint64_t bucket_count, double relayout_load);
+
 // Bytes a pool with `bucket_count` buckets is charged: its bucket lane and one snapshot
 // image of it, plus the lineage of as many live blocks as that layout holds before it
 // re-lays out.
 std::uint64_t pool_charge_bytes(std::uint64_t bucket_count, double relayout_load);
+
+// What a pool's tables are made room for when it is created (docs/protocol/capacity.md#tables):
+// its workers' declared KV capacity, the sum over the declared ranks for its owners and each
+// rank's own for its source's lineage, scaled down together to what its layout is charged for.
+// Nothing when the capacity is unknown: the tables then grow as blocks come.
+struct ExpectedBlocks {
+  std::uint64_t unique = 0;
+  std::map<SourceKey, std::uint64_t> per_source = {};
+  friend bool operator==(const ExpectedBlocks&, const ExpectedBlocks&) = default;
+};
+ExpectedBlocks expected_blocks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs,
+                               std::uint64_t bucket_count, double relayout_load);
 
 // The bytes every pool together may be charged. Owned by one actor (membership).
 class MemoryBudget {

@@ -29,7 +29,10 @@ std::string_view to_string(EventError error) {
 PoolIndex::PoolIndex(const PoolIndexConfig& config)
     : filter_(config.bucket_count, config.seed, config.max_kicks),
       window_(config.bucket_count),
-      max_live_blocks_(std::min(config.max_live_blocks, OwnerTable::kMaxOwners)) {}
+      max_live_blocks_(std::min(config.max_live_blocks, OwnerTable::kMaxOwners)),
+      expected_source_blocks_(config.expected_source_blocks) {
+  owners_.reserve(std::min(config.expected_unique_blocks, max_live_blocks_));
+}
 
 void PoolIndex::placed(OwnerId id, std::span<const ckf::BucketWrite> writes) {
   window_.mark(writes);
@@ -66,7 +69,12 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
 
   // The blocks are mapped as they come and the mappings undone if one is rejected: the event is
   // applied whole or not at all, as if everything had been checked first.
-  if (lineage == nullptr) lineage = &lineage_[source];
+  if (lineage == nullptr) {
+    lineage = &lineage_[source];
+    if (const auto expected = expected_source_blocks_.find(source); expected != expected_source_blocks_.end()) {
+      lineage->reserve(std::min(expected->second, max_live_blocks_));
+    }
+  }
   scratch_new_mappings_.clear();
   scratch_placements_.clear();
   scratch_placement_owners_.clear();
@@ -341,6 +349,12 @@ std::size_t PoolIndex::table_bytes() const {
   std::size_t bytes = owners_.memory_bytes();
   for (const auto& [source, lineage] : lineage_) bytes += lineage.memory_bytes();
   return bytes;
+}
+
+std::size_t PoolIndex::table_rebuilds() const {
+  std::size_t rebuilds = owners_.rebuilds();
+  for (const auto& [source, lineage] : lineage_) rebuilds += lineage.rebuilds();
+  return rebuilds;
 }
 
 }  // namespace kvrelay

@@ -4,6 +4,7 @@
 // fingerprint while it has owners, and the publication window of touched buckets. The tables'
 // layout is docs/protocol/pools.md#index-layout.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -54,6 +55,12 @@ struct PoolIndexConfig {
   // Distinct live blocks the pool holds at most: its owner ids are 28 bits, four times what
   // the largest filter can place (docs/protocol/pools.md#lineage). Lower only in tests.
   std::uint64_t max_live_blocks = OwnerTable::kMaxOwners;
+  // What the pool is expected to hold (its declared KV capacity; 0 or absent: unknown): its
+  // owner table is made room for `expected_unique_blocks` at once, and a source's lineage for
+  // its entry of `expected_source_blocks` when the source first stores
+  // (docs/protocol/capacity.md#tables).
+  std::uint64_t expected_unique_blocks = 0;
+  std::map<SourceKey, std::uint64_t> expected_source_blocks = {};
 };
 
 class PoolIndex {
@@ -95,6 +102,9 @@ class PoolIndex {
   bool is_resident(std::uint64_t canonical) const;
   // Bytes held by the owner and lineage tables (not the filter, not the scratch lists).
   std::size_t table_bytes() const;
+  // Arrays the owner index and the live sources' lineages have been given so far, each
+  // table's first included: how often the tables grew.
+  std::size_t table_rebuilds() const;
 
   // Test hook: removes a resident block's fingerprint from the filter behind the index's
   // back, so that removing the block later finds the index inconsistent.
@@ -148,6 +158,7 @@ class PoolIndex {
   absl::flat_hash_map<SourceKey, LineageTable> lineage_;
   OwnerTable owners_;
   std::uint64_t max_live_blocks_;
+  std::map<SourceKey, std::uint64_t> expected_source_blocks_;
   std::uint64_t resident_blocks_ = 0;  // owners with their resident bit set
   std::uint64_t capacity_failures_ = 0;
   std::uint64_t unknown_removals_ = 0;

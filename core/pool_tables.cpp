@@ -8,6 +8,15 @@ void OwnerTable::add_page() {
   std::fill(std::begin(pages_.back()->resident), std::end(pages_.back()->resident), 0);
 }
 
+auto OwnerTable::index_entries() const {
+  return [this](auto emit) {
+    for_each([&](Id live, std::uint64_t live_canonical) {
+      const std::uint64_t live_hash = mix_key(live_canonical);
+      emit(live_hash, entry_of(live, live_hash));
+    });
+  };
+}
+
 OwnerTable::Found OwnerTable::find_or_add(std::uint64_t canonical) {
   const std::uint64_t hash = mix_key(canonical);
   Id added = kNoId;
@@ -20,14 +29,13 @@ OwnerTable::Found OwnerTable::find_or_add(std::uint64_t canonical) {
         set_resident(added, false);
         return entry_of(added, hash);
       },
-      // A rebuilt index is filled from the slab, in id order, and never reads its own slots.
-      [this](auto emit) {
-        for_each([&](Id live, std::uint64_t live_canonical) {
-          const std::uint64_t live_hash = mix_key(live_canonical);
-          emit(live_hash, entry_of(live, live_hash));
-        });
-      });
+      index_entries());
   return {inserted ? added : id_of(index_.at(position)), inserted};
+}
+
+void OwnerTable::reserve(std::size_t owners) {
+  index_.reserve(owners, index_entries());
+  pages_.reserve((owners + kPageSize - 1) / kPageSize);
 }
 
 void OwnerTable::erase(Id id) {
@@ -38,6 +46,12 @@ void OwnerTable::erase(Id id) {
   free_head_ = id;
 }
 
+auto LineageTable::entries() const {
+  return [this](auto emit) {
+    table_.for_each([&](std::size_t, const Entry& live) { emit(mix_key(live.engine_id()), live); });
+  };
+}
+
 std::pair<std::size_t, bool> LineageTable::find_or_add(std::uint64_t engine_id) {
   return table_.find_or_insert(
       mix_key(engine_id), [&](const Entry& entry) { return entry.engine_id() == engine_id; },
@@ -45,9 +59,9 @@ std::pair<std::size_t, bool> LineageTable::find_or_add(std::uint64_t engine_id) 
         return Entry{static_cast<std::uint32_t>(engine_id), static_cast<std::uint32_t>(engine_id >> 32),
                      OwnerTable::Id{0}};
       },
-      [this](auto emit) {
-        table_.for_each([&](std::size_t, const Entry& live) { emit(mix_key(live.engine_id()), live); });
-      });
+      entries());
 }
+
+void LineageTable::reserve(std::size_t count) { table_.reserve(count, entries()); }
 
 }  // namespace kvrelay

@@ -26,6 +26,7 @@ class OwnerTable {
 
   std::size_t size() const { return index_.size(); }
   std::size_t memory_bytes() const { return pages_.size() * sizeof(Page) + index_.memory_bytes(); }
+  std::size_t rebuilds() const { return index_.rebuilds(); }
 
   std::optional<Id> find(std::uint64_t canonical) const {
     const std::uint64_t hash = mix_key(canonical);
@@ -49,6 +50,8 @@ class OwnerTable {
   Found find_or_add(std::uint64_t canonical);
   // Frees the id; its owner must be held.
   void erase(Id id);
+  // Room for `owners` owners without growing the index on the way (ProbeTable::reserve).
+  void reserve(std::size_t owners);
 
   std::uint64_t canonical(Id id) const { return slot(id).canonical; }
   std::uint32_t mappings(Id id) const { return slot(id).mappings; }
@@ -122,6 +125,9 @@ class OwnerTable {
     return next_unused_++;
   }
   void add_page();
+  // What a rebuilt index is filled with: every owner's entry, from the slab in id order (the
+  // index never reads its own slots).
+  auto index_entries() const;
 
   std::vector<std::unique_ptr<Page>> pages_;
   Id next_unused_ = 0;  // ids at and past it were never handed out
@@ -137,6 +143,7 @@ class LineageTable {
   std::size_t size() const { return table_.size(); }
   bool empty() const { return table_.empty(); }
   std::size_t memory_bytes() const { return table_.memory_bytes(); }
+  std::size_t rebuilds() const { return table_.rebuilds(); }
 
   // A position stays valid until the next insert.
   std::size_t find(std::uint64_t engine_id) const {
@@ -150,6 +157,8 @@ class LineageTable {
   std::pair<std::size_t, bool> find_or_add(std::uint64_t engine_id);
   void set_owner(std::size_t position, OwnerTable::Id owner) { table_.at(position).owner = owner; }
   void erase_at(std::size_t position) { table_.erase_at(position); }
+  // Room for `entries` entries without growing on the way (ProbeTable::reserve).
+  void reserve(std::size_t count);
 
   // visit(position, owner id) for every entry.
   template <typename Visit>
@@ -166,6 +175,8 @@ class LineageTable {
     std::uint64_t engine_id() const { return std::uint64_t{id_high} << 32 | id_low; }
   };
   static_assert(sizeof(Entry) == 12);
+  // What a rebuilt table is filled with: its own entries, in position order.
+  auto entries() const;
 
   ProbeTable<Entry> table_;
 };

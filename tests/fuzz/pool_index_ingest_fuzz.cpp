@@ -164,7 +164,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                  (data[0] & 8) != 0 ? hashing::HashFormat::kEagle : hashing::HashFormat::kStandard};
   const std::uint64_t bucket_count = std::uint64_t{4} << ((data[0] >> 4) & 3);
   const bool grows = (data[0] & 0x40) != 0;
-  PoolIndex index({bucket_count});
+  PoolIndexConfig config{bucket_count};
+  if ((data[0] & 0x80) != 0) {  // a declared capacity: tables made room for at once, same contents
+    config.expected_unique_blocks = bucket_count * 3;
+    for (std::uint64_t worker = 0; worker < 4; ++worker) {
+      for (std::uint32_t rank = 0; rank < 2; ++rank) config.expected_source_blocks[{worker, rank}] = bucket_count * 2;
+    }
+  }
+  PoolIndex index(config);
   KvEventApplier events(semantics);
   std::vector<std::uint64_t> lane(bucket_count, 0);
   ReferenceLineage model;

@@ -125,6 +125,36 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
   CHECK(index_bytes <= static_cast<double>(capacity::kBytesPerLiveBlock * sequence_hashes.size() + (2 << 10)));
 }
 
+TEST_CASE("capacity: a pool whose workers declare their capacity has its tables made room for it at once",
+          "[capacity][tables]") {
+  auto options = loopback_options();
+  options.expected_unique_blocks.reset();  // auto: each layout from its pool's declared capacity
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
+  const auto declared = endpoint_ref("prod", "declared");
+  const auto undeclared = endpoint_ref("prod", "undeclared");
+  relay.put_worker(put_worker_request(declared, 1, two_ranks_of(20'000)));
+  WorkerShape unknown = two_ranks_of(0);
+  unknown.total_kv_blocks.reset();
+  relay.put_worker(put_worker_request(undeclared, 1, unknown));
+  // One block on rank 0 of each: the declared pool's owner index holds room for 40 000 owners
+  // and rank 0's lineage for its 20 000 blocks; the other's tables hold what one block needs.
+  for (const auto& endpoint : {declared, undeclared}) {
+    REQUIRE(relay.publish({stored_batch(endpoint, 1, 0, 1, 0, {{1, 11}})}).batches_applied() == 1);
+  }
+  const Labels declared_pool{{"pool", "prod/declared/generate"}};
+  const Labels undeclared_pool{{"pool", "prod/undeclared/generate"}};
+  const Scrape s = scrape_until(relay, [&](const Scrape& now) {
+    return now.value("kv_relay_pool_index_bytes", declared_pool).value_or(0) > 0 &&
+           now.value("kv_relay_pool_index_bytes", undeclared_pool).value_or(0) > 0;
+  });
+  const double made_room = s.value("kv_relay_pool_index_bytes", declared_pool).value_or(0);
+  CHECK(made_room >= 40'000 * 5 + 20'000 * 13);
+  // Within what the budget charges its layout.
+  CHECK(made_room <= static_cast<double>(capacity::kBytesPerLiveBlock) * 40'000 * 1.1);
+  CHECK(s.value("kv_relay_pool_index_bytes", undeclared_pool).value_or(0) < 4096);
+}
+
 TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conflict, others go on",
           "[capacity][budget]") {
   auto options = loopback_options();

@@ -70,3 +70,17 @@ TEST_CASE("the memory budget reserves what fits and explains what does not", "[c
   CHECK(default_budget(std::uint64_t{10} << 30) == (std::uint64_t{8} << 30));
   CHECK_FALSE(default_budget(std::nullopt).has_value());
 }
+
+TEST_CASE("a pool's tables are made room for its declared capacity, within what its layout is charged",
+          "[capacity][tables]") {
+  // Worker 1's 2 ranks of 1 000 and worker 2's 1 of 500: 2 500 owners at most, each source's own.
+  CHECK(expected_blocks({{1, ranks(2, 1000)}, {2, ranks(1, 500)}}, 1024, 0.85) ==
+        ExpectedBlocks{2500, {{{1, 0}, 1000}, {{1, 1}, 1000}, {{2, 0}, 500}}});
+  // A layout of 256 buckets holds 870 live blocks before it re-lays out: no more is reserved,
+  // each source's share scaled down alike (870 / 2 500).
+  CHECK(expected_blocks({{1, ranks(2, 1000)}, {2, ranks(1, 500)}}, 256, 0.85) ==
+        ExpectedBlocks{870, {{{1, 0}, 348}, {{1, 1}, 348}, {{2, 0}, 174}}});
+  // An unknown capacity reserves nothing: the tables grow as blocks come.
+  CHECK(expected_blocks({{1, ranks(2, 1000)}, {2, ranks(1, std::nullopt)}}, 1024, 0.85) == ExpectedBlocks{});
+  CHECK(expected_blocks({}, 1024, 0.85) == ExpectedBlocks{});
+}

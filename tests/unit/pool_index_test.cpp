@@ -300,3 +300,38 @@ TEST_CASE("a long event resolves its blocks as a short one does, past the scratc
     CHECK(index.lineage_entries(a) == chain.size());
   }
 }
+
+TEST_CASE("a pool expecting its capacity makes room once and holds the same as one that grows", "[pool][tables]") {
+  constexpr std::uint64_t kBlocks = 20'000;
+  const std::uint64_t buckets = *ckf::bucket_count_for(kBlocks);
+  PoolIndex growing(PoolIndexConfig{buckets});
+  PoolIndexConfig expecting_config{buckets};
+  expecting_config.expected_unique_blocks = kBlocks;
+  expecting_config.expected_source_blocks = {{{1, 0}, kBlocks}};
+  PoolIndex expecting(expecting_config);
+  CHECK(growing.table_rebuilds() == 0);
+  CHECK(expecting.table_rebuilds() == 1);  // the owner index, made room for at once
+  CHECK(expecting.table_bytes() >= growing.table_bytes() + kBlocks * 5);
+
+  std::size_t after_first_store = 0;
+  for (std::uint64_t event = 0; event < kBlocks / 16; ++event) {
+    std::vector<StoredBlockRef> blocks;
+    for (std::uint64_t b = 0; b < 16; ++b) {
+      const std::uint64_t id = event * 16 + b + 1;
+      blocks.push_back({id * 0x9E3779B97F4A7C15ULL, id});
+    }
+    REQUIRE_FALSE(growing.store({1, 0}, std::nullopt, std::nullopt, blocks).has_value());
+    REQUIRE_FALSE(expecting.store({1, 0}, std::nullopt, std::nullopt, blocks).has_value());
+    if (event == 0) after_first_store = expecting.table_rebuilds();  // and the source's lineage
+  }
+  CHECK(after_first_store == 2);
+  CHECK(expecting.table_rebuilds() == after_first_store);  // no table grew on the way
+  CHECK(growing.table_rebuilds() > 20);
+  CHECK(expecting.unique_blocks() == kBlocks);
+  CHECK(expecting.unique_blocks() == growing.unique_blocks());
+  expecting.drain_publication();
+  growing.drain_publication();
+  CHECK(expecting.published_digest() == growing.published_digest());
+  // No more memory than the grown tables at this size, give or take where growth left them.
+  CHECK(expecting.table_bytes() <= growing.table_bytes() * 5 / 4);
+}

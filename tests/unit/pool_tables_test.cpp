@@ -166,6 +166,42 @@ TEST_CASE("a growing probe table stays between 7/10 and 7/8 full", "[pool][table
   CHECK(table.memory_bytes() <= table.size() * (sizeof(std::uint64_t) + 1) * 10 / 7 + 64);
 }
 
+TEST_CASE("a probe table made room for N entries takes them without a rebuild, and keeps what it held",
+          "[pool][tables]") {
+  constexpr std::uint64_t kEntries = 100'000;
+  ProbeTable<std::uint64_t> table;
+  auto rebuild_from_self = [&](auto emit) {
+    table.for_each([&](std::size_t, std::uint64_t key) { emit(mix_key(key), key); });
+  };
+  const auto insert = [&](std::uint64_t key) {
+    return table
+        .find_or_insert(
+            mix_key(key), [&](std::uint64_t held) { return held == key; }, [&] { return key; }, rebuild_from_self)
+        .second;
+  };
+  for (std::uint64_t key = 1; key <= 1000; ++key) REQUIRE(insert(key));
+  const std::size_t grown = table.rebuilds();
+  table.reserve(kEntries, rebuild_from_self);
+  const std::size_t reserved = table.capacity();
+  const std::size_t made_room = table.rebuilds();
+  CHECK(made_room == grown + 1);
+  CHECK(reserved * 7 >= (kEntries + 1) * 8);  // at most 7/8 used with all of them in
+  CHECK(reserved * 7 <= (kEntries + 1) * 8 + 7);
+  for (std::uint64_t key = 1; key <= 1000; ++key) {  // the entries held before, moved once
+    REQUIRE(table.find(mix_key(key), [&](std::uint64_t held) { return held == key; }) != table.kNotFound);
+  }
+  for (std::uint64_t key = 1001; key <= kEntries; ++key) REQUIRE(insert(key));
+  CHECK(table.capacity() == reserved);
+  table.reserve(10, rebuild_from_self);  // never shrinks
+  CHECK(table.capacity() == reserved);
+  CHECK(table.rebuilds() == made_room);
+  CHECK(insert(kEntries + 1));  // room for one more than asked, then it grows as before
+  CHECK(table.capacity() == reserved);
+  CHECK(insert(kEntries + 2));
+  CHECK(table.capacity() > reserved);
+  CHECK(table.rebuilds() == made_room + 1);
+}
+
 TEST_CASE("the owner slab reuses freed ids and finds every owner by its hash", "[pool][tables]") {
   OwnerTable owners;
   std::map<std::uint64_t, OwnerTable::Id> held;  // canonical -> id
