@@ -69,12 +69,8 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
 
   // The blocks are mapped as they come and the mappings undone if one is rejected: the event is
   // applied whole or not at all, as if everything had been checked first.
-  if (lineage == nullptr) {
-    lineage = &lineage_[source];
-    if (const auto expected = expected_source_blocks_.find(source); expected != expected_source_blocks_.end()) {
-      lineage->reserve(std::min(expected->second, max_live_blocks_));
-    }
-  }
+  const bool new_source = lineage == nullptr;
+  if (new_source) lineage = &lineage_[source];
   scratch_new_mappings_.clear();
   scratch_placements_.clear();
   scratch_placement_owners_.clear();
@@ -89,7 +85,15 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
     }
     return error;
   }
-  return place_and_reoffer();
+  const auto outcome = place_and_reoffer();
+  // A new source's lineage is made room for its declared capacity once its first event has
+  // held: a source whose events are all rejected never takes that memory.
+  if (new_source) {
+    if (const auto expected = expected_source_blocks_.find(source); expected != expected_source_blocks_.end()) {
+      lineage_.at(source).reserve(std::min(expected->second, max_live_blocks_));
+    }
+  }
+  return outcome;
 }
 
 inline bool PoolIndex::map_block(LineageTable& lineage, std::uint64_t engine_id, std::uint64_t canonical,

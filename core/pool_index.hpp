@@ -57,7 +57,7 @@ struct PoolIndexConfig {
   std::uint64_t max_live_blocks = OwnerTable::kMaxOwners;
   // What the pool is expected to hold (its declared KV capacity; 0 or absent: unknown): its
   // owner table is made room for `expected_unique_blocks` at once, and a source's lineage for
-  // its entry of `expected_source_blocks` when the source first stores
+  // its entry of `expected_source_blocks` once the source's first event has been applied
   // (docs/protocol/capacity.md#tables).
   std::uint64_t expected_unique_blocks = 0;
   std::map<SourceKey, std::uint64_t> expected_source_blocks = {};
