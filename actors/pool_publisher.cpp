@@ -379,8 +379,7 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
   PoolIndexConfig index;
   index.bucket_count = config.spec.bucket_count;
   index.seed = config.spec.seed;
-  index.expected_unique_blocks = config.expected_blocks.unique;
-  index.expected_source_blocks = config.expected_blocks.per_source;
+  index.expected = config.expected_blocks;
   self->state.index.emplace(index);
   self->state.events = KvEventApplier(config.semantics);
   self->state.config = std::move(config);

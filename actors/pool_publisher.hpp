@@ -14,7 +14,6 @@
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/permits.hpp"
-#include "core/capacity.hpp"
 #include "core/kv_events.hpp"
 #include "metrics/relay_metrics.hpp"
 
@@ -44,7 +43,7 @@ struct PublisherConfig {
   PoolStreamSpec spec;       // identity, dc id and CKF format of this generation
   QuerySemantics semantics;  // how token blocks are hashed
   // What the pool's tables are made room for at once (its declared KV capacity; zero: unknown).
-  capacity::ExpectedBlocks expected_blocks;
+  ExpectedBlocks expected_blocks;
   PublicationCadence cadence;
   // Pools with subscribers at once (--max-initialized-pool-hubs), shared by every publisher.
   // A pool holds a slot while it has at least one stream: an idle pool holds none.

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (options->version) {
-    fmt::print("kv-relay {} (revision {})\n", kvrelay::build_version(), kvrelay::build_revision());
+    fmt::print("{}\n", kvrelay::version_line("kv-relay"));
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(options->log_level));

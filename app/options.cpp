@@ -355,6 +355,7 @@ std::expected<AppOptions, std::string> parse_options(const std::vector<std::stri
   if (!line) return std::unexpected(line.error());
   options.help = line->help;
   options.version = line->version;
+  if (options.help || options.version) return options;  // neither reads a config file or the environment
   if (!line->config) {
     if (const auto config = environment.find("KV_RELAY_CONFIG"); config != environment.end())
       line->config = config->second;

@@ -465,6 +465,7 @@ double cold_snapshot_ms(std::uint64_t bucket_count, std::size_t subscribers) {
 struct MemoryFigures {
   double pool_mib;         // the pool when it is made: its filter, and the tables made room for
   double blocks_mib;       // then 1 M live blocks: lineage and owners as they fill (or grow)
+  double filter_mib;       // of those, the filter's lane and touched-bucket bitmap
   double subscribers_mib;  // 16 subscribers holding the complete snapshot
 };
 
@@ -499,7 +500,9 @@ MemoryFigures memory_figures(bool declared) {
     s->thread.join();
   }
   auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  return {mib(empty - no_pool), mib(loaded - empty), mib(subscribed - loaded)};
+  const std::uint64_t buckets = *ckf::bucket_count_for(kBlocks);
+  return {mib(empty - no_pool), mib(loaded - empty), mib(buckets * sizeof(std::uint64_t) + buckets / 8),
+          mib(subscribed - loaded)};
 }
 
 }  // namespace
@@ -569,11 +572,12 @@ int main(int argc, char** argv) {
     for (const bool declared : {false, true}) {
       const auto memory = memory_figures(declared);
       const auto per_block = [](double mib) { return mib * (1 << 20) / 1e6; };
+      const double whole = memory.pool_mib + memory.blocks_mib;
       fmt::print(
           "| Heap added by a pool{} when made, then by its 1 M live blocks | {:.1f} + {:.1f} MiB ({:.0f} bytes "
-          "per block with the pool, {:.0f} without) |\n",
-          declared ? " that declares its capacity" : "", memory.pool_mib, memory.blocks_mib,
-          per_block(memory.pool_mib + memory.blocks_mib), per_block(memory.blocks_mib));
+          "per block in all, {:.0f} without the filter) |\n",
+          declared ? " that declares its capacity" : "", memory.pool_mib, memory.blocks_mib, per_block(whole),
+          per_block(whole - memory.filter_mib));
       fmt::print(
           "| ... then 16 subscribers holding the complete snapshot (relay and clients, one process) | +{:.1f} MiB |\n",
           memory.subscribers_mib);

@@ -9,8 +9,10 @@
 
 namespace kvrelay::capacity {
 
-std::optional<std::uint64_t> declared_capacity(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs) {
-  const auto ranks = declared_ranks(runtime_configs);
+namespace {
+
+// Σ over the ranks, saturating; nullopt when there is none or any is unknown.
+std::optional<std::uint64_t> capacity_of(const std::expected<DeclaredRanks, std::string>& ranks) {
   if (!ranks || ranks->empty()) return std::nullopt;
   std::uint64_t sum = 0;
   for (const auto& [rank, blocks] : *ranks) {
@@ -19,6 +21,12 @@ std::optional<std::uint64_t> declared_capacity(const std::map<std::uint64_t, Run
                                                                     : sum + *blocks;
   }
   return sum;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> declared_capacity(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs) {
+  return capacity_of(declared_ranks(runtime_configs));
 }
 
 std::uint64_t initial_bucket_count(const Sizing& sizing, std::optional<std::uint64_t> declared) {
@@ -53,16 +61,17 @@ std::uint64_t pool_charge_bytes(std::uint64_t bucket_count, double relayout_load
 
 ExpectedBlocks expected_blocks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs,
                                std::uint64_t bucket_count, double relayout_load) {
-  const auto declared = declared_capacity(runtime_configs);
+  const auto ranks = declared_ranks(runtime_configs);
+  const auto declared = capacity_of(ranks);
   if (!declared) return {};
-  const auto ranks = declared_ranks(runtime_configs);  // valid, every capacity known: declared says so
-  const std::uint64_t charged = layout_live_blocks(bucket_count, relayout_load);
-  const double scale = *declared > charged ? static_cast<double>(charged) / static_cast<double>(*declared) : 1.0;
-  ExpectedBlocks expected{std::min(*declared, charged), {}};
-  for (const auto& [rank, blocks] : *ranks) {
-    expected.per_source[{rank.worker_id, rank.dp_rank}] =
-        static_cast<std::uint64_t>(static_cast<double>(*blocks) * scale);
-  }
+  // Every figure times room / declared, at most 1, in integers.
+  const std::uint64_t room = std::min(layout_live_blocks(bucket_count, relayout_load), kMaxExpectedTableBlocks);
+  const auto scaled = [&](std::uint64_t blocks) {
+    if (*declared <= room) return blocks;
+    return static_cast<std::uint64_t>(static_cast<unsigned __int128>(blocks) * room / *declared);
+  };
+  ExpectedBlocks expected{scaled(*declared), {}};
+  for (const auto& [rank, blocks] : *ranks) expected.per_source[{rank.worker_id, rank.dp_rank}] = scaled(*blocks);
   return expected;
 }
 

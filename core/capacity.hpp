@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/ckf.hpp"
-#include "core/pool_index.hpp"
+#include "core/pool_sources.hpp"
 #include "core/topology_model.hpp"
 
 namespace kvrelay::capacity {
@@ -56,13 +56,9 @@ std::uint64_t pool_charge_bytes(std::uint64_t bucket_count, double relayout_load
 
 // What a pool's tables are made room for when it is created (docs/protocol/capacity.md#tables):
 // its workers' declared KV capacity, the sum over the declared ranks for its owners and each
-// rank's own for its source's lineage, scaled down together to what its layout is charged for.
-// Nothing when the capacity is unknown: the tables then grow as blocks come.
-struct ExpectedBlocks {
-  std::uint64_t unique = 0;
-  std::map<SourceKey, std::uint64_t> per_source = {};
-  friend bool operator==(const ExpectedBlocks&, const ExpectedBlocks&) = default;
-};
+// rank's own for its source's lineage, scaled down together to what its layout is charged for
+// and to kMaxExpectedTableBlocks. Nothing when the capacity is unknown.
+inline constexpr std::uint64_t kMaxExpectedTableBlocks = std::uint64_t{1} << 22;
 ExpectedBlocks expected_blocks(const std::map<std::uint64_t, RuntimeConfig>& runtime_configs,
                                std::uint64_t bucket_count, double relayout_load);
 

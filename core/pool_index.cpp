@@ -30,8 +30,8 @@ PoolIndex::PoolIndex(const PoolIndexConfig& config)
     : filter_(config.bucket_count, config.seed, config.max_kicks),
       window_(config.bucket_count),
       max_live_blocks_(std::min(config.max_live_blocks, OwnerTable::kMaxOwners)),
-      expected_source_blocks_(config.expected_source_blocks) {
-  owners_.reserve(std::min(config.expected_unique_blocks, max_live_blocks_));
+      expected_source_blocks_(config.expected.per_source) {
+  owners_.reserve(std::min(config.expected.unique, max_live_blocks_));
 }
 
 void PoolIndex::placed(OwnerId id, std::span<const ckf::BucketWrite> writes) {

@@ -4,7 +4,6 @@
 // fingerprint while it has owners, and the publication window of touched buckets. The tables'
 // layout is docs/protocol/pools.md#index-layout.
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -14,23 +13,11 @@
 
 #include "core/ckf.hpp"
 #include "core/indexed_list.hpp"
+#include "core/pool_sources.hpp"
 #include "core/pool_tables.hpp"
 #include "core/publication_window.hpp"
 
 namespace kvrelay {
-
-// One KV event source of a pool: a dp rank of one worker.
-struct SourceKey {
-  std::uint64_t worker_id = 0;
-  std::uint32_t dp_rank = 0;
-  friend bool operator==(const SourceKey&, const SourceKey&) = default;
-  friend auto operator<=>(const SourceKey&, const SourceKey&) = default;
-};
-
-template <typename H>
-H AbslHashValue(H state, const SourceKey& key) {
-  return H::combine(std::move(state), key.worker_id, key.dp_rank);
-}
 
 // A stored block as the engine reports it: its own id and Dynamo's local block hash.
 struct StoredBlockRef {
@@ -55,12 +42,8 @@ struct PoolIndexConfig {
   // Distinct live blocks the pool holds at most: its owner ids are 28 bits, four times what
   // the largest filter can place (docs/protocol/pools.md#lineage). Lower only in tests.
   std::uint64_t max_live_blocks = OwnerTable::kMaxOwners;
-  // What the pool is expected to hold (its declared KV capacity; 0 or absent: unknown): its
-  // owner table is made room for `expected_unique_blocks` at once, and a source's lineage for
-  // its entry of `expected_source_blocks` once the source's first event has been applied
-  // (docs/protocol/capacity.md#tables).
-  std::uint64_t expected_unique_blocks = 0;
-  std::map<SourceKey, std::uint64_t> expected_source_blocks = {};
+  // What the pool is expected to hold: its declared KV capacity, or nothing when unknown.
+  ExpectedBlocks expected = {};
 };
 
 class PoolIndex {
@@ -158,8 +141,8 @@ class PoolIndex {
   absl::flat_hash_map<SourceKey, LineageTable> lineage_;
   OwnerTable owners_;
   std::uint64_t max_live_blocks_;
-  std::map<SourceKey, std::uint64_t> expected_source_blocks_;
-  std::uint64_t resident_blocks_ = 0;  // owners with their resident bit set
+  std::map<SourceKey, std::uint64_t> expected_source_blocks_;  // each time a source's lineage is made
+  std::uint64_t resident_blocks_ = 0;                          // owners with their resident bit set
   std::uint64_t capacity_failures_ = 0;
   std::uint64_t unknown_removals_ = 0;
 };

@@ -178,7 +178,7 @@ class ProbeTable {
   template <typename ForEachLive>
   void reserve(std::size_t entries, ForEachLive&& for_each_live) {
     if (entries == 0) return;
-    const std::size_t wanted = ((entries + 1) * 8 + 6) / 7;  // entries + 1 used at most 7/8 of it
+    const std::size_t wanted = (entries * 8 + 6) / 7;  // all of them in, at most 7/8 used
     if (wanted > capacity_) rebuild(std::max(wanted, kMinCapacity), for_each_live);
   }
 

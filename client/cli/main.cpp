@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     return kOk;
   }
   if (argv_list.size() == 1 && argv_list[0] == "--version") {
-    fmt::print("kvrelay-cli {} (revision {})\n", kvrelay::build_version(), kvrelay::build_revision());
+    fmt::print("{}\n", kvrelay::version_line("kvrelay-cli"));
     return kOk;
   }
   const char* token_file = std::getenv("KV_RELAY_INGEST_TOKEN_FILE");

@@ -61,7 +61,11 @@ inline std::string read_until(int fd, const std::string& needle) {
     pollfd readable{fd, POLLIN, 0};
     const int ready = left.count() > 0 ? poll(&readable, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) {
+    if (ready < 0) {
+      FAIL_CHECK("reading the child's output failed: errno " << errno);
+      break;
+    }
+    if (ready == 0) {
       FAIL_CHECK("the child did not print '" << needle << "' within " << kChildDeadline.count() << " s; it printed:\n"
                                              << text);
       break;
@@ -75,22 +79,42 @@ inline std::string read_until(int fd, const std::string& needle) {
 
 inline Child spawn_relay(std::vector<std::string> args) { return spawn(KVRELAY_BINARY, std::move(args)); }
 
-// The child's exit code (128 + the signal that ended it). A child still running at the deadline
-// is killed and fails the test.
-inline int wait_exit(pid_t pid) {
-  const int exited = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  REQUIRE(exited >= 0);
-  pollfd done{exited, POLLIN, 0};
-  int ready = 0;
-  do {
-    ready = poll(&done, 1, static_cast<int>(std::chrono::milliseconds(kChildDeadline).count()));
-  } while (ready < 0 && errno == EINTR);
-  close(exited);
-  if (ready <= 0) kill(pid, SIGKILL);
+// How a child ended: its exit code (128 + the signal that ended it; -1 if it could not be
+// reaped), and whether it was killed for still running at the deadline.
+struct Exit {
+  int code = -1;
+  bool killed_at_deadline = false;
+};
+
+// Waits for the child until the deadline, then kills it; reaps it either way. Never throws, so
+// that a destructor may call it.
+inline Exit reap(pid_t pid) noexcept {
+  Exit exit;
+  const int handle = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (handle >= 0) {  // without pidfds (Linux before 5.3) the wait below has no deadline
+    const auto deadline = std::chrono::steady_clock::now() + kChildDeadline;
+    pollfd done{handle, POLLIN, 0};
+    int ready = 0;
+    do {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      ready = left.count() > 0 ? poll(&done, 1, static_cast<int>(left.count())) : 0;
+    } while (ready < 0 && errno == EINTR);
+    close(handle);
+    if (ready <= 0) {
+      kill(pid, SIGKILL);
+      exit.killed_at_deadline = true;
+    }
+  }
   int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  if (ready <= 0) FAIL("the child did not exit within " << kChildDeadline.count() << " s: killed");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (waitpid(pid, &status, 0) == pid) exit.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return exit;
+}
+
+// The child's exit code; a child still running at the deadline is killed and fails the test.
+inline int wait_exit(pid_t pid) {
+  const Exit exit = reap(pid);
+  if (exit.killed_at_deadline) FAIL("the child did not exit within " << kChildDeadline.count() << " s: killed");
+  return exit.code;
 }
 
 inline std::pair<std::string, int> run_to_end(const char* program, std::vector<std::string> args) {
@@ -159,12 +183,15 @@ class RelayChild {
   RelayChild& operator=(const RelayChild&) = delete;
 
   // SIGTERM (a drain), then the exit code; the same code when asked again. A relay the test
-  // stopped (SIGSTOP) is continued, so that it can drain.
+  // stopped (SIGSTOP) is continued, so that it can drain. Never throws (the destructor calls it).
   int stop() {
     if (!exit_code_) {
       kill(child_.pid, SIGTERM);
       kill(child_.pid, SIGCONT);
-      exit_code_ = wait_exit(child_.pid);
+      const Exit exit = reap(child_.pid);
+      exit_code_ = exit.code;
+      if (exit.killed_at_deadline)
+        FAIL_CHECK("kv-relay did not drain within " << kChildDeadline.count() << " s: killed");
     }
     return *exit_code_;
   }

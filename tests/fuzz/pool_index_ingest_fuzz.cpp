@@ -166,9 +166,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool grows = (data[0] & 0x40) != 0;
   PoolIndexConfig config{bucket_count};
   if ((data[0] & 0x80) != 0) {  // a declared capacity: tables made room for at once, same contents
-    config.expected_unique_blocks = bucket_count * 3;
+    config.expected.unique = bucket_count * 3;
     for (std::uint64_t worker = 0; worker < 4; ++worker) {
-      for (std::uint32_t rank = 0; rank < 2; ++rank) config.expected_source_blocks[{worker, rank}] = bucket_count * 2;
+      for (std::uint32_t rank = 0; rank < 2; ++rank) config.expected.per_source[{worker, rank}] = bucket_count * 2;
     }
   }
   PoolIndex index(config);

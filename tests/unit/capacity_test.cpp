@@ -80,6 +80,10 @@ TEST_CASE("a pool's tables are made room for its declared capacity, within what 
   // each source's share scaled down alike (870 / 2 500).
   CHECK(expected_blocks({{1, ranks(2, 1000)}, {2, ranks(1, 500)}}, 256, 0.85) ==
         ExpectedBlocks{870, {{{1, 0}, 348}, {{1, 1}, 348}, {{2, 0}, 174}}});
+  // Nor more than 2^22 blocks, whatever the layout holds: half each for two ranks of 2^22.
+  const std::uint64_t big = kMaxExpectedTableBlocks;
+  CHECK(expected_blocks({{1, ranks(2, big)}}, big, 0.85) ==
+        ExpectedBlocks{big, {{{1, 0}, big / 2}, {{1, 1}, big / 2}}});
   // An unknown capacity reserves nothing: the tables grow as blocks come.
   CHECK(expected_blocks({{1, ranks(2, 1000)}, {2, ranks(1, std::nullopt)}}, 1024, 0.85) == ExpectedBlocks{});
   CHECK(expected_blocks({}, 1024, 0.85) == ExpectedBlocks{});

@@ -306,8 +306,7 @@ TEST_CASE("a pool expecting its capacity makes room once and holds the same as o
   const std::uint64_t buckets = *ckf::bucket_count_for(kBlocks);
   PoolIndex growing(PoolIndexConfig{buckets});
   PoolIndexConfig expecting_config{buckets};
-  expecting_config.expected_unique_blocks = kBlocks;
-  expecting_config.expected_source_blocks = {{{1, 0}, kBlocks}, {{2, 0}, kBlocks}};
+  expecting_config.expected = {kBlocks, {{{1, 0}, kBlocks}, {{2, 0}, kBlocks}}};
   PoolIndex expecting(expecting_config);
   CHECK(growing.table_rebuilds() == 0);
   CHECK(expecting.table_rebuilds() == 1);  // the owner index, made room for at once
