@@ -355,7 +355,9 @@ std::expected<AppOptions, std::string> parse_options(const std::vector<std::stri
   if (!line) return std::unexpected(line.error());
   options.help = line->help;
   options.version = line->version;
-  if (options.help || options.version) return options;  // neither reads a config file or the environment
+  // --version reads no config file and no environment; --help goes on to check every value
+  // (scripts/deploy-check.sh validates whole command lines that way).
+  if (options.version) return options;
   if (!line->config) {
     if (const auto config = environment.find("KV_RELAY_CONFIG"); config != environment.end())
       line->config = config->second;

@@ -201,6 +201,16 @@ TEST_CASE("options: --help lists every flag with its variable", "[options]") {
   CHECK_THAT(text, Catch::Contains("--config"));
 }
 
+TEST_CASE("options: --version reads no config file, --help checks it", "[options]") {
+  const std::map<std::string, std::string> missing_config{{"KV_RELAY_CONFIG", "/nonexistent/kv-relay.yaml"}};
+  const auto version = parse_options({"--version"}, missing_config);
+  REQUIRE(version.has_value());
+  CHECK(version->version);
+  const auto help = parse_options({"--help"}, missing_config);
+  REQUIRE_FALSE(help.has_value());
+  CHECK_THAT(help.error(), Catch::Contains("/nonexistent/kv-relay.yaml"));
+}
+
 TEST_CASE("options: README's configuration table is --help's, flag for flag and default for default", "[options]") {
   // flag -> its default as --help shows it; --config is described above the table.
   std::map<std::string, std::string> help_defaults;
