@@ -25,20 +25,16 @@ const std::string kTmp = KVRELAY_TEST_TMP_DIR;
 class DemoRelay {
  public:
   explicit DemoRelay(const std::string& name, const std::vector<std::string>& extra_args = {})
-      : relay_("cli-" + name, arguments(name, extra_args)),
+      : relay_("cli-" + name,
+               {"--metrics-listen", "off", "--dc-id", "dc-cli-test", "--topology",
+                write_demo_topology("cli-" + name, fed_by_push)},
+               extra_args),
         wan_(relay_.address("wan")),
         ingest_(relay_.address("ingest")) {}
   const std::string& wan() const { return wan_; }
   const std::string& ingest() const { return ingest_; }
 
  private:
-  static std::vector<std::string> arguments(const std::string& name, const std::vector<std::string>& extra_args) {
-    std::vector<std::string> args = {"--metrics-listen", "off",        "--dc-id",
-                                     "dc-cli-test",      "--topology", write_demo_topology("cli-" + name, fed_by_push)};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    return args;
-  }
-
   RelayChild relay_;
   std::string wan_, ingest_;
 };

@@ -50,6 +50,18 @@ inline Child spawn(const char* program, std::vector<std::string> args) {
 // exits, fails that test instead of hanging the suite.
 inline constexpr std::chrono::seconds kChildDeadline{90};
 
+// Waits until `fd` is readable or `deadline` passes: poll's result (1, 0 at the deadline, or
+// -1 on an error other than an interruption).
+inline int poll_until(int fd, std::chrono::steady_clock::time_point deadline) noexcept {
+  pollfd readable{fd, POLLIN, 0};
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    const int ready = poll(&readable, 1, static_cast<int>(left.count()));
+    if (ready >= 0 || errno != EINTR) return ready;
+  }
+}
+
 // Reads the child's output until `needle` appears, the output ends or the deadline passes (a
 // failed check); returns what was read.
 inline std::string read_until(int fd, const std::string& needle) {
@@ -57,10 +69,7 @@ inline std::string read_until(int fd, const std::string& needle) {
   std::string text;
   char buffer[4096];
   while (text.find(needle) == std::string::npos) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd readable{fd, POLLIN, 0};
-    const int ready = left.count() > 0 ? poll(&readable, 1, static_cast<int>(left.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
+    const int ready = poll_until(fd, deadline);
     if (ready < 0) {
       FAIL_CHECK("reading the child's output failed: errno " << errno);
       break;
@@ -92,13 +101,7 @@ inline Exit reap(pid_t pid) noexcept {
   Exit exit;
   const int handle = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (handle >= 0) {  // without pidfds (Linux before 5.3) the wait below has no deadline
-    const auto deadline = std::chrono::steady_clock::now() + kChildDeadline;
-    pollfd done{handle, POLLIN, 0};
-    int ready = 0;
-    do {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      ready = left.count() > 0 ? poll(&done, 1, static_cast<int>(left.count())) : 0;
-    } while (ready < 0 && errno == EINTR);
+    const int ready = poll_until(handle, std::chrono::steady_clock::now() + kChildDeadline);
     close(handle);
     if (ready <= 0) {
       kill(pid, SIGKILL);
@@ -153,13 +156,15 @@ inline std::string wan_of(const std::string& ready_file) { return address_in(rea
 // stopped it, however the test ends.
 class RelayChild {
  public:
-  // `name` keeps its files apart from another test's; `args` follow the WAN and ingest
-  // listeners and the ready file (--dc-id and --metrics-listen among them).
-  RelayChild(const std::string& name, std::vector<std::string> args)
+  // `name` keeps its files apart from another test's; `args` (--dc-id and --metrics-listen
+  // among them), then a test's `extra_args`, follow the WAN and ingest listeners and the ready
+  // file.
+  RelayChild(const std::string& name, std::vector<std::string> args, const std::vector<std::string>& extra_args = {})
       : ready_(std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".ready"),
         log_path_(std::string(KVRELAY_TEST_TMP_DIR) + "/" + name + ".log") {
     unlink(ready_.c_str());
     args.insert(args.begin(), {"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--ready-file", ready_});
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     child_ = spawn_relay(std::move(args));
     const std::string start = read_until(child_.output, "ready: ");
     if (start.find("ready: ") == std::string::npos) {

@@ -20,9 +20,10 @@ namespace kvrelay::test {
 class RelayProcess {
  public:
   RelayProcess(const std::string& name, const std::string& topology, std::vector<std::string> extra_args = {})
-      : relay_(name, with_extra({"--metrics-listen", "127.0.0.1:0", "--drain-timeout-ms", "500", "--topology", topology,
-                                 "--load-window-ms", "100", "--dc-id", "dc-engines-test"},
-                                std::move(extra_args))),
+      : relay_(name,
+               {"--metrics-listen", "127.0.0.1:0", "--drain-timeout-ms", "500", "--topology", topology,
+                "--load-window-ms", "100", "--dc-id", "dc-engines-test"},
+               extra_args),
         ingest_address_(relay_.address("ingest")),
         wan_address_(relay_.address("wan")),
         metrics_(relay_.address("metrics")) {
@@ -102,11 +103,6 @@ class RelayProcess {
     INFO("stream ended: " << status.error_message() << "; last update: " << (last ? last->ShortDebugString() : "none"));
     FAIL("the stream ended before an update was accepted");
     return {};
-  }
-
-  static std::vector<std::string> with_extra(std::vector<std::string> args, std::vector<std::string> extra) {
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
   }
 
   RelayChild relay_;
