@@ -17,12 +17,12 @@ namespace kvrelay::capacity {
 // Bounds of an automatically sized filter (docs/protocol/decisions.md#d34).
 inline constexpr std::uint64_t kMinAutoBuckets = std::uint64_t{1} << 10;
 inline constexpr std::uint64_t kMaxBuckets = ckf::kMaxBucketCount;
-// What one live block costs beyond the filter (docs/protocol/pools.md#index-layout): its 12-byte
+// What one live block costs beyond the filter (docs/protocol/pools.md#index-layout): its 10-byte
 // owner slab entry, and a slot in the owner index (5 bytes) and in its source's lineage (13),
-// tables rebuilt at 7/8 used to 7/10 live: 33-38 bytes. The budget charges the most, so a
+// tables rebuilt at 7/8 used to 7/10 live: 31-36 bytes. The budget charges the most, so a
 // pool within its charge never takes more than it was granted, wherever its tables are in
 // their growth.
-inline constexpr std::uint64_t kBytesPerLiveBlock = 38;
+inline constexpr std::uint64_t kBytesPerLiveBlock = 36;
 
 struct Sizing {
   std::optional<std::uint64_t> expected_blocks;  // nullopt: from the declared capacity ("auto")

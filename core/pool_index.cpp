@@ -137,7 +137,7 @@ inline bool PoolIndex::gain_mapping(std::uint64_t canonical, OwnerId& owner, Eve
     error = EventError::kOwnershipDegreeOverflow;
     return false;
   }
-  owners_.add_mappings(owner, 1);
+  owners_.add_mapping(owner);
   // A capacity omission gaining a mapping is placed again, once per event.
   if (!owners_.resident(owner) && scratch_requeued_.push_unique(owner)) {
     scratch_placements_.push_back(canonical);

@@ -5,7 +5,6 @@ namespace kvrelay {
 void OwnerTable::add_page() {
   // Every field is written before it is read: a page's ids are handed out in order.
   pages_.push_back(std::make_unique_for_overwrite<Page>());
-  std::fill(std::begin(pages_.back()->resident), std::end(pages_.back()->resident), 0);
 }
 
 auto OwnerTable::index_entries() const {
@@ -24,9 +23,8 @@ OwnerTable::Found OwnerTable::find_or_add(std::uint64_t canonical) {
       hash, [&](IndexEntry entry) { return holds(entry, hash, canonical); },
       [&] {
         added = allocate();
-        slot(added).canonical = canonical;
-        slot(added).mappings = 1;
-        set_resident(added, false);
+        canonical_of(added) = canonical;
+        state_of(added) = 1;  // one mapping, not resident
         return entry_of(added, hash);
       },
       index_entries());
@@ -38,11 +36,24 @@ void OwnerTable::reserve(std::size_t owners) {
   pages_.reserve((owners + kPageSize - 1) / kPageSize);
 }
 
+void OwnerTable::drop_mapping(Id id) {
+  std::uint16_t& state = state_of(id);
+  if ((state & kCountMask) != kManyMappings) {
+    --state;
+    return;
+  }
+  const auto many = many_mappings_.find(id);
+  if (--many->second < kManyMappings) {
+    state = static_cast<std::uint16_t>((state & kResidentBit) | many->second);
+    many_mappings_.erase(many);
+  }
+}
+
 void OwnerTable::erase(Id id) {
   // The index holds each id once: the id itself is the match, with no slab read.
-  index_.erase_at(index_.find(mix_key(slot(id).canonical), [id](IndexEntry held) { return id_of(held) == id; }));
-  slot(id).mappings = 0;
-  slot(id).canonical = free_head_;
+  index_.erase_at(index_.find(mix_key(canonical_of(id)), [id](IndexEntry held) { return id_of(held) == id; }));
+  state_of(id) = 0;
+  canonical_of(id) = free_head_;
   free_head_ = id;
 }
 

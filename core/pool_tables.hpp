@@ -3,13 +3,15 @@
 // at stable 28-bit ids {canonical hash, mapping count, resident bit}, found by canonical hash
 // through an index of ids, each beside 4 more bits of its hash; each source's lineage maps an
 // engine block id to its owner's id.
-// 33-38 bytes per live block in all, where two Swiss maps of 64-bit pairs took 39-78.
+// 31-36 bytes per live block in all, where two Swiss maps of 64-bit pairs took 39-78.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include <absl/container/flat_hash_map.h>
 
 #include "core/probe_table.hpp"
 
@@ -25,7 +27,10 @@ class OwnerTable {
   static constexpr std::uint64_t kMaxOwners = std::uint64_t{1} << kIdBits;
 
   std::size_t size() const { return index_.size(); }
-  std::size_t memory_bytes() const { return pages_.size() * sizeof(Page) + index_.memory_bytes(); }
+  std::size_t memory_bytes() const {
+    return pages_.size() * sizeof(Page) + index_.memory_bytes() +
+           many_mappings_.capacity() * (sizeof(decltype(many_mappings_)::slot_type) + 1);
+  }
   std::size_t rebuilds() const { return index_.rebuilds(); }
 
   std::optional<Id> find(std::uint64_t canonical) const {
@@ -38,7 +43,7 @@ class OwnerTable {
   void prefetch_owner(Id id) const {
     const Page& page = *pages_[id >> kPageBits];
     __builtin_prefetch(&page.canonical[id & kPageMask]);
-    __builtin_prefetch(&page.mappings[id & kPageMask]);
+    __builtin_prefetch(&page.state[id & kPageMask]);
   }
 
   // The owner of `canonical`, and false; or else a new one (fewer than kMaxOwners held) with
@@ -48,20 +53,35 @@ class OwnerTable {
     bool added;
   };
   Found find_or_add(std::uint64_t canonical);
-  // Frees the id; its owner must be held.
+  // Frees the id with its owner's last mapping.
   void erase(Id id);
   // Room for `owners` owners without growing the index on the way (ProbeTable::reserve).
   void reserve(std::size_t owners);
 
-  std::uint64_t canonical(Id id) const { return slot(id).canonical; }
-  std::uint32_t mappings(Id id) const { return slot(id).mappings; }
-  void add_mappings(Id id, std::uint32_t count) { slot(id).mappings += count; }
-  void drop_mapping(Id id) { --slot(id).mappings; }
-  bool resident(Id id) const { return (page(id).resident[(id & kPageMask) / 64] >> (id % 64)) & 1; }
+  std::uint64_t canonical(Id id) const { return canonical_of(id); }
+  std::uint32_t mappings(Id id) const {
+    const std::uint16_t count = state_of(id) & kCountMask;
+    return count == kManyMappings ? many_mappings_.at(id) : count;
+  }
+  // One more mapping; the caller checks that the count stays below 2^32.
+  void add_mapping(Id id) {
+    std::uint16_t& state = state_of(id);
+    const std::uint16_t count = state & kCountMask;
+    if (count == kManyMappings) {
+      ++many_mappings_[id];
+    } else if (count + 1 == kManyMappings) {
+      state |= kManyMappings;
+      many_mappings_[id] = kManyMappings;
+    } else {
+      ++state;
+    }
+  }
+  // One fewer; the owner keeps at least one (a last mapping goes with erase).
+  void drop_mapping(Id id);
+  bool resident(Id id) const { return (state_of(id) & kResidentBit) != 0; }
   void set_resident(Id id, bool resident) {
-    std::uint64_t& word = page(id).resident[(id & kPageMask) / 64];
-    const std::uint64_t bit = std::uint64_t{1} << (id % 64);
-    word = resident ? word | bit : word & ~bit;
+    std::uint16_t& state = state_of(id);
+    state = resident ? state | kResidentBit : state & ~kResidentBit;
   }
 
   // visit(id, canonical hash) for every owner, in id order (the slab's, page by page).
@@ -71,7 +91,7 @@ class OwnerTable {
       const Page& page = *pages_[first >> kPageBits];
       const Id count = std::min(kPageSize, next_unused_ - first);
       for (Id i = 0; i < count; ++i) {
-        if (page.mappings[i] != 0) visit(first + i, page.canonical[i]);
+        if ((page.state[i] & kCountMask) != 0) visit(first + i, page.canonical[i]);
       }
     }
   }
@@ -82,20 +102,20 @@ class OwnerTable {
   static constexpr Id kPageSize = Id{1} << kPageBits;
   static constexpr Id kPageMask = kPageSize - 1;
   static constexpr Id kNoId = 0xFFFF'FFFF;  // ends the free list: no id reaches it (ids are below kMaxOwners)
+  // An owner's state: its resident bit above a 15-bit mapping count. A count of kManyMappings
+  // or more (2^15 - 1: mappings from that many sources, or engine ids, at once) is held in
+  // many_mappings_ instead. So an id takes 10 bytes, and a page of 64 fills one of the
+  // allocator's size classes (640 bytes) exactly, where 12-byte entries and a resident word
+  // (776 bytes) were rounded up to 896.
+  static constexpr std::uint16_t kResidentBit = 0x8000;
+  static constexpr std::uint16_t kCountMask = 0x7FFF;
+  static constexpr std::uint16_t kManyMappings = kCountMask;
   // A free id has no mappings and holds the next free id in place of its canonical hash.
   struct Page {
     std::uint64_t canonical[kPageSize];
-    std::uint32_t mappings[kPageSize];
-    std::uint64_t resident[kPageSize / 64];
+    std::uint16_t state[kPageSize];
   };
-  struct SlotRef {
-    std::uint64_t& canonical;
-    std::uint32_t& mappings;
-  };
-  struct ConstSlotRef {
-    const std::uint64_t& canonical;
-    const std::uint32_t& mappings;
-  };
+  static_assert(sizeof(Page) == 640);
   // An owner index slot: the id in the low kIdBits, hash bits 28..31 above it (the control
   // byte holds bits 32..38, the home the top bits). A type of its own, so that an entry is
   // never taken for an id.
@@ -108,17 +128,19 @@ class OwnerTable {
   static IndexEntry entry_of(Id id, std::uint64_t hash) { return {id | check_bits(hash)}; }
   static Id id_of(IndexEntry entry) { return entry.bits & kIdMask; }
   bool holds(IndexEntry entry, std::uint64_t hash, std::uint64_t canonical) const {
-    return (entry.bits & ~kIdMask) == check_bits(hash) && slot(id_of(entry)).canonical == canonical;
+    return (entry.bits & ~kIdMask) == check_bits(hash) && canonical_of(id_of(entry)) == canonical;
   }
 
   Page& page(Id id) { return *pages_[id >> kPageBits]; }
   const Page& page(Id id) const { return *pages_[id >> kPageBits]; }
-  SlotRef slot(Id id) { return {page(id).canonical[id & kPageMask], page(id).mappings[id & kPageMask]}; }
-  ConstSlotRef slot(Id id) const { return {page(id).canonical[id & kPageMask], page(id).mappings[id & kPageMask]}; }
+  std::uint64_t& canonical_of(Id id) { return page(id).canonical[id & kPageMask]; }
+  std::uint64_t canonical_of(Id id) const { return page(id).canonical[id & kPageMask]; }
+  std::uint16_t& state_of(Id id) { return page(id).state[id & kPageMask]; }
+  std::uint16_t state_of(Id id) const { return page(id).state[id & kPageMask]; }
   Id allocate() {
     if (free_head_ != kNoId) {
       const Id id = free_head_;
-      free_head_ = static_cast<Id>(slot(id).canonical);
+      free_head_ = static_cast<Id>(canonical_of(id));
       return id;
     }
     if ((next_unused_ >> kPageBits) == pages_.size()) add_page();
@@ -133,6 +155,7 @@ class OwnerTable {
   Id next_unused_ = 0;  // ids at and past it were never handed out
   Id free_head_ = kNoId;
   Index index_;
+  absl::flat_hash_map<Id, std::uint32_t> many_mappings_;  // counts of kManyMappings and more
 };
 
 // One source's lineage: engine block id -> owner id, 12-byte slots.

@@ -118,10 +118,11 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
   CHECK(s.count("kv_relay_pool_relayouts_total", series) == static_cast<double>(pool.relayouts()));
   CHECK(s.value("kv_relay_pool_omitted_blocks", series) == 0);
   CHECK(s.count("kv_relay_pool_growth_refusals_total") == 0);
-  // The tables of 40 000 live blocks: at least their 12-byte owner entries, at most what the
-  // budget charges them (docs/protocol/pools.md#index-layout).
+  // The tables of 40 000 live blocks: at least their 10-byte owner entries and a slot in each
+  // table (5 and 13 bytes), at most what the budget charges them
+  // (docs/protocol/pools.md#index-layout).
   const double index_bytes = s.value("kv_relay_pool_index_bytes", series).value_or(0);
-  CHECK(index_bytes >= 12.0 * static_cast<double>(sequence_hashes.size()));
+  CHECK(index_bytes >= 28.0 * static_cast<double>(sequence_hashes.size()));
   CHECK(index_bytes <= static_cast<double>(capacity::kBytesPerLiveBlock * sequence_hashes.size() + (2 << 10)));
 }
 
@@ -158,7 +159,7 @@ TEST_CASE("capacity: a pool whose workers declare their capacity has its tables 
 TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conflict, others go on",
           "[capacity][budget]") {
   auto options = loopback_options();
-  options.expected_unique_blocks = 64;  // 32 buckets: 512 + 108 x 38 bytes, 4 616 in all
+  options.expected_unique_blocks = 64;  // 32 buckets: 512 + 108 x 36 bytes, 4 400 in all
   options.memory_budget_bytes = 6'000;
   options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
@@ -172,7 +173,7 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
   const auto refused = relay.put_worker(put_worker_request(second, 2, other));
   REQUIRE(refused.conflicts_size() == 1);
   CHECK(refused.conflicts(0) ==
-        "PoolMaterialization: memory budget: needs 4616 bytes, 1384 of --memory-budget-bytes 6000 are left");
+        "PoolMaterialization: memory budget: needs 4400 bytes, 1600 of --memory-budget-bytes 6000 are left");
 
   const auto state = relay.get_state();
   REQUIRE(state.endpoints_size() == 2);
@@ -184,7 +185,7 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
       scrape_until(relay, [](const Scrape& now) { return now.count("kv_relay_pools_over_budget") == 1; });
   CHECK(refused_scrape.count("kv_relay_pools_over_budget") == 1);
   CHECK(refused_scrape.value("kv_relay_memory_budget_bytes") == 6'000);
-  CHECK(refused_scrape.value("kv_relay_memory_charged_bytes") == 4'616);
+  CHECK(refused_scrape.value("kv_relay_memory_charged_bytes") == 4'400);
   // The first pool is served as before; once it goes, the budget holds the second.
   relay.publish({stored_batch(first, 1, 0, 1, 0, {{1, 0x11}})});
   CHECK(only_pool(relay.get_state()).unique_blocks() == 1);
@@ -204,7 +205,7 @@ TEST_CASE("capacity: a pool the memory budget cannot hold is refused with a conf
 TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and the omissions are counted",
           "[capacity][budget]") {
   auto options = loopback_options();
-  options.expected_unique_blocks = 64;  // 32 buckets, charged 4 616 bytes; 64 buckets would be 9 270
+  options.expected_unique_blocks = 64;  // 32 buckets, charged 4 400 bytes; 64 buckets would be 8 836
   options.memory_budget_bytes = 6'000;
   options.relayout_min_interval_ms = 0;
   options.metrics_listen = "127.0.0.1:0";
@@ -226,7 +227,7 @@ TEST_CASE("capacity: a re-layout the memory budget cannot hold is refused and th
   CHECK(pool.unique_blocks() == 200);
   CHECK(pool.omitted_blocks() == 200 - pool.occupied_slots());
   CHECK(pool.omitted_blocks() >= 200 - 128);
-  CHECK(pool.growth_refusal() == "memory budget: needs 4654 bytes, 1384 of --memory-budget-bytes 6000 are left");
+  CHECK(pool.growth_refusal() == "memory budget: needs 4436 bytes, 1600 of --memory-budget-bytes 6000 are left");
   const Labels series{{"pool", "ns/backend/generate"}};
   const Scrape s = scrape_until(relay, [&](const Scrape& now) {
     return now.value("kv_relay_pool_omitted_blocks", series) == static_cast<double>(pool.omitted_blocks());

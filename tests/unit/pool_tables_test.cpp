@@ -256,7 +256,7 @@ TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][table
   std::vector<OwnerTable::Id> ids;
   for (std::uint64_t c = 1; c <= 300; ++c) ids.push_back(owners.find_or_add(c * 0x9E3779B97F4A7C15ULL).id);
   for (std::size_t i = 0; i < ids.size(); i += 3) owners.set_resident(ids[i], true);
-  for (std::size_t i = 0; i < ids.size(); i += 5) owners.add_mappings(ids[i], 1);
+  for (std::size_t i = 0; i < ids.size(); i += 5) owners.add_mapping(ids[i]);
   owners.set_resident(ids[3], false);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     CHECK(owners.resident(ids[i]) == (i % 3 == 0 && i != 3));
@@ -273,6 +273,38 @@ TEST_CASE("an owner's mapping count and resident bit are its own", "[pool][table
   CHECK_FALSE(found.added);
   CHECK(found.id == again);
   CHECK(owners.mappings(again) == 1);
+}
+
+TEST_CASE("an owner counts mappings past what its slab entry holds, and back", "[pool][tables]") {
+  // The slab entry holds a count below 2^15 - 1; from there on the count is kept aside.
+  constexpr std::uint32_t kMany = 70'000;
+  OwnerTable owners;
+  const OwnerTable::Id shared = owners.find_or_add(7).id;
+  const OwnerTable::Id neighbour = owners.find_or_add(8).id;
+  owners.set_resident(shared, true);
+  const std::size_t few = owners.memory_bytes();
+  for (std::uint32_t count = 1; count < kMany; ++count) {
+    owners.add_mapping(shared);
+    REQUIRE(owners.mappings(shared) == count + 1);
+  }
+  CHECK(owners.memory_bytes() > few);  // the count kept aside is in the table's bytes
+  CHECK(owners.resident(shared));
+  CHECK(owners.mappings(neighbour) == 1);
+  CHECK_FALSE(owners.resident(neighbour));
+  owners.set_resident(shared, false);
+  owners.set_resident(shared, true);
+  for (std::uint32_t count = kMany; count > 1; --count) {
+    owners.drop_mapping(shared);
+    REQUIRE(owners.mappings(shared) == count - 1);
+    REQUIRE(owners.resident(shared));
+  }
+  // Every count lives in its slab entry again: the id is freed and reused like any other.
+  owners.erase(shared);
+  CHECK(owners.find(7) == std::nullopt);
+  CHECK(owners.find_or_add(9).id == shared);
+  CHECK(owners.mappings(shared) == 1);
+  CHECK_FALSE(owners.resident(shared));
+  CHECK(owners.mappings(neighbour) == 1);
 }
 
 TEST_CASE("a lineage table maps engine ids of any width to owners", "[pool][tables]") {
