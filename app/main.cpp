@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
       const char* name = received == SIGTERM ? "SIGTERM" : received == SIGINT ? "SIGINT" : "SIGHUP";
       if (asked) {
         spdlog::warn("{} received again while draining: exiting now", name);
-        spdlog::shutdown();
+        // Flushed, not shut down: other threads may be logging at this moment (streams ending
+        // in the drain), and spdlog::shutdown() frees the logger under them, a SIGSEGV in
+        // place of 128 + the signal.
+        spdlog::default_logger()->flush();
         std::_Exit(128 + received);
       }
       asked = true;

@@ -22,21 +22,14 @@ TEST_CASE("kv-relay writes its ready file, drains on SIGTERM, SIGINT or SIGHUP a
   const auto [stop_signal, name] = GENERATE(table<int, std::string>(
       {{SIGTERM, std::string("SIGTERM")}, {SIGINT, std::string("SIGINT")}, {SIGHUP, std::string("SIGHUP")}}));
   CAPTURE(name);
-  const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready.json";
-  unlink(ready.c_str());
-  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen",
-                             "127.0.0.1:0", "--ready-file", ready, "--dc-id", "dc-binary-test"});
-  const std::string log = read_until(child.output, "ready: ");
-  REQUIRE_THAT(log, Catch::Contains("ready: "));
+  RelayChild relay("binary-" + name, {"--metrics-listen", "127.0.0.1:0", "--dc-id", "dc-binary-test"});
   std::stringstream content;
-  content << std::ifstream(ready).rdbuf();
+  content << std::ifstream(relay.ready_file()).rdbuf();
   CHECK_THAT(content.str(), Catch::Matches(R"(\{"wan": "127\.0\.0\.1:[0-9]+", "ingest": "127\.0\.0\.1:[0-9]+", )"
                                            R"("metrics": "127\.0\.0\.1:[0-9]+"\}\s*)"));
-  REQUIRE(kill(child.pid, stop_signal) == 0);
-  CHECK(wait_exit(child.pid) == 0);
-  const std::string drained = read_until(child.output, "relay stopped");
-  CHECK_THAT(drained, Catch::Contains(name + " received: draining") && Catch::Contains("relay stopped"));
-  close(child.output);
+  CHECK(relay.stop(stop_signal) == 0);
+  CHECK_THAT(relay.wait_for_output("relay stopped"),
+             Catch::Contains(name + " received: draining") && Catch::Contains("relay stopped"));
 }
 
 TEST_CASE("kv-relay and kvrelay-cli --version print the project's version and its commit", "[binary]") {
@@ -95,27 +88,23 @@ namespace v1 = dynamo::kvrelay::v1;
 // reads: its drain lasts until --drain-timeout-ms cancels them.
 class StalledRelay {
  public:
-  StalledRelay(const std::string& name, const std::string& drain_timeout_ms) {
-    const std::string ready = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-" + name + ".json";
-    unlink(ready.c_str());
-    child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
-                         "--dc-id", "dc-binary-test", "--ready-file", ready, "--drain-timeout-ms", drain_timeout_ms,
-                         "--topology", write_demo_topology(name, fed_by_push)});
-    REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
+  StalledRelay(const std::string& name, const std::string& drain_timeout_ms)
+      : relay_(name, {"--metrics-listen", "off", "--dc-id", "dc-binary-test", "--drain-timeout-ms", drain_timeout_ms,
+                      "--topology", write_demo_topology(name, fed_by_push)}) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(8 << 20);
-    stub_ =
-        v1::KvEventRelay::NewStub(grpc::CreateCustomChannel(wan_of(ready), grpc::InsecureChannelCredentials(), args));
+    stub_ = v1::KvEventRelay::NewStub(
+        grpc::CreateCustomChannel(relay_.address("wan"), grpc::InsecureChannelCredentials(), args));
     ingest_ = kvrelay::ingest::v1::RelayIngest::NewStub(
-        grpc::CreateChannel(address_in(ready, "ingest"), grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(relay_.address("ingest"), grpc::InsecureChannelCredentials()));
     stall_every_pool();
   }
+  // The stalled streams go before the relay is stopped, should the test not have stopped it.
   ~StalledRelay() {
-    close(child.output);
     for (auto& context : contexts_) context->TryCancel();
   }
 
-  Child child;
+  RelayChild& process() { return relay_; }
 
  private:
   void stall_every_pool() {
@@ -149,6 +138,7 @@ class StalledRelay {
     return count;
   }
 
+  RelayChild relay_;  // outlives the calls below
   std::unique_ptr<v1::KvEventRelay::Stub> stub_;
   std::unique_ptr<kvrelay::ingest::v1::RelayIngest::Stub> ingest_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;  // outlive the readers below
@@ -160,17 +150,19 @@ class StalledRelay {
 
 TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary]") {
   StalledRelay relay("drain", "500");
-  REQUIRE(kill(relay.child.pid, SIGTERM) == 0);
-  CHECK(wait_exit(relay.child.pid) == 0);
-  CHECK_THAT(read_until(relay.child.output, "relay stopped"), Catch::Contains("relay stopped"));
+  CHECK(relay.process().stop(SIGTERM) == 0);
+  CHECK_THAT(relay.process().wait_for_output("relay stopped"), Catch::Contains("relay stopped"));
 }
 
 TEST_CASE("a second signal while kv-relay drains ends it at once, with 128 + the signal", "[binary]") {
   StalledRelay relay("impatient", "600000");  // a drain that would wait ten minutes for its stalled streams
-  REQUIRE(kill(relay.child.pid, SIGTERM) == 0);
-  REQUIRE_THAT(read_until(relay.child.output, "draining"), Catch::Contains("SIGTERM received: draining"));
-  REQUIRE(kill(relay.child.pid, SIGINT) == 0);
-  CHECK(wait_exit(relay.child.pid) == 128 + SIGINT);
+  REQUIRE(kill(relay.process().pid(), SIGTERM) == 0);
+  REQUIRE_THAT(relay.process().wait_for_output("draining"), Catch::Contains("SIGTERM received: draining"));
+  const int exit_code = relay.process().stop(SIGINT);
+  const std::string output = relay.process().wait_for_output("exiting now");
+  CHECK_THAT(output, Catch::Contains("SIGINT received again while draining: exiting now"));
+  INFO("the relay's output:\n" << output);
+  CHECK(exit_code == 128 + SIGINT);
 }
 
 TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason in its log", "[binary][supervision]") {

@@ -11,8 +11,9 @@
 
 #include <cerrno>
 #include <chrono>
-
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -151,9 +152,9 @@ inline std::string address_in(const std::string& ready_file, const std::string& 
 inline std::string wan_of(const std::string& ready_file) { return address_in(ready_file, "wan"); }
 
 // A kv-relay process on loopback listeners, up once it has said so. Its output after that is
-// copied into a file as it comes: a pipe nobody reads fills at 64 KiB and then blocks every
-// thread of the relay that logs. Stopped with SIGTERM and reaped when it goes, unless the test
-// stopped it, however the test ends.
+// read as it comes, kept for wait_for_output and copied into a file: a pipe nobody reads fills
+// at 64 KiB and then blocks every thread of the relay that logs. Stopped with SIGTERM and
+// reaped when it goes, unless the test stopped it, however the test ends.
 class RelayChild {
  public:
   // `name` keeps its files apart from another test's; `args` (--dc-id and --metrics-listen
@@ -166,18 +167,13 @@ class RelayChild {
     args.insert(args.begin(), {"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--ready-file", ready_});
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     child_ = spawn_relay(std::move(args));
-    const std::string start = read_until(child_.output, "ready: ");
-    if (start.find("ready: ") == std::string::npos) {
+    output_ = read_until(child_.output, "ready: ");
+    if (output_.find("ready: ") == std::string::npos) {
       stop();
       close(child_.output);
-      FAIL("kv-relay did not start:\n" << start);
+      FAIL("kv-relay did not start:\n" << output_);
     }
-    log_reader_ = std::thread([fd = child_.output, path = log_path_, start] {
-      std::ofstream log(path);
-      log << start;
-      char buffer[4096];
-      for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) log.write(buffer, n).flush();
-    });
+    log_reader_ = std::thread([this] { copy_output(); });
   }
   ~RelayChild() {
     stop();
@@ -187,27 +183,58 @@ class RelayChild {
   RelayChild(const RelayChild&) = delete;
   RelayChild& operator=(const RelayChild&) = delete;
 
-  // SIGTERM (a drain), then the exit code; the same code when asked again. A relay the test
-  // stopped (SIGSTOP) is continued, so that it can drain. Never throws (the destructor calls it).
-  int stop() {
+  // `signal` (SIGTERM: a drain), then the exit code; the same code when asked again. A relay
+  // the test stopped (SIGSTOP) is continued, so that it can act on it. Never throws (the
+  // destructor calls it).
+  int stop(int signal = SIGTERM) {
     if (!exit_code_) {
-      kill(child_.pid, SIGTERM);
+      kill(child_.pid, signal);
       kill(child_.pid, SIGCONT);
       const Exit exit = reap(child_.pid);
       exit_code_ = exit.code;
       if (exit.killed_at_deadline)
-        FAIL_CHECK("kv-relay did not drain within " << kChildDeadline.count() << " s: killed");
+        FAIL_CHECK("kv-relay did not exit within " << kChildDeadline.count() << " s: killed");
     }
     return *exit_code_;
   }
+  // The relay's output once it holds `needle`, or once it ended (a failed check, as at the
+  // deadline).
+  std::string wait_for_output(const std::string& needle) {
+    std::unique_lock lock(output_mutex_);
+    const bool found = output_grew_.wait_until(lock, std::chrono::steady_clock::now() + kChildDeadline, [&] {
+      return output_.find(needle) != std::string::npos || output_ended_;
+    }) && output_.find(needle) != std::string::npos;
+    if (!found) FAIL_CHECK("kv-relay did not print '" << needle << "'; it printed:\n" << output_);
+    return output_;
+  }
   pid_t pid() const { return child_.pid; }
   std::string address(const std::string& key) const { return address_in(ready_, key); }
+  const std::string& ready_file() const { return ready_; }
   const std::string& log_path() const { return log_path_; }
 
  private:
+  void copy_output() {
+    std::ofstream log(log_path_);
+    log << output_;
+    char buffer[4096];
+    for (ssize_t n; (n = read(child_.output, buffer, sizeof buffer)) > 0;) {
+      log.write(buffer, n).flush();
+      std::lock_guard lock(output_mutex_);
+      output_.append(buffer, static_cast<std::size_t>(n));
+      output_grew_.notify_all();
+    }
+    std::lock_guard lock(output_mutex_);
+    output_ended_ = true;
+    output_grew_.notify_all();
+  }
+
   Child child_;
   std::string ready_, log_path_;
   std::optional<int> exit_code_;
+  std::mutex output_mutex_;
+  std::condition_variable output_grew_;
+  std::string output_;  // all the relay printed so far
+  bool output_ended_ = false;
   std::thread log_reader_;
 };
 
