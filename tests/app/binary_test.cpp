@@ -157,7 +157,8 @@ TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary
 TEST_CASE("a second signal while kv-relay drains ends it at once, with 128 + the signal", "[binary]") {
   StalledRelay relay("impatient", "600000");  // a drain that would wait ten minutes for its stalled streams
   REQUIRE(kill(relay.process().pid(), SIGTERM) == 0);
-  REQUIRE_THAT(relay.process().wait_for_output("draining"), Catch::Contains("SIGTERM received: draining"));
+  REQUIRE_THAT(relay.process().wait_for_output("SIGTERM received: draining"),
+               Catch::Contains("SIGTERM received: draining"));
   const int exit_code = relay.process().stop(SIGINT);
   const std::string output = relay.process().wait_for_output("exiting now");
   CHECK_THAT(output, Catch::Contains("SIGINT received again while draining: exiting now"));

@@ -281,24 +281,27 @@ TEST_CASE("an owner counts mappings past what its slab entry holds, and back", "
   OwnerTable owners;
   const OwnerTable::Id shared = owners.find_or_add(7).id;
   const OwnerTable::Id neighbour = owners.find_or_add(8).id;
-  owners.set_resident(shared, true);
   const std::size_t few = owners.memory_bytes();
+  // Up, not resident: the count never spills into the resident bit.
   for (std::uint32_t count = 1; count < kMany; ++count) {
     owners.add_mapping(shared);
     REQUIRE(owners.mappings(shared) == count + 1);
+    REQUIRE_FALSE(owners.resident(shared));
   }
   CHECK(owners.memory_bytes() > few);  // the count kept aside is in the table's bytes
-  CHECK(owners.resident(shared));
   CHECK(owners.mappings(neighbour) == 1);
   CHECK_FALSE(owners.resident(neighbour));
-  owners.set_resident(shared, false);
+  // An owner whose count is kept aside is live like any other.
+  std::vector<std::uint64_t> visited;
+  owners.for_each([&](OwnerTable::Id, std::uint64_t canonical) { visited.push_back(canonical); });
+  CHECK(visited == std::vector<std::uint64_t>{7, 8});
+  // Down, resident: the bit stays as the count comes back into the slab entry.
   owners.set_resident(shared, true);
   for (std::uint32_t count = kMany; count > 1; --count) {
     owners.drop_mapping(shared);
     REQUIRE(owners.mappings(shared) == count - 1);
     REQUIRE(owners.resident(shared));
   }
-  // Every count lives in its slab entry again: the id is freed and reused like any other.
   owners.erase(shared);
   CHECK(owners.find(7) == std::nullopt);
   CHECK(owners.find_or_add(9).id == shared);
