@@ -1,6 +1,7 @@
 #pragma once
 // Buckets touched since the last publication, each with its word at first touch, so that a
 // publication carries only net changes: a bucket written back to its old value is dropped.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -37,11 +38,29 @@ class PublicationWindow {
       touched_bits_[touch.bucket / 64] = 0;
       if (words[touch.bucket] != touch.before) images.push_back({touch.bucket, words[touch.bucket]});
     }
-    first_touch_.clear();
+    keep_room_for(first_touch_.size());
     return images;
   }
+  // Bytes the list of first touches holds, filled or not.
+  std::size_t list_bytes() const { return first_touch_.capacity() * sizeof(ckf::BucketWrite); }
 
  private:
+  // What the list keeps between publications whatever their size: small windows never reallocate.
+  static constexpr std::size_t kKeptTouches = 1024;
+
+  // Empties the list, keeping room for a window like the one just drained rather than for the
+  // largest there has been: a burst's window (up to half a CBI1 frame of buckets, 4 MiB of list)
+  // is given back at the next ordinary publication instead of held by the pool for good.
+  void keep_room_for(std::size_t drained) {
+    if (first_touch_.capacity() <= 2 * drained + kKeptTouches) {
+      first_touch_.clear();
+      return;
+    }
+    std::vector<ckf::BucketWrite> room;
+    room.reserve(std::max(drained, kKeptTouches));
+    first_touch_.swap(room);
+  }
+
   std::vector<std::uint64_t> touched_bits_;
   std::vector<ckf::BucketWrite> first_touch_;
 };

@@ -310,30 +310,45 @@ TEST_CASE("an owner counts mappings past what its slab entry holds, and back", "
   CHECK(owners.mappings(neighbour) == 1);
 }
 
-TEST_CASE("a lineage table maps engine ids of any width to owners", "[pool][tables]") {
+TEST_CASE("a lineage table maps engine ids of any width to owners of any id", "[pool][tables]") {
   LineageTable lineage;
   const std::vector<std::uint64_t> engine_ids{
       0, 1, 0xFFFF'FFFF, 0x1'0000'0000, ~std::uint64_t{0}, 0x8000'0000'0000'0001};
+  // Owner ids across all 28 bits.
+  const std::vector<OwnerTable::Id> owner_ids{0x7F, 0x80, 0, OwnerTable::kMaxOwners - 1, 0x0ABC'DEF1, 0x0800'0000};
   for (std::size_t i = 0; i < engine_ids.size(); ++i) {
     const auto [position, added] = lineage.find_or_add(engine_ids[i]);
     REQUIRE(added);
-    lineage.set_owner(position, static_cast<OwnerTable::Id>(i + 7));
+    lineage.set_owner(position, owner_ids[i]);
   }
   for (std::size_t i = 0; i < engine_ids.size(); ++i) {
     const auto [position, added] = lineage.find_or_add(engine_ids[i]);
     CHECK_FALSE(added);
-    CHECK(lineage.owner_at(position) == i + 7);
+    CHECK(lineage.owner_at(position) == owner_ids[i]);
   }
+  // A new owner replaces the old one whole.
+  lineage.set_owner(lineage.find(0), OwnerTable::kMaxOwners - 2);
+  CHECK(lineage.owner_at(lineage.find(0)) == OwnerTable::kMaxOwners - 2);
+  lineage.set_owner(lineage.find(0), owner_ids[0]);
   for (std::size_t i = 0; i < engine_ids.size(); ++i) {
     const auto at = lineage.find(engine_ids[i]);
     REQUIRE(at != LineageTable::kNotFound);
-    CHECK(lineage.owner_at(at) == i + 7);
+    CHECK(lineage.owner_at(at) == owner_ids[i]);
   }
   CHECK(lineage.find(2) == LineageTable::kNotFound);
   lineage.erase_at(lineage.find(0xFFFF'FFFF));
   CHECK(lineage.find(0xFFFF'FFFF) == LineageTable::kNotFound);
   CHECK(lineage.find(0x1'0000'0000) != LineageTable::kNotFound);  // the halves are not confused
   CHECK(lineage.size() == engine_ids.size() - 1);
+  // Rebuilt as it grows, every entry kept.
+  for (std::uint64_t id = 100; id < 100'000; ++id) lineage.set_owner(lineage.find_or_add(id * 977).first, 5);
+  CHECK(lineage.rebuilds() > 10);
+  for (std::size_t i = 0; i < engine_ids.size(); ++i) {
+    if (engine_ids[i] == 0xFFFF'FFFF) continue;
+    const auto at = lineage.find(engine_ids[i]);
+    REQUIRE(at != LineageTable::kNotFound);
+    CHECK(lineage.owner_at(at) == owner_ids[i]);
+  }
 }
 
 TEST_CASE("the memory budget's bytes per live block cover a pool's tables at every size", "[pool][tables]") {
