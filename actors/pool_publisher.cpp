@@ -120,7 +120,9 @@ void publish(Self self) {
 }
 
 // A publication whose touched buckets reach this is published before the batch ends, so a
-// delta always fits one CBI1 frame however large the batch.
+// delta fits one CBI1 frame however large the batch, unless one event alone touches more (a
+// Cleared event or reset of a large source): publish then ends the streams, to resubscribe
+// from a snapshot.
 constexpr std::size_t kEarlyPublicationBuckets = cbi1::kMaxDeltaImages / 2;
 
 void count_event(Self self, std::int64_t receipt_ns) {

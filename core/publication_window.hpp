@@ -2,6 +2,7 @@
 // Buckets touched since the last publication, each with its word at first touch, so that a
 // publication carries only net changes: a bucket written back to its old value is dropped.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -38,31 +39,42 @@ class PublicationWindow {
       touched_bits_[touch.bucket / 64] = 0;
       if (words[touch.bucket] != touch.before) images.push_back({touch.bucket, words[touch.bucket]});
     }
-    keep_room_for(first_touch_.size());
+    empty_list(first_touch_.size());
     return images;
   }
   // Bytes the list of first touches holds, filled or not.
   std::size_t list_bytes() const { return first_touch_.capacity() * sizeof(ckf::BucketWrite); }
+  // The list's storage: the same while the list keeps its room.
+  const void* list_storage() const { return first_touch_.data(); }
 
- private:
-  // What the list keeps between publications whatever their size: small windows never reallocate.
+  // Windows drained between two looks at the list's room.
+  static constexpr unsigned kRoomReviewWindows = 16;
+  // The least room the list keeps (16 KiB): small windows never reallocate.
   static constexpr std::size_t kKeptTouches = 1024;
 
-  // Empties the list, keeping room for a window like the one just drained rather than for the
-  // largest there has been: a burst's window (up to half a CBI1 frame of buckets, 4 MiB of list)
-  // is given back at the next ordinary publication instead of held by the pool for good.
-  void keep_room_for(std::size_t drained) {
-    if (first_touch_.capacity() <= 2 * drained + kKeptTouches) {
-      first_touch_.clear();
-      return;
+ private:
+  // Empties the list. Every kRoomReviewWindows windows, a list with more than twice the room the
+  // largest of them needed (in powers of two, as it grows) gives the rest back: a burst's list,
+  // which holds one entry per bucket touched (up to `16 · bucket_count` bytes), is not kept by
+  // the pool for good, and alternating large and small windows, as a busy pool's early and timed
+  // publications are, never reallocate.
+  void empty_list(std::size_t drained) {
+    first_touch_.clear();
+    recent_largest_ = std::max(recent_largest_, drained);
+    if (++windows_since_review_ < kRoomReviewWindows) return;
+    const std::size_t room = std::bit_ceil(std::max(recent_largest_, kKeptTouches));
+    if (first_touch_.capacity() > 2 * room) {
+      std::vector<ckf::BucketWrite>().swap(first_touch_);
+      first_touch_.reserve(room);
     }
-    std::vector<ckf::BucketWrite> room;
-    room.reserve(std::max(drained, kKeptTouches));
-    first_touch_.swap(room);
+    recent_largest_ = 0;
+    windows_since_review_ = 0;
   }
 
   std::vector<std::uint64_t> touched_bits_;
   std::vector<ckf::BucketWrite> first_touch_;
+  std::size_t recent_largest_ = 0;  // the largest window drained since the last review
+  unsigned windows_since_review_ = 0;
 };
 
 }  // namespace kvrelay

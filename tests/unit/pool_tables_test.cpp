@@ -340,14 +340,24 @@ TEST_CASE("a lineage table maps engine ids of any width to owners of any id", "[
   CHECK(lineage.find(0xFFFF'FFFF) == LineageTable::kNotFound);
   CHECK(lineage.find(0x1'0000'0000) != LineageTable::kNotFound);  // the halves are not confused
   CHECK(lineage.size() == engine_ids.size() - 1);
-  // Rebuilt as it grows, every entry kept.
-  for (std::uint64_t id = 100; id < 100'000; ++id) lineage.set_owner(lineage.find_or_add(id * 977).first, 5);
+  // Rebuilt as it grows, every entry kept and the erased one still gone.
+  const auto owner_of = [](std::uint64_t id) { return static_cast<OwnerTable::Id>(id * 31 % OwnerTable::kMaxOwners); };
+  for (std::uint64_t id = 100; id < 100'000; ++id) {
+    lineage.set_owner(lineage.find_or_add(id * 977).first, owner_of(id));
+  }
   CHECK(lineage.rebuilds() > 10);
+  CHECK(lineage.size() == engine_ids.size() - 1 + 99'900);
+  CHECK(lineage.find(0xFFFF'FFFF) == LineageTable::kNotFound);
   for (std::size_t i = 0; i < engine_ids.size(); ++i) {
     if (engine_ids[i] == 0xFFFF'FFFF) continue;
     const auto at = lineage.find(engine_ids[i]);
     REQUIRE(at != LineageTable::kNotFound);
     CHECK(lineage.owner_at(at) == owner_ids[i]);
+  }
+  for (std::uint64_t id = 100; id < 100'000; id += 997) {
+    const auto at = lineage.find(id * 977);
+    REQUIRE(at != LineageTable::kNotFound);
+    CHECK(lineage.owner_at(at) == owner_of(id));
   }
 }
 
