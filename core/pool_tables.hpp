@@ -103,10 +103,10 @@ class OwnerTable {
   static constexpr Id kPageMask = kPageSize - 1;
   static constexpr Id kNoId = 0xFFFF'FFFF;  // ends the free list: no id reaches it (ids are below kMaxOwners)
   // An owner's state: its resident bit above a 15-bit mapping count. A count of kManyMappings
-  // or more (2^15 - 1: mappings from that many sources, or engine ids, at once) is held in
-  // many_mappings_ instead. So an id takes 10 bytes, and a page of 64 fills one of the
-  // allocator's size classes (640 bytes) exactly, where 12-byte entries and a resident word
-  // (776 bytes) were rounded up to 896.
+  // or more (2^15 - 1 sources, or engine ids, mapping one block) is held in many_mappings_
+  // instead. So an id takes 10 bytes, and a page of 64 fills one of tcmalloc's size classes
+  // (640 bytes) exactly, where 12-byte entries and a resident word (776 bytes) were rounded
+  // up to 896.
   static constexpr std::uint16_t kResidentBit = 0x8000;
   static constexpr std::uint16_t kCountMask = 0x7FFF;
   static constexpr std::uint16_t kManyMappings = kCountMask;
