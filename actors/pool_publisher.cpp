@@ -378,11 +378,8 @@ std::int64_t steady_now_ns() {
 }
 
 PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig config) {
-  PoolIndexConfig index;
-  index.bucket_count = config.spec.bucket_count;
-  index.seed = config.spec.seed;
-  index.expected = config.expected_blocks;
-  self->state.index.emplace(index);
+  self->state.index.emplace(PoolIndexConfig{
+      .bucket_count = config.spec.bucket_count, .seed = config.spec.seed, .expected = config.expected_blocks});
   self->state.events = KvEventApplier(config.semantics);
   self->state.config = std::move(config);
   self->state.last_relayout = self->clock().now();

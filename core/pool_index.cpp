@@ -90,7 +90,7 @@ std::optional<EventError> PoolIndex::store(SourceKey source, std::optional<std::
   // held: a source whose events are all rejected never takes that memory.
   if (new_source) {
     if (const auto expected = expected_source_blocks_.find(source); expected != expected_source_blocks_.end()) {
-      lineage_.at(source).reserve(std::min(expected->second, max_live_blocks_));
+      lineage->reserve(std::min(expected->second, max_live_blocks_));
     }
   }
   return outcome;

@@ -149,7 +149,6 @@ inline std::string address_in(const std::string& ready_file, const std::string& 
   const auto start = text.find(marker) + marker.size();
   return text.substr(start, text.find('"', start) - start);
 }
-inline std::string wan_of(const std::string& ready_file) { return address_in(ready_file, "wan"); }
 
 // A kv-relay process on loopback listeners, up once it has said so. Its output after that is
 // read as it comes, kept for wait_for_output and copied into a file: a pipe nobody reads fills
