@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "app/options.hpp"
@@ -40,6 +42,23 @@ bool write_ready_file(const std::string& path, const kvrelay::RelayRuntime& rela
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
   return !error;
+}
+
+// A second signal ends the process whatever its log does. The warning is written on a thread of
+// its own and the process exits once it is flushed, or after a second at most: a full stdout
+// that nobody reads blocks every write to it, and the drain may be blocked in one holding the
+// sink's lock. Flushed, not shut down: other threads may be logging at this moment (streams
+// ending in the drain), and spdlog::shutdown() would free the logger under them.
+[[noreturn]] void exit_at_once(const char* signal_name, int received) {
+  auto logged = std::make_shared<std::promise<void>>();
+  std::future<void> flushed = logged->get_future();
+  std::thread([signal_name, logged] {
+    spdlog::warn("{} received again while draining: exiting now", signal_name);
+    spdlog::default_logger()->flush();
+    logged->set_value();
+  }).detach();
+  flushed.wait_for(std::chrono::seconds(1));
+  std::_Exit(128 + received);
 }
 
 }  // namespace
@@ -110,14 +129,7 @@ int main(int argc, char** argv) {
       sigwait(&stop_signals, &received);
       if (exiting) return;
       const char* name = received == SIGTERM ? "SIGTERM" : received == SIGINT ? "SIGINT" : "SIGHUP";
-      if (asked) {
-        spdlog::warn("{} received again while draining: exiting now", name);
-        // Flushed, not shut down: other threads may be logging at this moment (streams ending
-        // in the drain), and spdlog::shutdown() frees the logger under them, a SIGSEGV in
-        // place of 128 + the signal.
-        spdlog::default_logger()->flush();
-        std::_Exit(128 + received);
-      }
+      if (asked) exit_at_once(name, received);
       asked = true;
       runtime->request_stop(fmt::format("{} received", name));
     }

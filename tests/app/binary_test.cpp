@@ -166,6 +166,39 @@ TEST_CASE("a second signal while kv-relay drains ends it at once, with 128 + the
   CHECK(exit_code == 128 + SIGINT);
 }
 
+namespace {
+
+// Fills the pipe behind `read_end` through a description of its own, opened non-blocking, so
+// that the child's writes, still blocking, stall from here on.
+void fill_pipe(int read_end) {
+  const int writer = open(("/proc/self/fd/" + std::to_string(read_end)).c_str(), O_WRONLY | O_NONBLOCK);
+  REQUIRE(writer >= 0);
+  const std::string page(4096, '#');
+  while (write(writer, page.data(), page.size()) > 0) {
+  }
+  while (write(writer, page.data(), 1) > 0) {  // what is left of a partly filled page
+  }
+  const int error = errno;
+  close(writer);
+  REQUIRE(error == EAGAIN);
+}
+
+}  // namespace
+
+TEST_CASE("a second signal ends kv-relay at once even while its log cannot be written", "[binary]") {
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--dc-id", "dc-full-log"});
+  REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
+  fill_pipe(child.output);  // and nobody reads the relay's output any more: its log lines block
+  REQUIRE(kill(child.pid, SIGTERM) == 0);
+  REQUIRE(kill(child.pid, SIGINT) == 0);
+  const Exit exit = reap(child.pid);
+  close(child.output);
+  CHECK_FALSE(exit.killed_at_deadline);
+  // Both may be pending when the relay takes the first; it takes the lower-numbered first.
+  CHECK((exit.code == 128 + SIGINT || exit.code == 128 + SIGTERM));
+}
+
 TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason in its log", "[binary][supervision]") {
   Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
                              "--dc-id", "dc-binary-test", "--crash-membership-for-test"});
