@@ -78,6 +78,7 @@ void publish_stats(Self self) {
   stats.capacity_failures.store(index.capacity_failures(), relaxed);
   stats.omitted_blocks.store(index.omitted_blocks(), relaxed);
   stats.index_bytes.store(index.table_bytes(), relaxed);
+  stats.publication_bytes.store(index.publication_bytes(), relaxed);
   stats.relayouts.store(state.relayouts, relaxed);
   stats.subscribers.store(static_cast<std::uint32_t>(state.streams.size()), relaxed);
   stats.publication_gap_ns.store(static_cast<std::uint64_t>(state.config.cadence.gap(state.streams.size()).count()),

@@ -85,6 +85,8 @@ class PoolIndex {
   bool is_resident(std::uint64_t canonical) const;
   // Bytes held by the owner and lineage tables (not the filter, not the scratch lists).
   std::size_t table_bytes() const;
+  // Bytes held by the publication window: its bitmap and its list of touched buckets.
+  std::size_t publication_bytes() const { return window_.memory_bytes(); }
   // Arrays the owner index and the live sources' lineages have been given so far, each
   // table's first included: how often the tables grew.
   std::size_t table_rebuilds() const;

@@ -44,6 +44,8 @@ class PublicationWindow {
   }
   // Bytes the list of first touches holds, filled or not.
   std::size_t list_bytes() const { return first_touch_.capacity() * sizeof(ckf::BucketWrite); }
+  // Bytes the window holds: its bitmap of touched buckets and its list.
+  std::size_t memory_bytes() const { return touched_bits_.capacity() * sizeof(std::uint64_t) + list_bytes(); }
   // The list's storage: the same while the list keeps its room.
   const void* list_storage() const { return first_touch_.data(); }
 

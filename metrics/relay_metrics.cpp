@@ -166,7 +166,7 @@ std::span<const std::string_view> values_of() {
 constexpr auto kGauge = prometheus::MetricType::Gauge;
 constexpr auto kCounter = prometheus::MetricType::Counter;
 
-const std::array<KeyedFamily<PoolStats>, 13> kPoolFamilies = {{
+const std::array<KeyedFamily<PoolStats>, 14> kPoolFamilies = {{
     {"kv_relay_pool_sequence", "Publication sequence of the pool's current generation", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.sequence); }},
     {"kv_relay_pool_unique_blocks", "Distinct KV blocks the pool holds, in its filter or omitted", kGauge,
@@ -179,6 +179,9 @@ const std::array<KeyedFamily<PoolStats>, 13> kPoolFamilies = {{
      kGauge, [](const PoolStats& s, std::size_t) { return load(s.omitted_blocks); }},
     {"kv_relay_pool_index_bytes", "Bytes of the pool's owner and lineage tables (the filter not included)", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.index_bytes); }},
+    {"kv_relay_pool_publication_window_bytes",
+     "Bytes of the pool's touched-bucket bitmap and its list of buckets touched since the last publication", kGauge,
+     [](const PoolStats& s, std::size_t) { return load(s.publication_bytes); }},
     {"kv_relay_pool_relayouts_total", "Re-layouts of the pool into more buckets", kCounter,
      [](const PoolStats& s, std::size_t) { return load(s.relayouts); }},
     {"kv_relay_pool_bucket_count", "Buckets of the pool's current layout", kGauge,

@@ -69,6 +69,7 @@ struct PoolStats {
   std::atomic<std::uint64_t> capacity_failures{0};
   std::atomic<std::uint64_t> omitted_blocks{0};      // live blocks the filter does not hold
   std::atomic<std::uint64_t> index_bytes{0};         // the owner and lineage tables
+  std::atomic<std::uint64_t> publication_bytes{0};   // the publication window's bitmap and list
   std::atomic<std::uint64_t> relayouts{0};           // re-layouts into more buckets (one generation each)
   std::atomic<std::uint32_t> subscribers{0};         // written by the pool publisher
   std::atomic<std::uint64_t> publication_gap_ns{0};  // the shortest gap between its deltas, by it too

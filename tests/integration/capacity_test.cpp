@@ -124,6 +124,13 @@ TEST_CASE("capacity: a pool sized for 64 blocks grows through re-layouts and omi
   const double index_bytes = s.value("kv_relay_pool_index_bytes", series).value_or(0);
   CHECK(index_bytes >= 28.0 * static_cast<double>(sequence_hashes.size()));
   CHECK(index_bytes <= static_cast<double>(capacity::kBytesPerLiveBlock * sequence_hashes.size() + (2 << 10)));
+  // The publication window: a bit per bucket, and a list of at most every bucket (16 bytes
+  // each), with room for up to twice that as it grows (docs/operations.md#memory).
+  const double buckets = s.value("kv_relay_pool_bucket_count", series).value_or(0);
+  REQUIRE(buckets == static_cast<double>(generations.rbegin()->second));
+  const double window_bytes = s.value("kv_relay_pool_publication_window_bytes", series).value_or(0);
+  CHECK(window_bytes >= buckets / 8);
+  CHECK(window_bytes <= buckets / 8 + 2 * 16 * buckets);
 }
 
 TEST_CASE("capacity: a pool whose workers declare their capacity has its tables made room for it at once",

@@ -60,6 +60,7 @@ TEST_CASE("after bursts, the window gives back the room its list took, and only 
   for (unsigned i = 0; i < 2 * kReview; ++i) REQUIRE(publish(10) == 10);
   CHECK(window.list_bytes() == PublicationWindow::kKeptTouches * sizeof(ckf::BucketWrite));
   CHECK(window.list_bytes() < burst_bytes);
+  CHECK(window.memory_bytes() == window.list_bytes() + words.size() / 8);  // the list and a bit per bucket
   // Small windows after it reallocate no more, and a bucket touched twice is one image still.
   const void* small_storage = window.list_storage();
   for (unsigned i = 0; i < 2 * kReview; ++i) {
