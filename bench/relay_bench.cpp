@@ -174,16 +174,16 @@ Relay start_runtime(std::uint64_t expected_blocks, std::size_t queue_frames) {
 }
 
 // The bench's one worker, and its pool once the catalog shows it. A worker that declares its
-// KV capacity (`declared_capacity` blocks on its one rank) gets a pool whose tables are made
-// room for it at once.
-void put_worker(Relay& relay, std::optional<std::uint64_t> declared_capacity = std::nullopt) {
+// KV capacity (`total_kv_blocks` on its one rank; 0 is unknown, as in a card) gets a pool whose
+// tables are made room for it at once.
+void put_worker(Relay& relay, std::uint64_t total_kv_blocks = 0) {
   ingest_v1::PutWorkerRequest put;
   *put.mutable_endpoint() = endpoint();
   put.set_worker_id(1);
   put.mutable_card()->set_display_name("bench-model");
   put.mutable_card()->set_kv_cache_block_size(16);
   put.mutable_card()->set_worker_type(ingest_v1::WORKER_TYPE_AGGREGATED);
-  if (declared_capacity) put.mutable_card()->mutable_runtime_config()->set_total_kv_blocks(*declared_capacity);
+  put.mutable_card()->mutable_runtime_config()->set_total_kv_blocks(total_kv_blocks);
   put.add_kv_sources()->mutable_push();
   grpc::ClientContext context;
   ingest_v1::PutWorkerResponse response;
@@ -226,7 +226,7 @@ Throughput stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<i
 
 Throughput ingest_apply_rate(std::size_t batches, int events, int blocks, bool declared) {
   Relay relay = start_runtime(batches * events * blocks, 16);
-  put_worker(relay, declared ? std::optional<std::uint64_t>(batches * events * blocks) : std::nullopt);
+  put_worker(relay, declared ? batches * events * blocks : 0);
   const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
   return stream_rate(*relay.ingest, input, batches * events * blocks);
 }
@@ -475,7 +475,7 @@ MemoryFigures memory_figures(bool declared) {
   constexpr std::size_t kBlocks = 1'000'000;
   Relay relay = start_runtime(kBlocks, 16);
   const std::size_t no_pool = heap_in_use();
-  put_worker(relay, declared ? std::optional<std::uint64_t>(kBlocks) : std::nullopt);
+  put_worker(relay, declared ? kBlocks : 0);
   const std::size_t empty = heap_in_use();
   grpc::ClientContext context;
   ingest_v1::PublishKvEventsResponse response;
