@@ -20,7 +20,7 @@ namespace kvrelay::engine {
 enum class ResetCause : std::uint8_t {
   kSequenceGap,     // a gap and no replay socket
   kEngineRestart,   // seq went back
-  kReplayEvicted,   // the replay began above the requested seq, or held nothing of it
+  kReplayEvicted,   // the replay began above the requested seq, or ended without it
   kReplayGap,       // the replay itself skipped a seq
   kReplayTimeout,   // no end of replay in time
   kReplayOverflow,  // too many live batches (or bytes of them) arrived while the replay ran
@@ -98,7 +98,9 @@ class Sequencer {
   Step on_replay_end() {
     Step step;
     if (!replay_) return step;
-    if (!replay_->answered) {
+    // Without the requested seq the gap is still there: draining would only ask again, for
+    // ever if the engine answers the same way each time.
+    if (!replay_->answered || expected_ == replay_->from) {
       abandon_replay(step, ResetCause::kReplayEvicted);
       return step;
     }
@@ -142,7 +144,8 @@ class Sequencer {
     std::size_t bytes;
   };
   struct Replay {
-    bool answered = false;  // a reply at or below the requested seq arrived
+    std::uint64_t from;     // the requested seq
+    bool answered = false;  // a reply at or below it arrived
   };
 
   void admit(Step& step, std::uint64_t seq, Batch batch, std::size_t bytes) {
@@ -172,7 +175,7 @@ class Sequencer {
   void start_replay(Step& step, std::uint64_t from, std::uint64_t seq, Batch batch, std::size_t bytes) {
     started_ = true;
     expected_ = from;
-    replay_ = Replay{};
+    replay_ = Replay{.from = from};
     step.request_replay = from;
     // First in line: a drain found this gap in the batch it took from the front, and the live
     // batches still held came after it.

@@ -114,6 +114,19 @@ TEST_CASE("a replay that ends without the requested seq is an eviction too", "[e
   CHECK(applied(step) == std::vector<std::uint64_t>{3});
 }
 
+TEST_CASE("a replay of only what came before the requested seq is an eviction, not asked again", "[engine_sequencer]") {
+  Seq sequencer(true, kRoomy);
+  for (std::uint64_t seq = 0; seq < 5; ++seq) sequencer.on_live(seq, seq, 1);
+  REQUIRE(sequencer.on_live(10, 10, 1).request_replay == 5u);
+  CHECK(sequencer.on_replay(3, 3).apply.empty());
+  CHECK(sequencer.on_replay(4, 4).apply.empty());
+  const auto step = sequencer.on_replay_end();
+  CHECK(step.reset == ResetCause::kReplayEvicted);
+  CHECK_FALSE(step.request_replay);
+  CHECK(applied(step) == std::vector<std::uint64_t>{10});
+  CHECK(applied(sequencer.on_live(11, 11, 1)) == std::vector<std::uint64_t>{11});
+}
+
 TEST_CASE("a replay that skips a seq, times out or overflows resets the source", "[engine_sequencer]") {
   SECTION("gap inside the replay") {
     Seq sequencer(true, kRoomy);
