@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/identity.hpp"
 #include "metrics/page_server.hpp"
 
 extern char** environ;
@@ -82,14 +83,16 @@ Apply text(std::function<void(AppOptions&, const std::string&)> store) {
   };
 }
 
-Apply text_field(std::string RelayOptions::*field) {
-  return text([field](AppOptions& o, const std::string& v) { o.relay.*field = v; });
+// A listener's host:port, checked here rather than when the relay binds it, so that --help
+// checks it too (and gRPC itself takes a port past 65535 modulo 65536).
+std::optional<std::string> address_error(const std::string& v) {
+  const auto address = split_host_port(v);
+  return address ? std::nullopt : std::optional(address.error());
 }
 
-// A gRPC listener's host:port, checked here: gRPC itself takes a port past 65535 modulo 65536.
 Apply listen_field(std::string RelayOptions::*field) {
   return [field](AppOptions& o, const std::string& v) -> std::optional<std::string> {
-    if (auto address = split_host_port(v); !address) return address.error();
+    if (auto error = address_error(v)) return error;
     o.relay.*field = v;
     return std::nullopt;
   };
@@ -124,9 +127,20 @@ const std::vector<Flag>& flags() {
       {"ingest-listen", "ADDR", "DC-local ingest listener (RelayIngest); keep it off the WAN",
        shown(&RelayOptions::ingest_listen), listen_field(&RelayOptions::ingest_listen)},
       {"metrics-listen", "ADDR", "Prometheus /metrics listener, or 'off'", "0.0.0.0:9464",
-       text([](AppOptions& o, const std::string& v) { o.metrics_listen = v; })},
+       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+         if (v != "off") {
+           if (auto error = address_error(v)) return error;
+         }
+         o.metrics_listen = v;
+         return std::nullopt;
+       }},
       {"dc-id", "ID", "this data center's id, hashed into every PoolId; keep it stable across restarts",
-       "required (--demo: demo)", text_field(&RelayOptions::dc_id)},
+       "required (--demo: demo)",
+       [](AppOptions& o, const std::string& v) -> std::optional<std::string> {
+         if (const auto id = identity::stable_dc_id(v); !id) return std::string(identity::to_string(id.error()));
+         o.relay.dc_id = v;
+         return std::nullopt;
+       }},
       {"instance-id", "N", "relay instance id (drt_instance_id)", "derived from the host name",
        [](AppOptions& o, const std::string& v) {
          std::uint64_t id = 0;

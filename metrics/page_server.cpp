@@ -16,6 +16,13 @@ std::expected<std::unique_ptr<PageServer>, std::string> PageServer::start(const 
   std::unique_ptr<PageServer> server(new PageServer());
   httplib::Server& http = *server->http_;
   http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, with which a second process bound
+  // to a taken port would start and share the first one's scrapes instead of failing
+  // (docs/operations.md#startup).
+  http.set_socket_options([](socket_t socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http.Get(path, [page = std::move(page), content_type = std::move(content_type)](const httplib::Request&,
                                                                                   httplib::Response& response) {
     response.set_content(page(), content_type.c_str());

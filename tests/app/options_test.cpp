@@ -171,6 +171,9 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
       {{"--serving-load-freshness-ms", "5000", "--serving-load-retention-ms", "4999"},
        "--serving-load-retention-ms: 4999 is below --serving-load-freshness-ms (5000)"},
       {{"positional"}, "unexpected argument"},
+      // Checked as parsed, so that --help refuses them too (scripts/deploy-check.sh relies on it).
+      {{"--dc-id", " dc-west-1", "--help"}, "--dc-id: "},
+      {{"--metrics-listen", "nonsense", "--help"}, "--metrics-listen: nonsense is not host:port"},
   };
   for (const auto& [args, expected] : cases) {
     const auto options = parse_options(args, {});
@@ -281,7 +284,7 @@ TEST_CASE("topology file: errors name the problem", "[topology]") {
 }
 
 TEST_CASE("options: a listener's port is a number from 0 to 65535", "[options]") {
-  for (const char* flag : {"--listen", "--ingest-listen"}) {
+  for (const char* flag : {"--listen", "--ingest-listen", "--metrics-listen"}) {
     INFO(flag);
     const auto ephemeral = parse_options({flag, "127.0.0.1:0"}, {});
     CHECK(ephemeral.has_value());
@@ -295,6 +298,9 @@ TEST_CASE("options: a listener's port is a number from 0 to 65535", "[options]")
     REQUIRE_FALSE(no_port.has_value());
     CHECK_THAT(no_port.error(), Catch::Contains("is not host:port"));
   }
+  const auto metrics_off = parse_options({"--metrics-listen", "off"}, {});
+  REQUIRE(metrics_off.has_value());
+  CHECK(metrics_off->metrics_listen == "off");
 }
 
 TEST_CASE("options: a switch is on when named without a value, and an empty value is refused", "[options]") {

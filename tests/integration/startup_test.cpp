@@ -42,6 +42,15 @@ TEST_CASE("startup: a start that fails once the actors run returns its error", "
     REQUIRE_FALSE(started.has_value());
     CHECK(started.error() == "cannot listen on " + running.runtime().ingest_address());
   }
+  SECTION("the metrics address is taken") {
+    auto with_metrics = loopback_options();
+    with_metrics.metrics_listen = "127.0.0.1:0";
+    TestRelay scraped(with_metrics);
+    options.metrics_listen = scraped.runtime().metrics_address();
+    const auto started = RelayRuntime::start(options);
+    REQUIRE_FALSE(started.has_value());
+    CHECK(started.error() == "--metrics-listen: cannot listen on " + scraped.runtime().metrics_address());
+  }
   SECTION("membership refuses the topology file") {
     options.max_workers_per_endpoint = 1;
     options.topology = two_workers_on_one_endpoint();
