@@ -93,6 +93,7 @@ void count_decode(Self self, const engine::DecodeResult& result) {
   events[EngineEventResult::kEmitted].fetch_add(result.emitted, std::memory_order_relaxed);
   events[EngineEventResult::kIgnoredTier].fetch_add(result.ignored, std::memory_order_relaxed);
   events[EngineEventResult::kTruncated].fetch_add(result.truncated, std::memory_order_relaxed);
+  events[EngineEventResult::kIgnoredGroup].fetch_add(result.ignored_group, std::memory_order_relaxed);
 }
 
 void apply(Self self, const HeldBatch& held) {

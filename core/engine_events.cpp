@@ -183,8 +183,10 @@ struct EventFields {
   const Object* block_size = nullptr;
   const Object* medium = nullptr;
   const Object* lora_name = nullptr;
-  const Object* extra_keys = nullptr;  // map form only
-  const Object* cache_salt = nullptr;  // map form only (TensorRT-LLM)
+  const Object* extra_keys = nullptr;          // map form only
+  const Object* cache_salt = nullptr;          // map form (TensorRT-LLM), or SGLang's positional metadata
+  const Object* group_idx = nullptr;           // map form only (vLLM)
+  const Object* kv_cache_spec_kind = nullptr;  // map form only (vLLM)
 };
 
 std::expected<EventKind, Refusal> kind_of(const Object* tag) {
@@ -196,8 +198,17 @@ std::expected<EventKind, Refusal> kind_of(const Object* tag) {
   return refuse(EventRejection::kUnknownEventType, "unknown event type " + quoted_excerpt(name));
 }
 
-// msgspec array_like: [tag, fields in declaration order...]. Positions past 7 are producer-specific
-// (vLLM's extra_keys and group_idx, SGLang's metadata) and differ between versions, so they are not read.
+// The cache salt in SGLang's metadata map ({"cache_salt": ...}); other keys are ignored.
+const Object* metadata_salt(const Object& metadata) {
+  for (const auto& [key, value] : entries_of(metadata)) {
+    if (key.type == mp::STR && text_of(key) == "cache_salt") return &value;
+  }
+  return nullptr;
+}
+
+// msgspec array_like: [tag, fields in declaration order...]. Position 7 is vLLM's lora_name, or
+// SGLang's metadata map when it salts the event; positions past 7 are producer-specific (vLLM's
+// extra_keys and group_idx) and differ between versions, so they are not read.
 EventFields positional_fields(EventKind kind, std::span<const Object> items) {
   EventFields fields{.kind = kind, .block_hashes = item_at(items, 1)};
   if (kind == EventKind::kStored) {
@@ -205,7 +216,12 @@ EventFields positional_fields(EventKind kind, std::span<const Object> items) {
     fields.token_ids = item_at(items, 3);
     fields.block_size = item_at(items, 4);
     fields.medium = item_at(items, 6);
-    fields.lora_name = item_at(items, 7);
+    const Object* seventh = item_at(items, 7);
+    if (seventh != nullptr && seventh->type == mp::MAP) {
+      fields.cache_salt = metadata_salt(*seventh);
+    } else {
+      fields.lora_name = seventh;
+    }
   } else if (kind == EventKind::kRemoved) {
     fields.medium = item_at(items, 2);
   }
@@ -221,6 +237,8 @@ constexpr std::pair<std::string_view, const Object * EventFields::*> kKeyedField
     {"lora_name", &EventFields::lora_name},
     {"extra_keys", &EventFields::extra_keys},
     {"cache_salt", &EventFields::cache_salt},
+    {"group_idx", &EventFields::group_idx},
+    {"kv_cache_spec_kind", &EventFields::kv_cache_spec_kind},
 };
 
 // msgspec's map form, tagged by "type"; key order is not part of it and unknown keys are ignored.
@@ -520,6 +538,12 @@ class EventDecoder::EventReader {
       ++result_.ignored;
       return {};
     }
+    const auto partial = of_partial_group(*fields);
+    if (!partial) return std::unexpected(partial.error());
+    if (*partial) {
+      ++result_.ignored_group;
+      return {};
+    }
     switch (fields->kind) {
       case EventKind::kStored:
         return decode_stored(*fields);
@@ -535,6 +559,31 @@ class EventDecoder::EventReader {
   }
 
  private:
+  // A hybrid model's engine publishes one event per KV-cache group, with the same block hashes
+  // in every group. Only full-attention groups hold every block of a prefix they store; a sliding
+  // window or a Mamba state drops or checkpoints blocks on its own terms, which read as the
+  // prefix's blocks would corrupt the pool (docs/protocol/engine-sources.md#groups). A store
+  // names its group's kind; a removal only its group_idx, so the groups seen storing with a
+  // partial kind are remembered.
+  std::expected<bool, Refusal> of_partial_group(const EventFields& fields) {
+    std::optional<std::uint64_t> group;
+    if (!is_nil(fields.group_idx)) {
+      if (fields.group_idx->type != mp::POSITIVE_INTEGER) return malformed("group_idx is not a non-negative integer");
+      group = fields.group_idx->via.u64;
+    }
+    const auto kind = read_text(fields.kv_cache_spec_kind, "kv_cache_spec_kind");
+    if (!kind) return std::unexpected(kind.error());
+    if (is_partial_kind(*kind)) {
+      if (group) decoder_.partial_groups_.insert(*group);
+      return true;
+    }
+    return fields.kind == EventKind::kRemoved && group && decoder_.partial_groups_.contains(*group);
+  }
+  static bool is_partial_kind(std::string_view kind) {
+    return kind == "sliding_window" || kind == "sliding_window_mla" || kind == "chunked_local_attention" ||
+           kind == "mamba";
+  }
+
   std::expected<void, Refusal> decode_removed(const EventFields& fields) {
     auto& hashes = decoder_.hashes_;
     if (auto read = read_hashes(*fields.block_hashes, hashes); !read) return read;

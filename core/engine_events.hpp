@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 
 #include "core/token_hashing.hpp"
 #include "kvrelay/ingest/v1/ingest.pb.h"
@@ -42,6 +43,7 @@ struct DecodeResult {
   std::array<std::uint32_t, static_cast<std::size_t>(EventRejection::kCount)> rejected{};
   std::uint32_t emitted = 0;        // events appended to the output
   std::uint32_t ignored = 0;        // events of another storage tier: not the filter's business, not errors
+  std::uint32_t ignored_group = 0;  // events of a hybrid model's partial KV-cache group (sliding window, Mamba)
   std::uint32_t truncated = 0;      // stored events that lost trailing blocks whose token window overran token_ids
   std::uint64_t stored_blocks = 0;  // blocks in emitted stored events
 
@@ -85,6 +87,9 @@ class EventDecoder {
   std::vector<std::uint32_t> tokens_;
   std::vector<std::uint64_t> hashes_;
   std::vector<std::uint64_t> sorted_hashes_;
+  // KV-cache groups seen storing with a partial kind: their removals are ignored too. A model's
+  // groups are fixed, so they are kept across resets.
+  absl::flat_hash_set<std::uint64_t> partial_groups_;
 };
 
 }  // namespace kvrelay::engine

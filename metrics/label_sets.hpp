@@ -193,15 +193,16 @@ KVRELAY_LABEL_SET(ReadinessLabel, "state", KVRELAY_READINESS_STATES);
 KVRELAY_LABEL_SET(EngineBatchResult, "result", KVRELAY_ENGINE_BATCH_RESULTS);
 
 // What became of one event of an engine batch (positions match engine::EventRejection first).
-#define KVRELAY_ENGINE_EVENT_RESULTS(X)           \
-  X(kMalformedEvent, "malformed_event")           \
-  X(kUnknownEventType, "unknown_event_type")      \
-  X(kBlockSizeMismatch, "block_size_mismatch")    \
-  X(kHashFormatMismatch, "hash_format_mismatch")  \
-  X(kDuplicateBlock, "duplicate_block")           \
-  X(kEmitted, "emitted") /* handed to the pool */ \
-  X(kIgnoredTier, "ignored_tier")                 \
-  X(kTruncated, "truncated") /* lost blocks whose tokens were incomplete */
+#define KVRELAY_ENGINE_EVENT_RESULTS(X)                                     \
+  X(kMalformedEvent, "malformed_event")                                     \
+  X(kUnknownEventType, "unknown_event_type")                                \
+  X(kBlockSizeMismatch, "block_size_mismatch")                              \
+  X(kHashFormatMismatch, "hash_format_mismatch")                            \
+  X(kDuplicateBlock, "duplicate_block")                                     \
+  X(kEmitted, "emitted") /* handed to the pool */                           \
+  X(kIgnoredTier, "ignored_tier")                                           \
+  X(kTruncated, "truncated") /* lost blocks whose tokens were incomplete */ \
+  X(kIgnoredGroup, "ignored_group")
 KVRELAY_LABEL_SET(EngineEventResult, "result", KVRELAY_ENGINE_EVENT_RESULTS);
 
 // Why an engine source was cold-reset (engine::ResetCause, same order).

@@ -348,6 +348,70 @@ TEST_CASE("lora_name salts the event and lora_id is ignored", "[engine_events]")
   CHECK(decoded.out.events(1).stored().lora_name().empty());
 }
 
+TEST_CASE("SGLang's positional metadata map at position 7 carries the cache salt, not a LoRA name", "[engine_events]") {
+  // SGLang's BlockStoredWithMetadata: its seven fields (no lora_name), then {"cache_salt": ...}.
+  EventDecoder decoder(standard_config());
+  const Value salted = Array{"BlockStored", Array{1}, Nil{}, token_run(0, 4),
+                             kBlockSize,    Nil{},    "GPU", Map{{"cache_salt", "tenant-a"}, {"later_key", 3}}};
+  const Value unsalted = Array{"BlockStored", Array{2}, 1, token_run(4, 4), kBlockSize, Nil{}, "GPU"};
+  const auto decoded = decode(decoder, batch({salted, unsalted}));
+  CHECK(decoded.result.emitted == 2);
+  CHECK(decoded.result.rejections(EventRejection::kMalformedEvent) == 0);
+  REQUIRE(decoded.out.events_size() == 2);
+  CHECK(decoded.out.events(0).stored().cache_namespace() == "tenant-a");
+  CHECK(decoded.out.events(0).stored().lora_name().empty());
+  CHECK(decoded.out.events(1).stored().cache_namespace() == "tenant-a");  // inherited from its parent
+  // A map without a salt salts nothing; position 7 of any other type is still refused.
+  EventDecoder other(standard_config());
+  const Value bare = Array{"BlockStored", Array{3}, Nil{}, token_run(0, 4), kBlockSize, Nil{}, "GPU", Map{}};
+  const Value number = Array{"BlockStored", Array{4}, Nil{}, token_run(0, 4), kBlockSize, Nil{}, "GPU", 7};
+  const auto mixed = decode(other, batch({bare, number}));
+  CHECK(mixed.result.emitted == 1);
+  CHECK(mixed.result.rejections(EventRejection::kMalformedEvent) == 1);
+  REQUIRE(mixed.out.events_size() == 1);
+  CHECK(mixed.out.events(0).stored().cache_namespace().empty());
+}
+
+TEST_CASE("a hybrid model's sliding-window and Mamba groups are ignored, their removals too", "[engine_events]") {
+  EventDecoder decoder(standard_config());
+  const auto in_group = [](Stored event, std::uint64_t group, const char* kind) {
+    event.more = {{"group_idx", group}, {"kv_cache_spec_kind", kind}};
+    return stored_map(event);
+  };
+  const auto removed_in = [](Array hashes, std::uint64_t group) {
+    Value event = removed_map(std::move(hashes));
+    std::get<Map>(event.data).emplace_back("group_idx", group);
+    return event;
+  };
+  // vLLM publishes every group's events with the same block hashes.
+  const auto stored =
+      decode(decoder, batch({in_group({.block_hashes = {1, 2}, .token_ids = token_run(0, 8)}, 0, "full_attention"),
+                             in_group({.block_hashes = {1, 2}, .token_ids = token_run(0, 8)}, 1, "sliding_window"),
+                             in_group({.block_hashes = {2}, .token_ids = token_run(4, 4)}, 2, "mamba"),
+                             in_group({.block_hashes = {7}, .token_ids = token_run(0, 4)}, 3, "mla_attention")}));
+  CHECK(stored.result.emitted == 2);
+  CHECK(stored.result.ignored_group == 2);
+  REQUIRE(stored.out.events_size() == 2);
+  CHECK(block_ids(stored.out.events(0).stored()) == std::vector<std::uint64_t>{1, 2});
+  CHECK(block_ids(stored.out.events(1).stored()) == std::vector<std::uint64_t>{7});
+  // The sliding window drops block 1 while the full-attention group still holds it: a removal
+  // names only its group, which was seen storing as a sliding window.
+  const auto removed =
+      decode(decoder, batch({removed_in({1}, 1), removed_in({2}, 2), removed_in({1}, 0), removed_map({7})}));
+  CHECK(removed.result.ignored_group == 2);
+  CHECK(removed.result.emitted == 2);
+  REQUIRE(removed.out.events_size() == 2);
+  CHECK(removed_ids(removed.out.events(0)) == std::vector<std::uint64_t>{1});
+  CHECK(removed_ids(removed.out.events(1)) == std::vector<std::uint64_t>{7});
+  // A group index or kind of the wrong type refuses its event.
+  const auto bad = decode(
+      decoder,
+      batch({removed_in({1}, 0), Map{{"type", "BlockRemoved"}, {"block_hashes", Array{2}}, {"group_idx", "one"}},
+             stored_map({.block_hashes = {9}, .token_ids = token_run(0, 4), .more = {{"kv_cache_spec_kind", 5}}})}));
+  CHECK(bad.result.emitted == 1);
+  CHECK(bad.result.rejections(EventRejection::kMalformedEvent) == 2);
+}
+
 TEST_CASE("extra_keys: multimodal ids with and without offsets, the salt only on the first block", "[engine_events]") {
   EventDecoder decoder(standard_config());
   const std::string image_a = digest("0123456789abcdef");
