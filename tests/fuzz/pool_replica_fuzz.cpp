@@ -9,6 +9,7 @@
 // each payload's body checksum.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,9 +75,10 @@ void patch_checksum(std::string& payload) {
              static_cast<std::uint32_t>(xxh3(bytes + cbi1::kHeaderBytes, payload.size() - cbi1::kHeaderBytes)));
 }
 
-// What the replica promises about itself after every frame.
+// What the replica promises about itself after every frame; `before` is its sequence before
+// the frame, if it was installed.
 void check_replica(const client::PoolReplica& replica, const client::Applied& applied, const v1::FilterUpdate& update,
-                   std::uint64_t bucket_count) {
+                   std::uint64_t bucket_count, std::optional<std::uint64_t> before) {
   if (applied) {
     require(replica.phase() == client::ReplicaPhase::kFaulted, "a refused frame retires the replica");
     require(replica.words().empty(), "a retired replica holds no lane");
@@ -85,7 +87,10 @@ void check_replica(const client::PoolReplica& replica, const client::Applied& ap
   require(replica.phase() != client::ReplicaPhase::kFaulted, "an applied frame leaves the replica usable");
   if (!replica.installed()) return;
   require(replica.words().size() == bucket_count, "an installed replica holds the whole lane");
-  require(replica.sequence() == update.sequence(), "an applied frame moves the replica to its sequence");
+  // A delta at or below the replica's sequence is stale: ignored (docs/protocol/cbi1-ckf.md#applying-deltas).
+  const bool stale = before && update.kind() == v1::FILTER_UPDATE_KIND_DELTA && update.sequence() <= *before;
+  require(replica.sequence() == (stale ? *before : update.sequence()),
+          "an applied frame moves the replica to its sequence; a stale delta leaves it where it was");
   std::uint64_t occupied = 0;
   for (std::uint64_t word : replica.words()) occupied += ckf::occupied_in(word);
   require(replica.occupied_slots() == occupied, "the running slot count matches the lane");
@@ -115,8 +120,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       *update.mutable_producer() = producer;
     }
     if (fix_checksums) patch_checksum(*update.mutable_payload());
+    const auto before = replica->installed() ? std::optional(replica->sequence()) : std::nullopt;
     const client::Applied applied = replica->apply(update);
-    check_replica(*replica, applied, update, followed.bucket_count);
+    check_replica(*replica, applied, update, followed.bucket_count, before);
     if (applied) replica = std::make_unique<client::PoolReplica>(producer, relay);
   }
   return 0;
