@@ -323,9 +323,9 @@ std::pair<double, double> event_to_wire_ms(std::uint32_t events_per_second, doub
     ckf::Probe probe;
     Clock::time_point at;
   };
-  // The first half second warms up connections and thread pools; it is not measured.
-  const auto measure_from = Clock::now() + std::chrono::milliseconds(500);
   std::mutex mutex;
+  // The first half second of sending warms up connections and thread pools; it is not measured.
+  Clock::time_point measure_from;                       // under mutex; set before the first batch is sent
   std::map<std::uint64_t, Sent> sent;                   // block number -> probe and send time
   std::multimap<std::uint64_t, std::uint64_t> waiting;  // candidate bucket -> block number
   std::vector<double> latencies;
@@ -367,6 +367,10 @@ std::pair<double, double> event_to_wire_ms(std::uint32_t events_per_second, doub
   const std::uint32_t per_batch = std::max(1u, events_per_second / 1000);
   std::uint64_t next_block = 0;
   const auto start = Clock::now();
+  {
+    std::lock_guard lock(mutex);
+    measure_from = start + std::chrono::milliseconds(500);
+  }
   for (std::uint64_t tick = 0; seconds_since(start) < duration_s; ++tick) {
     std::this_thread::sleep_until(start + std::chrono::milliseconds(tick));
     ingest_v1::KvEventBatch batch;
