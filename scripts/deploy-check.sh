@@ -187,11 +187,14 @@ refuse() {  # refuse EXPECTED_MESSAGE [helm template options]
   grep -q -- "$expected" "$work/refused.err" || { cat "$work/refused.err" >&2; die "helm template $*: expected '$expected'"; }
 }
 refuse "dcId must be set" --set dcId=
+refuse "dcId must be a string" --set dcId=1
+refuse "dcId must be a string" --set dcId=0
 refuse "set by the chart" --set relay.listen=0.0.0.0:1
 refuse "set by the chart" --set relay.dc_id=x
 refuse "set by the chart" --set relay.ingest-token-file=/etc/token
 refuse "needs ingestAuth.key" --set ingestAuth.existingSecret=kv-relay-ingest-token --set ingestAuth.key=
 refuse "must be above the drain timeout" --set terminationGracePeriodSeconds=5
+refuse "must be above the drain timeout" --set terminationGracePeriodSeconds=6  # the drain's last second
 refuse "must be above the drain timeout" --set relay.drain-timeout-ms=30000 --set terminationGracePeriodSeconds=30
 refuse "unauthenticated relay" --set wanService.type=LoadBalancer
 refuse "needs mtls.secretName" --set mtls.enabled=true

@@ -110,15 +110,16 @@ would name another instance. (list VALUE PATH): walks maps and lists.
 {{- end -}}
 {{- end -}}
 
-{{/* The pod's grace period: above both the relay's drain and Envoy's hold. */}}
+{{/* The pod's grace period: above both the relay's drain, with the second its last calls may
+still take after the timeout (docs/operations.md#restarts-upgrades-and-drain), and Envoy's hold. */}}
 {{- define "kv-relay.gracePeriodSeconds" -}}
-{{- $floor := max (include "kv-relay.drainSeconds" . | int64) (include "kv-relay.envoyHoldSeconds" . | int64) -}}
+{{- $floor := max (add (include "kv-relay.drainSeconds" . | int64) 1) (include "kv-relay.envoyHoldSeconds" . | int64) -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
 {{- add $floor 15 -}}
 {{- else -}}
 {{- $grace := int64 .Values.terminationGracePeriodSeconds -}}
 {{- if le $grace $floor -}}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must be above the drain timeout and the Envoy hold (%d s)" $grace $floor) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be above the drain timeout plus its last second and the Envoy hold (%d s)" $grace $floor) -}}
 {{- end -}}
 {{- $grace -}}
 {{- end -}}
@@ -207,6 +208,9 @@ bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 
 {{/* Every check on the values that the templates cannot express as a schema. */}}
 {{- define "kv-relay.validate" -}}
+{{- if not (or (kindIs "invalid" .Values.dcId) (kindIs "string" .Values.dcId)) -}}
+{{- fail (printf "dcId must be a string: YAML and --set read %v as a number, which would not render as written (quote it, or use --set-string dcId=...)" .Values.dcId) -}}
+{{- end -}}
 {{- if not .Values.dcId -}}
 {{- fail "dcId must be set (--set dcId=<this data center's id>): it is hashed into every PoolId; give each data center its own and keep it" -}}
 {{- end -}}
