@@ -144,8 +144,11 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("{}: draining", stop->why);
   }
-  if (demo) demo->stop();
+  // The demo's engines outlive the drain, as a fleet's would: closing them first disconnected
+  // every source mid-drain, and its pool with it.
+  if (demo) demo->stop_traffic();
   (*relay)->shutdown();
+  if (demo) demo->stop();
   exiting = true;
   pthread_kill(signal_waiter.native_handle(), SIGTERM);
   signal_waiter.join();

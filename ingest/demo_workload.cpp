@@ -127,8 +127,11 @@ constexpr auto kTick = std::chrono::milliseconds(10);
 constexpr std::size_t kSystemPrompts = 4;
 constexpr std::size_t kConversations = 64;
 
+// Every turn of a conversation goes to the engine its first turn went to, as a KV-aware router
+// keeps a conversation where its prefix is cached: one model, and one of its adapters or none.
 struct Conversation {
   std::size_t system_prompt = 0;
+  std::size_t engine = 0;
   std::string adapter;  // empty = base model
   std::vector<std::uint32_t> history;
 };
@@ -254,9 +257,13 @@ void DemoWorkload::report_serving_load_to(std::string ingest_address, std::optio
   token_file_ = std::move(token_file);
 }
 
-void DemoWorkload::stop() {
+void DemoWorkload::stop_traffic() {
   stopping_ = true;
   if (thread_.joinable()) thread_.join();
+}
+
+void DemoWorkload::stop() {
+  stop_traffic();
   engines_.clear();
   pages_.clear();
 }
@@ -286,15 +293,17 @@ void DemoWorkload::run() {
     const auto tick_start = std::chrono::steady_clock::now();
     for (owed += requests_per_tick; owed >= 1; owed -= 1) {
       Conversation& conversation = conversations[rng() % conversations.size()];
-      const std::size_t rank = rng() % engines_.size();
-      demo::EngineCache& engine = *engines_[rank];
-      const auto& serving = engine.serving();
-      if (conversation.history.size() > 2048 || rng() % 8 == 0) {  // a new conversation
-        conversation = Conversation{rng() % kSystemPrompts, {}, {}};
-        if (!serving.served_as.empty() && rng() % 3 == 0) {
-          conversation.adapter = std::next(serving.served_as.begin(), rng() % serving.served_as.size())->first;
+      if (conversation.history.empty() || conversation.history.size() > 2048 || rng() % 8 == 0) {
+        conversation = Conversation{
+            .system_prompt = rng() % kSystemPrompts, .engine = rng() % engines_.size(), .adapter = {}, .history = {}};
+        const auto& served_as = engines_[conversation.engine]->serving().served_as;
+        if (!served_as.empty() && rng() % 3 == 0) {
+          conversation.adapter = std::next(served_as.begin(), rng() % served_as.size())->first;
         }
       }
+      const std::size_t rank = conversation.engine;
+      demo::EngineCache& engine = *engines_[rank];
+      const auto& serving = engine.serving();
       const auto turn = random_tokens(rng, 16 + rng() % 96);
       conversation.history.insert(conversation.history.end(), turn.begin(), turn.end());
       std::vector<std::uint32_t> prompt = system_prompts[conversation.system_prompt];

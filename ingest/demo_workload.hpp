@@ -44,6 +44,9 @@ class DemoWorkload {
   // From now on the demo's frontends and routers report to this ingest API, with the token of
   // `token_file` (the relay's --ingest-token-file) when it needs credentials.
   void report_serving_load_to(std::string ingest_address, std::optional<std::string> token_file = std::nullopt);
+  // Stops the requests; the engines and pages stay up, as a fleet's stay while its relay drains.
+  void stop_traffic();
+  // Stops the requests, then closes every engine and page.
   void stop();
 
  private:

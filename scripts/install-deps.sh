@@ -16,7 +16,7 @@ PACKAGES=(
   libbenchmark-dev nlohmann-json3-dev libabsl-dev
   libgoogle-perftools-dev
   clang-14 clang-format-14
-  python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack
+  python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack python3-yaml yamllint
   curl unzip
 )
 # `install-deps.sh --image`: only the container tools of `make image` and `make image-test`

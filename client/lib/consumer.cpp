@@ -66,6 +66,9 @@ bool Consumer::await(const std::function<bool(const ConsumerView&)>& done, std::
     if (done(view())) return true;
     lock.lock();
     if (!notifier_->changed.wait_until(lock, deadline, [&] { return notifier_->version != seen; })) return false;
+    // The wait also ends at once for a change made while done() ran, deadline or not: a state
+    // that keeps changing must not hold the caller past its timeout.
+    if (std::chrono::steady_clock::now() >= deadline) return false;
   }
 }
 

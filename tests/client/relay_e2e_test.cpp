@@ -187,6 +187,42 @@ TEST_CASE("consumer e2e: the delta tap sees every applied delta once, with the i
   CHECK(tapped_pool == pool.descriptor.producer().pool_id().SerializeAsString());
 }
 
+TEST_CASE("consumer e2e: await gives up at its timeout even while the state keeps changing", "[client][e2e]") {
+  TestRelay relay;
+  const auto backend = endpoint_ref("prod", "backend");
+  relay.put_worker(put_worker_request(backend, 1));
+  client::Consumer consumer(consumer_options(relay));
+  consumer.start();
+  REQUIRE(consumer.await(
+      [](const client::ConsumerView& view) {
+        return !view.relays.at(0).pools.empty() && view.relays[0].pools[0].status == ReplicaStatus::kInstalled;
+      },
+      kAwaitRelay));
+  // Every evaluation changes the state (a batch, then the replica at the delta it makes), so a
+  // change is always waiting when it returns; the changes stop only after 20 evaluations begun
+  // past the timeout, which must not happen.
+  EventScript script(17, backend, 1, 1);
+  constexpr auto kTimeout = std::chrono::milliseconds(100);
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  int begun_late = 0;
+  const bool done = consumer.await(
+      [&](const client::ConsumerView& view) {
+        if (std::chrono::steady_clock::now() >= deadline && ++begun_late >= 20) return false;
+        const std::uint64_t at = view.relays.at(0).pools.at(0).sequence;
+        REQUIRE(relay.publish(script.next_batches(1)).batches_applied() == 1);
+        REQUIRE(consumer.await(
+            [&](const client::ConsumerView& now) {
+              const auto& pools = now.relays.at(0).pools;
+              return !pools.empty() && pools[0].sequence > at;
+            },
+            kAwaitRelay));
+        return false;
+      },
+      kTimeout);
+  CHECK_FALSE(done);
+  CHECK(begun_late <= 1);
+}
+
 TEST_CASE("consumer e2e: a lagging replica is dropped, resubscribes from scratch and converges", "[client][e2e][lag]") {
   RelayOptions options = loopback_options();
   options.expected_unique_blocks = 1 << 21;  // two 4 MiB snapshot chunks

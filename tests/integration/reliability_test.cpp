@@ -92,7 +92,8 @@ std::string put_worker_answer(ingest_v1::RelayIngest::Stub& stub, const ingest_v
 }
 
 std::string token_file(const std::string& token) {
-  const auto path = std::filesystem::temp_directory_path() / "kv-relay-reliability-token";
+  // In the build tree, so that the normal and sanitizer suites never share it.
+  const auto path = std::filesystem::path(KVRELAY_TEST_TMP_DIR) / "reliability-token";
   std::ofstream(path) << token << "\n";
   return path.string();
 }

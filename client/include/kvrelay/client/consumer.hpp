@@ -177,7 +177,8 @@ class Consumer {
   // relay, not for a hot path.
   std::optional<ReplicaDigest> replica_digest(std::string_view target, std::string_view endpoint) const;
 
-  // Blocks until `done(view())` holds or `timeout` passes; re-evaluates on every state change.
+  // Blocks until `done(view())` holds or `timeout` passes; re-evaluates on every state change
+  // (no evaluation starts after the timeout, so it overruns it by one evaluation at most).
   bool await(const std::function<bool(const ConsumerView&)>& done, std::chrono::milliseconds timeout) const;
 
   struct Notifier;
