@@ -1,5 +1,5 @@
 #pragma once
-// Bounded exponential backoff with full jitter: attempt n waits a uniform draw from
+// Bounded exponential backoff with equal jitter: attempt n waits a uniform draw from
 // [initial * 2^n / 2, initial * 2^n], capped at `max`. Only an attempt that stayed usable for
 // at least `max` resets it: a consumer's stream that fails soon after it opens, even after
 // delivering messages (docs/consumer.md#backoff), or a pool generation that fences itself soon

@@ -6,7 +6,7 @@
 // API.
 //
 //   Consumer consumer({.targets = {"dc-a:50051", "dc-b:50051"}});
-//   consumer.start();
+//   consumer.start();  // returns at once; pools appear as each relay's catalog arrives
 //   for (const auto& match : consumer.overlap("meta/llama-3-8b", prompt_tokens)) ...
 #include <chrono>
 #include <cstdint>
@@ -42,9 +42,11 @@ struct ConsumerOptions {
   // invalidates what it published instead of leaving it queryable (docs/consumer.md#keepalive).
   std::chrono::milliseconds keepalive_time{20000};
   std::chrono::milliseconds keepalive_timeout{10000};
-  bool subscribe_pools = true;  // false: catalog, readiness, load and serving load only
+  bool subscribe_pools = true;  // false: catalog, readiness, load and serving load only (pools
+                                // stay kSubscribing, with no stream and no depth)
   // Sees every pool frame before it is applied, on that pool stream's own thread (frame
-  // captures, diagnostics). It holds no lock, but a slow tap slows that stream.
+  // captures, diagnostics). It holds no lock, but a slow tap slows that stream. A tap must
+  // not throw: an exception leaving it ends the process (std::terminate).
   std::function<void(const dynamo::kvrelay::v1::FilterUpdate&)> frame_tap;
   // Sees every delta once its replica has applied it, on that pool stream's own thread, with the
   // buckets it changed as the replica decoded them (change notifications, latency probes,
@@ -56,7 +58,9 @@ struct ConsumerOptions {
 enum class ReplicaStatus {
   kSubscribing,  // stream open or (re)opening, snapshot not yet complete
   kInstalled,    // snapshot installed, deltas applying
-  kWaiting,      // the relay refused this generation; waits for the catalog to change
+  kWaiting,      // refused: waits for the catalog (a newer revision, or another producer, as the
+                 // refusal's reason says: docs/consumer.md), or, refused as invalid, for another
+                 // relay incarnation
   kQuarantined,  // the pool's semantics are unsupported: never queried
 };
 std::string_view to_string(ReplicaStatus status);
@@ -157,7 +161,8 @@ class Consumer {
   Consumer& operator=(const Consumer&) = delete;
 
   // The consumer runs once: start() opens its streams, stop() ends them and joins its threads.
-  // A second start(), or one after stop(), does nothing and returns false; stop() may be called
+  // A second start(), or one after stop(), does nothing and returns false (a consumer of no
+  // targets has nothing to start: true); stop() may be called
   // again. Neither may be called from a tap (a tap runs on a thread stop() joins).
   bool start();
   void stop();
