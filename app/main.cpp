@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include "app/options.hpp"
@@ -52,12 +53,15 @@ bool write_ready_file(const std::string& path, const kvrelay::RelayRuntime& rela
 [[noreturn]] void exit_at_once(const char* signal_name, int received) {
   auto logged = std::make_shared<std::promise<void>>();
   std::future<void> flushed = logged->get_future();
-  std::thread([signal_name, logged] {
-    spdlog::warn("{} received again while draining: exiting now", signal_name);
-    spdlog::default_logger()->flush();
-    logged->set_value();
-  }).detach();
-  flushed.wait_for(std::chrono::seconds(1));
+  try {
+    std::thread([signal_name, logged] {
+      spdlog::warn("{} received again while draining: exiting now", signal_name);
+      spdlog::default_logger()->flush();
+      logged->set_value();
+    }).detach();
+    flushed.wait_for(std::chrono::seconds(1));
+  } catch (const std::system_error&) {  // no thread to be had (a pids limit): exit unlogged
+  }
   std::_Exit(128 + received);
 }
 

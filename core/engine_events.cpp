@@ -563,8 +563,8 @@ class EventDecoder::EventReader {
   // in every group. Only full-attention groups hold every block of a prefix they store; a sliding
   // window or a Mamba state drops or checkpoints blocks on its own terms, which read as the
   // prefix's blocks would corrupt the pool (docs/protocol/engine-sources.md#groups). A store
-  // names its group's kind; a removal only its group_idx, so the groups seen storing with a
-  // partial kind are remembered.
+  // names its group's kind; a removal only its group_idx, so each group's kind is learnt from
+  // its latest store (an engine restarted with another model may number its groups otherwise).
   std::expected<bool, Refusal> of_partial_group(const EventFields& fields) {
     std::optional<std::uint64_t> group;
     if (!is_nil(fields.group_idx)) {
@@ -573,11 +573,15 @@ class EventDecoder::EventReader {
     }
     const auto kind = read_text(fields.kv_cache_spec_kind, "kv_cache_spec_kind");
     if (!kind) return std::unexpected(kind.error());
-    if (is_partial_kind(*kind)) {
-      if (group) decoder_.partial_groups_.insert(*group);
-      return true;
+    const bool partial = is_partial_kind(*kind);
+    if (fields.kind == EventKind::kStored && group) {
+      if (partial) {
+        decoder_.partial_groups_.insert(*group);
+      } else {
+        decoder_.partial_groups_.erase(*group);
+      }
     }
-    return fields.kind == EventKind::kRemoved && group && decoder_.partial_groups_.contains(*group);
+    return partial || (fields.kind == EventKind::kRemoved && group && decoder_.partial_groups_.contains(*group));
   }
   static bool is_partial_kind(std::string_view kind) {
     return kind == "sliding_window" || kind == "sliding_window_mla" || kind == "chunked_local_attention" ||

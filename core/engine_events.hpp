@@ -87,8 +87,8 @@ class EventDecoder {
   std::vector<std::uint32_t> tokens_;
   std::vector<std::uint64_t> hashes_;
   std::vector<std::uint64_t> sorted_hashes_;
-  // KV-cache groups seen storing with a partial kind: their removals are ignored too. A model's
-  // groups are fixed, so they are kept across resets.
+  // KV-cache groups whose latest store named a partial kind: their removals are ignored too.
+  // Kept across resets: a restarted engine's stores correct them.
   absl::flat_hash_set<std::uint64_t> partial_groups_;
 };
 

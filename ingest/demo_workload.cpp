@@ -309,10 +309,9 @@ void DemoWorkload::run() {
       std::vector<std::uint32_t> prompt = system_prompts[conversation.system_prompt];
       prompt.insert(prompt.end(), conversation.history.begin(), conversation.history.end());
       const std::uint64_t uncached = engine.serve(prompt, conversation.adapter);
-      const auto adapter = serving.served_as.find(conversation.adapter);
-      const std::string& model = conversation.adapter.empty()         ? serving.model
-                                 : adapter != serving.served_as.end() ? adapter->second
-                                                                      : conversation.adapter;
+      // The adapter was chosen among this engine's own.
+      const std::string& model =
+          conversation.adapter.empty() ? serving.model : serving.served_as.at(conversation.adapter);
       serving_load_->served(serving.ns, model, rank, prompt.size(), uncached, tick_start);
     }
     for (std::size_t i = 0; i < engines_.size(); ++i) {

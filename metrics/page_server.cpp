@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
 #include <charconv>
 
 #include "core/sigpipe_blocked.hpp"
@@ -16,12 +19,14 @@ std::expected<std::unique_ptr<PageServer>, std::string> PageServer::start(const 
   std::unique_ptr<PageServer> server(new PageServer());
   httplib::Server& http = *server->http_;
   http.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, with which a second process bound
-  // to a taken port would start and share the first one's scrapes instead of failing
+  // SO_REUSEADDR, not httplib's default SO_REUSEPORT, with which a second process bound to a
+  // taken port would start and share the first one's scrapes instead of failing
   // (docs/operations.md#startup).
   http.set_socket_options([](socket_t socket) {
     const int yes = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes) != 0) {
+      spdlog::warn("HTTP listener: SO_REUSEADDR not set (errno {}): a restart may wait for the old port", errno);
+    }
   });
   http.Get(path, [page = std::move(page), content_type = std::move(content_type)](const httplib::Request&,
                                                                                   httplib::Response& response) {

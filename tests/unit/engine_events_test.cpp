@@ -410,6 +410,13 @@ TEST_CASE("a hybrid model's sliding-window and Mamba groups are ignored, their r
              stored_map({.block_hashes = {9}, .token_ids = token_run(0, 4), .more = {{"kv_cache_spec_kind", 5}}})}));
   CHECK(bad.result.emitted == 1);
   CHECK(bad.result.rejections(EventRejection::kMalformedEvent) == 2);
+  // An engine restarted with another model numbers its groups otherwise: group 1 stores as full
+  // attention now, and its removals are read again.
+  const auto relearnt = decode(
+      decoder,
+      batch({in_group({.block_hashes = {8}, .token_ids = token_run(8, 4)}, 1, "full_attention"), removed_in({8}, 1)}));
+  CHECK(relearnt.result.emitted == 2);
+  CHECK(relearnt.result.ignored_group == 0);
 }
 
 TEST_CASE("extra_keys: multimodal ids with and without offsets, the salt only on the first block", "[engine_events]") {

@@ -113,9 +113,11 @@ would name another instance. (list VALUE PATH): walks maps and lists.
 {{/* The pod's grace period: above both the relay's drain, with the second its last calls may
 still take after the timeout (docs/operations.md#restarts-upgrades-and-drain), and Envoy's hold. */}}
 {{- define "kv-relay.gracePeriodSeconds" -}}
-{{- $floor := max (add (include "kv-relay.drainSeconds" . | int64) 1) (include "kv-relay.envoyHoldSeconds" . | int64) -}}
+{{- $drain := include "kv-relay.drainSeconds" . | int64 -}}
+{{- $hold := include "kv-relay.envoyHoldSeconds" . | int64 -}}
+{{- $floor := max (add $drain 1) $hold -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
-{{- add $floor 15 -}}
+{{- add (max $drain $hold) 15 -}}
 {{- else -}}
 {{- $grace := int64 .Values.terminationGracePeriodSeconds -}}
 {{- if le $grace $floor -}}
@@ -209,7 +211,7 @@ bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 {{/* Every check on the values that the templates cannot express as a schema. */}}
 {{- define "kv-relay.validate" -}}
 {{- if not (or (kindIs "invalid" .Values.dcId) (kindIs "string" .Values.dcId)) -}}
-{{- fail (printf "dcId must be a string: YAML and --set read %v as a number, which would not render as written (quote it, or use --set-string dcId=...)" .Values.dcId) -}}
+{{- fail (printf "dcId must be a string: YAML and --set read %v as a %s, which would not render as written (quote it, or use --set-string dcId=...)" .Values.dcId (kindOf .Values.dcId)) -}}
 {{- end -}}
 {{- if not .Values.dcId -}}
 {{- fail "dcId must be set (--set dcId=<this data center's id>): it is hashed into every PoolId; give each data center its own and keep it" -}}
