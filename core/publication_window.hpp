@@ -35,6 +35,8 @@ class PublicationWindow {
 
   std::vector<BucketImage> drain(std::span<const std::uint64_t> words) {
     std::vector<BucketImage> images;
+    images.reserve(
+        first_touch_.size());  // one allocation, where growing copied a large window's images again and again
     for (const ckf::BucketWrite& touch : first_touch_) {
       touched_bits_[touch.bucket / 64] = 0;
       if (words[touch.bucket] != touch.before) images.push_back({touch.bucket, words[touch.bucket]});
