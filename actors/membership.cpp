@@ -18,8 +18,6 @@ namespace {
 
 using Self = MembershipActor::stateful_pointer<MembershipState>;
 
-constexpr auto kPoolStateDeadline = std::chrono::seconds(10);
-
 RpcStatus retired_status() {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE,
                                 "the pool generation was retired; resubscribe from the catalog");
@@ -437,9 +435,17 @@ std::optional<CountRefusal> count_refusal(const MembershipState& state, const En
                   endpoint.display(), request.worker_id(), request.kv_sources_size(), sources, limits.max_kv_sources)};
 }
 
-// The sets SetAvailability keeps for endpoints with no worker yet (docs/protocol/readiness.md#availability)
-// are bounded as endpoints with workers are, apart from them.
-std::optional<CountRefusal> availability_refusal(const MembershipState& state, const EndpointKey& endpoint) {
+// A live set names at most as many workers as an endpoint may have; the sets SetAvailability
+// keeps for endpoints with no worker yet (docs/protocol/readiness.md#availability) are bounded
+// as endpoints with workers are, apart from them.
+std::optional<CountRefusal> availability_refusal(const MembershipState& state, const EndpointKey& endpoint,
+                                                 std::size_t live_workers) {
+  if (live_workers > state.config.limits.max_workers_per_endpoint) {
+    return CountRefusal{metrics::IngestLimit::kWorkersPerEndpoint,
+                        fmt::format("endpoint {}: its live set names {} workers, the most "
+                                    "--max-workers-per-endpoint ({}) allows",
+                                    endpoint.display(), live_workers, state.config.limits.max_workers_per_endpoint)};
+  }
   if (state.workers.contains(endpoint) || state.availability.contains(endpoint)) return std::nullopt;
   const auto without_workers = std::count_if(state.availability.begin(), state.availability.end(),
                                              [&](const auto& entry) { return !state.workers.contains(entry.first); });
@@ -525,8 +531,10 @@ caf::result<ingest_v1::SetAvailabilityResponse> set_availability(Self self,
                                                                  const ingest_v1::SetAvailabilityRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
-  if (auto refusal = availability_refusal(state, endpoint)) return refuse(self, "SetAvailability", std::move(*refusal));
   std::set<std::uint64_t> live(request.live_worker_ids().begin(), request.live_worker_ids().end());
+  if (auto refusal = availability_refusal(state, endpoint, live.size())) {
+    return refuse(self, "SetAvailability", std::move(*refusal));
+  }
   const auto current = state.availability.find(endpoint);
   const std::set<std::uint64_t>* was_live = current == state.availability.end() ? nullptr : &current->second;
   if (was_live == nullptr || *was_live != live) {
@@ -683,7 +691,7 @@ void ask_publishers(Self self, caf::typed_response_promise<ingest_v1::RelayState
         pool.declared_refusal && pool.declared_refusal->bucket_count > pool.producer.ckf_format().bucket_count()
             ? pool.declared_refusal->reason
             : std::string();
-    self->request(pool.publisher, kPoolStateDeadline, atoms::pool_state_atom_v)
+    self->request(pool.publisher, kStateRoundDeadline, atoms::pool_state_atom_v)
         .then(
             [=](const PoolStateReport& report) mutable {
               const auto serving = slot->serving_endpoint();
@@ -720,7 +728,7 @@ caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
     if (--*remaining == 0) ask_publishers(self, promise, response);
   };
   for (const auto& [slot, actor] : engine_sources) {
-    self->request(actor, kPoolStateDeadline, atoms::get_state_atom_v)
+    self->request(actor, kStateRoundDeadline, atoms::get_state_atom_v)
         .then(
             [=](const ingest_v1::SourceState& reported) mutable {
               slot->set_has_last_sequence(reported.has_last_sequence());

@@ -34,6 +34,11 @@ struct MembershipLimits {
   std::size_t max_kv_sources = 65'536;  // KV sources of every worker together
 };
 
+// GetState asks every engine source, then every pool publisher, waiting at most this long each
+// time: an actor too slow to answer leaves its slot without its figures, and both rounds end
+// before the ingest gateway stops waiting for the whole answer.
+inline constexpr std::chrono::seconds kStateRoundDeadline{4};
+
 struct MembershipConfig {
   v1::RelayIdentity relay;
   std::uint64_t dc_id = 0;

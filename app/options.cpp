@@ -247,7 +247,7 @@ const std::vector<Flag>& flags() {
       {"max-serving-endpoints", "N", "serving endpoints with workers at most",
        shown(&RelayOptions::max_serving_endpoints),
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_serving_endpoints)},
-      {"max-workers-per-endpoint", "N", "workers of one serving endpoint at most",
+      {"max-workers-per-endpoint", "N", "workers of one serving endpoint, and of one live set, at most",
        shown(&RelayOptions::max_workers_per_endpoint),
        uint_field<std::size_t>(1, szmax, &RelayOptions::max_workers_per_endpoint)},
       {"max-kv-sources", "N", "KV sources (worker x dp rank) of all workers together at most",

@@ -75,46 +75,60 @@ std::expected<gateway::IngestServiceConfig, std::string> ingest_service_config(c
   return config;
 }
 
+// One request of the topology's load, answered: nothing, or why it was refused.
+template <typename Response, typename Actor, typename... Message>
+std::optional<std::string> refusal_of(caf::scoped_actor& self, const Actor& actor, Message&&... message) {
+  std::optional<std::string> refusal;
+  self->request(actor, caf::infinite, std::forward<Message>(message)...)
+      .receive([](const Response&) {},
+               [&](const caf::error& error) {
+                 refusal = "topology: " + ingest_refusal_message(error).value_or(caf::to_string(error));
+               });
+  return refusal;
+}
+
 // Feeds the topology file through the same requests as PutWorker / SetAvailability calls,
-// before the listeners open: a relay that starts serves its topology from its first call.
+// before the listeners open: a relay that starts serves its topology from its first call. The
+// first refusal ends the load (and the start) with its reason.
 std::expected<void, std::string> load_topology(caf::actor_system& system, const ingest_v1::TopologyFile& file,
                                                const MembershipActor& membership,
                                                const ServingLoadWindowActor& serving_load) {
   caf::scoped_actor self{system};
-  std::optional<std::string> failure;
-  auto fail = [&](const caf::error& error) {
-    failure = "topology: " + ingest_refusal_message(error).value_or(caf::to_string(error));
-  };
   for (const auto& spec : file.endpoints()) {
     for (const auto& worker : spec.workers()) {
-      self->request(membership, caf::infinite, atoms::put_worker_atom_v,
-                    membership::put_worker_request(spec.endpoint(), worker))
-          .receive([](const ingest_v1::PutWorkerResponse&) {}, fail);
+      if (auto refusal = refusal_of<ingest_v1::PutWorkerResponse>(
+              self, membership, atoms::put_worker_atom_v, membership::put_worker_request(spec.endpoint(), worker))) {
+        return std::unexpected(std::move(*refusal));
+      }
     }
     if (spec.has_live_workers()) {
       ingest_v1::SetAvailabilityRequest request;
       *request.mutable_endpoint() = spec.endpoint();
       *request.mutable_live_worker_ids() = spec.live_workers().worker_ids();
-      self->request(membership, caf::infinite, atoms::availability_atom_v, std::move(request))
-          .receive([](const ingest_v1::SetAvailabilityResponse&) {}, fail);
+      if (auto refusal = refusal_of<ingest_v1::SetAvailabilityResponse>(self, membership, atoms::availability_atom_v,
+                                                                        std::move(request))) {
+        return std::unexpected(std::move(*refusal));
+      }
     }
     if (spec.scheduler_router_ids_size() > 0) {
       ingest_v1::SetSchedulersRequest request;
       *request.mutable_endpoint() = spec.endpoint();
       *request.mutable_router_ids() = spec.scheduler_router_ids();
-      self->request(serving_load, caf::infinite, atoms::schedulers_atom_v, std::move(request))
-          .receive([](const ingest_v1::SetSchedulersResponse&) {}, fail);
+      if (auto refusal = refusal_of<ingest_v1::SetSchedulersResponse>(self, serving_load, atoms::schedulers_atom_v,
+                                                                      std::move(request))) {
+        return std::unexpected(std::move(*refusal));
+      }
     }
-    if (failure) return std::unexpected(*failure);
   }
   for (const auto& frontends : file.frontends()) {
     ingest_v1::SetFrontendsRequest request;
     request.set_namespace_(frontends.namespace_());
     *request.mutable_frontend_ids() = frontends.frontend_ids();
-    self->request(serving_load, caf::infinite, atoms::frontends_atom_v, std::move(request))
-        .receive([](const ingest_v1::SetFrontendsResponse&) {}, fail);
+    if (auto refusal = refusal_of<ingest_v1::SetFrontendsResponse>(self, serving_load, atoms::frontends_atom_v,
+                                                                   std::move(request))) {
+      return std::unexpected(std::move(*refusal));
+    }
   }
-  if (failure) return std::unexpected(*failure);
   return {};
 }
 

@@ -105,6 +105,8 @@ std::vector<BaseCard> project_base_cards(const EndpointKey& endpoint, const Work
                                          std::vector<Conflict>& conflicts) {
   std::vector<BaseCard> cards;
   for (const auto& [worker_id, spec] : workers) {
+    // The relay checks every card before membership holds it; the projection checks again so
+    // that it stands on its own, as its unit tests call it.
     if (auto problem = ingest_check::worker_spec(spec, "")) {
       conflicts.push_back(
           conflict(ConflictScope::kServingBinding, fmt::format("worker {}: malformed card: {}", worker_id, *problem)));

@@ -34,6 +34,8 @@ class RefusedRead final : public grpc::ServerReadReactor<Request> {
 
 // How long a unary call waits for its actor's answer before it fails with UNAVAILABLE.
 constexpr auto kAnswerDeadline = std::chrono::seconds(10);
+static_assert(2 * kStateRoundDeadline < kAnswerDeadline,
+              "GetState's two rounds end in time for a partial answer, not an UNAVAILABLE call");
 
 // An actor's error answer: a refusal by a count limit, or an actor that could not answer.
 RpcStatus status_of(const caf::error& error) {

@@ -8,8 +8,9 @@
 // field; on a stream, a request above a size limit ends the stream with INVALID_ARGUMENT, and
 // a malformed one is counted while the stream goes on. Every call gets an answer: a unary call
 // whose answer cannot come (membership gone, or silent past its deadline) fails with
-// UNAVAILABLE, and so does a stream whose batches cannot be answered. Membership refuses a
-// PutWorker beyond a count limit with RESOURCE_EXHAUSTED (actors/ingest_refusal.hpp).
+// UNAVAILABLE, and so does a stream whose batches cannot be answered. A call that would pass a
+// count limit is refused with RESOURCE_EXHAUSTED (actors/ingest_refusal.hpp): PutWorker and
+// SetAvailability by membership, the four serving-load calls by the serving-load window.
 #include <caf/all.hpp>
 
 #include <atomic>

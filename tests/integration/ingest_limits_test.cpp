@@ -67,11 +67,11 @@ ingest_v1::KvEventBatch token_batch(std::uint64_t sequence, std::uint32_t blocks
 }
 
 grpc::Status set_availability_status(TestRelay& relay, const ingest_v1::EndpointRef& endpoint,
-                                     std::uint64_t live_worker) {
+                                     std::initializer_list<std::uint64_t> live_workers) {
   grpc::ClientContext context;
   ingest_v1::SetAvailabilityRequest request;
   *request.mutable_endpoint() = endpoint;
-  request.add_live_worker_ids(live_worker);
+  for (std::uint64_t worker : live_workers) request.add_live_worker_ids(worker);
   ingest_v1::SetAvailabilityResponse response;
   return relay.ingest().SetAvailability(&context, request, &response);
 }
@@ -205,7 +205,7 @@ TEST_CASE("ingest limits: availability kept for endpoints without workers is bou
   const auto third = endpoint_ref("prod", "third");
   relay.set_availability(kBackend, {1});  // neither endpoint has a worker yet: both sets are kept
   relay.set_availability(kOther, {1});
-  require_refusal(set_availability_status(relay, third, 1), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  require_refusal(set_availability_status(relay, third, {1}), grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/third/generate: it has no worker, and the relay holds availability for 2 endpoints "
                   "without workers, the most --max-serving-endpoints (2) allows");
   relay.set_availability(kOther, {2});  // a set already kept is replaced, never refused
@@ -224,4 +224,24 @@ TEST_CASE("ingest limits: availability kept for endpoints without workers is bou
   CHECK(state.endpoints(0).worker_ids_size() == 1);
   CHECK(state.endpoints(2).endpoint().component() == "third");
   CHECK(refusals(scrape(relay), "serving_endpoints") == 1);
+}
+
+TEST_CASE("ingest limits: a live set names at most --max-workers-per-endpoint workers", "[ingest][limits]") {
+  TestRelay relay(limited_options());
+  relay.put_worker(put_worker_request(kBackend, 1));
+  relay.set_availability(kBackend, {1});
+  // Ids are counted once however often they are named: two distinct ids are within the limit.
+  CHECK(set_availability_status(relay, kBackend, {1, 2, 2, 1}).ok());
+  require_refusal(set_availability_status(relay, kBackend, {1, 2, 3}), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "endpoint prod/backend/generate: its live set names 3 workers, the most "
+                  "--max-workers-per-endpoint (2) allows");
+  require_refusal(set_availability_status(relay, kOther, {7, 8, 9}), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "endpoint prod/other/generate: its live set names 3 workers");
+
+  // The refused sets changed nothing: the backend keeps its last set, the other endpoint has none.
+  const auto state = relay.get_state();
+  REQUIRE(state.endpoints_size() == 1);
+  CHECK(std::vector<std::uint64_t>(state.endpoints(0).live_worker_ids().begin(),
+                                   state.endpoints(0).live_worker_ids().end()) == std::vector<std::uint64_t>{1, 2});
+  CHECK(refusals(scrape(relay), "workers_per_endpoint") == 2);
 }

@@ -9,12 +9,12 @@ using namespace kvrelay::test;
 
 namespace {
 
-ingest_v1::TopologyFile two_workers_on_one_endpoint() {
+ingest_v1::TopologyFile workers_on_one_endpoint(std::initializer_list<std::uint64_t> worker_ids) {
   ingest_v1::TopologyFile file;
   file.set_version(1);
   auto* endpoint = file.add_endpoints();
   *endpoint->mutable_endpoint() = endpoint_ref("prod", "backend");
-  for (std::uint64_t id : {1, 2}) {
+  for (std::uint64_t id : worker_ids) {
     const auto request = put_worker_request(endpoint->endpoint(), id);
     auto* worker = endpoint->add_workers();
     worker->set_worker_id(id);
@@ -53,10 +53,17 @@ TEST_CASE("startup: a start that fails once the actors run returns its error", "
   }
   SECTION("membership refuses the topology file") {
     options.max_workers_per_endpoint = 1;
-    options.topology = two_workers_on_one_endpoint();
+    options.topology = workers_on_one_endpoint({1, 2});
     const auto started = RelayRuntime::start(options);
     REQUIRE_FALSE(started.has_value());
     CHECK_THAT(started.error(), Catch::StartsWith("topology: "));
+  }
+  SECTION("the error is the topology's first refusal") {
+    options.max_kv_sources = 1;  // each worker has one: worker 2 is the first refused, then worker 3
+    options.topology = workers_on_one_endpoint({1, 2, 3});
+    const auto started = RelayRuntime::start(options);
+    REQUIRE_FALSE(started.has_value());
+    CHECK_THAT(started.error(), Catch::StartsWith("topology: ") && Catch::Contains(" worker 2: "));
   }
   // The relay that was running is untouched.
   CHECK(running.get_state().endpoints_size() == 0);
