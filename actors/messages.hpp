@@ -53,7 +53,6 @@ struct PoolDeltaMsg {
   std::uint64_t base_sequence = 0;
   std::uint64_t sequence = 0;
   std::shared_ptr<const std::string> payload;
-  std::int64_t ingest_receipt_ns = 0;  // steady-clock time the oldest event in it arrived
 };
 
 // What a pool stream needs to wrap frames: the identity it serves and the CBI1 format.

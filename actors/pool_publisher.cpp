@@ -110,8 +110,9 @@ void publish(Self self) {
   }
   auto payload =
       cbi1::encode_delta(format_of(state.config.spec), state.config.spec.dc_id, base, state.sequence, images);
-  if (!payload) return end_all_streams(self, publication_unavailable(payload.error().detail));
-  PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload)), receipt_ns};
+  // The image count fits one frame, so only images the index got wrong fail to encode.
+  if (!payload) return fence(self, "a delta could not be encoded: " + payload.error().detail, {});
+  PoolDeltaMsg delta{base, state.sequence, std::make_shared<const std::string>(std::move(*payload))};
   for (const PoolFrameSinkActor& stream : state.streams) {
     PoolDeltaMsg sent = delta;
     if (std::exchange(state.corrupt_next_delta, false)) sent.base_sequence += 1;
@@ -147,7 +148,8 @@ void arm_delay(Self self, std::chrono::nanoseconds wait) {
 
 // Called once per message: the threshold is checked at message boundaries (events of one
 // batch arrive together; publishing inside it would only split one instant's changes into
-// more frames). Publications are also at least one gap apart (the delay, longer for a pool
+// more frames, so only a batch that touches half a frame of buckets publishes early, from
+// count_event). Publications are also at least one gap apart (the delay, longer for a pool
 // with more streams than its frame budget covers), so under heavy ingest a pool emits at most
 // one delta per gap: fewer, larger frames that every subscriber can keep up with, for at most
 // one gap of extra latency (docs/benchmarks.md#frame-budget). While a timer is armed nothing
@@ -254,7 +256,6 @@ bool breaks_index(const EventResult& result) { return result.error == EventError
 // what was pending and leave the clear uncounted, so that nothing would publish it.
 void reset_source(Self self, SourceKey source, std::int64_t receipt_ns) {
   auto& state = self->state;
-  ++state.source_resets;
   if (state.index->clear(source) == EventError::kIndexerInvariantViolation) {
     return fence(self,
                  fmt::format("index invariant violated resetting worker {} rank {}", source.worker_id, source.dp_rank),
@@ -279,7 +280,6 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
     if (result.disposition == EventDisposition::kIgnored) continue;
     if (result.disposition == EventDisposition::kRejected) {
       ++outcome.events_rejected;
-      ++state.events_rejected;
     }
     count_event(self, receipt_ns);
   }

@@ -1,7 +1,8 @@
 #pragma once
 // One pool's publisher: it owns the pool's filter and lineage, applies KV event batches,
-// publishes one CBI1 delta per publication (after `threshold` events or `delay` after the
-// first unpublished one), sends the same encoded bytes to every attached stream, and gives
+// publishes one CBI1 delta per publication (at most one per gap, within about a gap of the
+// first unpublished event: docs/protocol/pools.md#publication-cadence, or early inside a batch
+// that touches half a frame of buckets), sends the same encoded bytes to every attached stream, and gives
 // each new stream a snapshot image at the current sequence. When the filter fills up it asks
 // its owner for a re-layout into twice the buckets and, granted one, rebuilds itself as the
 // new layout generation (docs/protocol/capacity.md#relayout).
@@ -101,8 +102,6 @@ struct PoolPublisherState {
   bool growth_timer_armed = false;
   std::optional<std::string> growth_refusal;  // why the owner refused the last request
   bool corrupt_next_delta = false;            // test hook: the next delta breaks its first stream's sequence
-  std::uint64_t events_rejected = 0;
-  std::uint64_t source_resets = 0;
   std::uint64_t relayouts = 0;
   MailboxSampler mailbox;
   static inline const char* name = "pool-publisher";

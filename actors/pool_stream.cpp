@@ -84,8 +84,9 @@ void release_permit(Self self) {
 }
 
 // The encoder permit and the progress timeout guard the snapshot only while the stream still
-// owes chunks: once the last one is handed to the transport the encoding is done, and a slow
-// reader is the outbox's business (it lags).
+// owes chunks: once the last one is handed to the transport the encoding is done. A slow
+// reader is the outbox's business throughout: deltas queue in it from the moment the stream
+// attaches, behind the chunks (docs/protocol/limits.md#outbox).
 void write_chunk(Self self) {
   auto& state = self->state;
   const std::uint32_t index = state.next_chunk;

@@ -44,7 +44,7 @@ struct StreamUnderTest {
   }
 };
 
-PoolDeltaMsg delta_from(std::uint64_t base) { return {base, base + 1, std::make_shared<const std::string>("d"), 0}; }
+PoolDeltaMsg delta_from(std::uint64_t base) { return {base, base + 1, std::make_shared<const std::string>("d")}; }
 
 }  // namespace
 
@@ -90,7 +90,7 @@ TEST_CASE("pool stream actor: the progress timeout guards every snapshot chunk b
     fixture.advance(10 * kProgressTimeout);
     CHECK_FALSE(under_test.sink->finished.has_value());
     // Deltas queue behind the unfinished write and go out once it completes.
-    PoolDeltaMsg delta{3, 4, std::make_shared<const std::string>("d"), 0};
+    PoolDeltaMsg delta{3, 4, std::make_shared<const std::string>("d")};
     caf::anon_send(under_test.stream, delta);
     complete_write(under_test.stream);
     fixture.run();
@@ -145,7 +145,7 @@ TEST_CASE("pool stream actor: an outbox full of bytes ends the stream as lagged,
   fixture.run();
   REQUIRE(under_test.sink->writes.size() == 1);  // the chunk, never completed: deltas queue
   const auto delta = [&](std::uint64_t base) {
-    return PoolDeltaMsg{base, base + 1, std::make_shared<const std::string>(kPayload, 'd'), 0};
+    return PoolDeltaMsg{base, base + 1, std::make_shared<const std::string>(kPayload, 'd')};
   };
   for (std::uint64_t base = 0; base < 3; ++base) caf::anon_send(under_test.stream, delta(base));
   fixture.run();
