@@ -17,7 +17,7 @@ PACKAGES=(
   libgoogle-perftools-dev
   clang-14 clang-format-14
   python3 python3-grpcio python3-protobuf python3-xxhash python3-zmq python3-msgpack python3-yaml yamllint
-  curl unzip
+  curl unzip b3sum
 )
 # `install-deps.sh --image`: only the container tools of `make image` and `make image-test`
 # (scripts/image-build.sh asks for them when it needs them, so `make build` never waits for them).

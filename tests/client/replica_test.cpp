@@ -12,6 +12,7 @@
 #include "core/ckf.hpp"
 #include "core/xxh3.hpp"
 #include "tests/client/wire_builders.hpp"
+#include "tests/skip.hpp"
 #include "tests/unit/huge_page_advice.hpp"
 
 using namespace kvrelay;
@@ -81,7 +82,7 @@ TEST_CASE("replica: an applied delta hands over its images, nothing else does", 
 }
 
 TEST_CASE("replica: a lane of 4 MiB or more is advised for huge pages, as the relay's filter is", "[client][replica]") {
-  if (!kernel_has_huge_pages()) return;
+  if (!kernel_has_huge_pages()) KVRELAY_SKIP(kNoHugePages);
   constexpr std::uint64_t kLargeBuckets = std::uint64_t{1} << 19;  // 4 MiB
   const auto identity = producer(1, 1, 0xDC, kLargeBuckets);
   PoolReplica replica(identity, relay_identity());

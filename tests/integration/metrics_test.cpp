@@ -14,6 +14,7 @@
 #include "tests/integration/harness.hpp"
 #include "tests/integration/replica.hpp"
 #include "tests/integration/scrape.hpp"
+#include "tests/skip.hpp"
 
 using namespace kvrelay::test;
 
@@ -315,10 +316,7 @@ bool ipv6_loopback() {
 }  // namespace
 
 TEST_CASE("metrics: the listener binds an IPv6 address", "[metrics]") {
-  if (!ipv6_loopback()) {
-    WARN("skipped: this host cannot bind ::1");
-    return;
-  }
+  if (!ipv6_loopback()) KVRELAY_SKIP("this host cannot bind ::1");
   kvrelay::RelayOptions options = loopback_options();
   options.metrics_listen = "[::1]:0";
   TestRelay relay(options);

@@ -9,10 +9,10 @@ using namespace kvrelay;
 
 namespace {
 
-const nlohmann::json& cbi1_vectors() { return test::vectors()["cbi1"]; }
+const nlohmann::json& cbi1_vectors() { return test::vectors().at("cbi1"); }
 
 cbi1::FilterFormat good_format() {
-  const auto& good = cbi1_vectors()["good"];
+  const auto& good = cbi1_vectors().at("good");
   return *cbi1::FilterFormat::make(test::u64(good["seed"]), good["bucket_count"].get<std::uint64_t>());
 }
 
@@ -29,7 +29,7 @@ std::string error_name(const cbi1::Result<cbi1::Decoded>& result) {
 }  // namespace
 
 TEST_CASE("the good delta encodes and decodes bit for bit", "[cbi1]") {
-  const auto& v = cbi1_vectors()["good"];
+  const auto& v = cbi1_vectors().at("good");
   const auto& d = v["delta"];
   const auto images = images_of(d["images"]);
   const auto frame = cbi1::encode_delta(good_format(), v["dc_id"].get<std::uint64_t>(),
@@ -48,7 +48,7 @@ TEST_CASE("the good delta encodes and decodes bit for bit", "[cbi1]") {
 }
 
 TEST_CASE("the good snapshot chunk encodes and decodes bit for bit", "[cbi1]") {
-  const auto& v = cbi1_vectors()["good"];
+  const auto& v = cbi1_vectors().at("good");
   const auto& c = v["snapshot_chunk"];
   const auto words = test::u64_list(c["words"]);
   const auto frames =
@@ -68,7 +68,7 @@ TEST_CASE("the good snapshot chunk encodes and decodes bit for bit", "[cbi1]") {
 }
 
 TEST_CASE("an empty delta is codec-valid", "[cbi1]") {
-  const auto& v = cbi1_vectors()["good"];
+  const auto& v = cbi1_vectors().at("good");
   const auto& e = v["empty_delta"];
   const auto frame = cbi1::encode_delta(good_format(), v["dc_id"].get<std::uint64_t>(),
                                         e["base_epoch"].get<std::uint64_t>(), e["epoch"].get<std::uint64_t>(), {});
@@ -80,7 +80,7 @@ TEST_CASE("an empty delta is codec-valid", "[cbi1]") {
 }
 
 TEST_CASE("every malformed frame fails with its exact error", "[cbi1]") {
-  for (const auto& m : cbi1_vectors()["malformed"]) {
+  for (const auto& m : test::vector_cases(cbi1_vectors(), "malformed")) {
     INFO(m["name"].get<std::string>());
     const auto format = *cbi1::FilterFormat::make(test::u64(m["decode_with"]["seed"]),
                                                   m["decode_with"]["bucket_count"].get<std::uint64_t>());
@@ -90,7 +90,7 @@ TEST_CASE("every malformed frame fails with its exact error", "[cbi1]") {
 }
 
 TEST_CASE("frames at and beyond the size limit", "[cbi1]") {
-  for (const auto& m : cbi1_vectors()["length_only"]) {
+  for (const auto& m : test::vector_cases(cbi1_vectors(), "length_only")) {
     INFO(m["name"].get<std::string>());
     const std::string frame(m["length"].get<std::size_t>(),
                             static_cast<char>(std::stoi(m["fill"].get<std::string>(), nullptr, 16)));
@@ -99,7 +99,7 @@ TEST_CASE("frames at and beyond the size limit", "[cbi1]") {
 }
 
 TEST_CASE("snapshot assembly outcomes per frame", "[cbi1]") {
-  for (const auto& a : cbi1_vectors()["assembly"]) {
+  for (const auto& a : test::vector_cases(cbi1_vectors(), "assembly")) {
     INFO(a["name"].get<std::string>());
     const std::uint64_t bucket_count = a["bucket_count"].get<std::uint64_t>();
     const auto format = *cbi1::FilterFormat::make(good_format().seed, bucket_count);
@@ -135,7 +135,7 @@ TEST_CASE("encoder errors and filter-format bounds", "[cbi1]") {
   CHECK(cbi1::encode_delta(format, 9, 0, 1, too_many).error().kind == cbi1::ErrorKind::kDeltaImageCount);
   CHECK(cbi1::encode_snapshot(format, 9, 1, std::vector<std::uint64_t>{0}).error().kind ==
         cbi1::ErrorKind::kSnapshotBucketCount);
-  for (const auto& e : cbi1_vectors()["encoder_errors"]) {
+  for (const auto& e : test::vector_cases(cbi1_vectors(), "encoder_errors")) {
     const std::string call = e["call"].get<std::string>();
     if (call.rfind("FilterFormat(bucket_count=", 0) != 0) continue;
     INFO(call);

@@ -9,7 +9,7 @@
 using namespace kvrelay;
 
 TEST_CASE("bucket counts follow the 80 % sizing rule", "[ckf]") {
-  for (const auto& v : test::vectors()["bucket_counts"]) {
+  for (const auto& v : test::vector_cases("bucket_counts")) {
     const auto count = ckf::bucket_count_for(v["expected_blocks"].get<std::uint64_t>());
     REQUIRE(count.has_value());
     CHECK(*count == v["bucket_count"].get<std::uint64_t>());
@@ -20,7 +20,7 @@ TEST_CASE("bucket counts follow the 80 % sizing rule", "[ckf]") {
 }
 
 TEST_CASE("addressing reproduces the reference probes", "[ckf]") {
-  for (const auto& v : test::vectors()["addressing"]) {
+  for (const auto& v : test::vector_cases("addressing")) {
     const ckf::Addressing addressing(test::u64(v["seed"]), v["bucket_count"].get<std::uint64_t>());
     const ckf::Probe probe = addressing.probe(test::u64(v["hash"]));
     CHECK(probe.fingerprint == v["fingerprint"].get<std::uint16_t>());
@@ -54,7 +54,7 @@ TEST_CASE("SWAR membership agrees with the scalar slot loop", "[ckf]") {
 }
 
 TEST_CASE("the relocation RNG reproduces its reference stream", "[ckf]") {
-  const auto& v = test::vectors()["rng"];
+  const auto& v = test::vectors().at("rng");
   const std::uint64_t initial = ckf::lane_rng_seed(test::u64(v["seed"]), 0);
   CHECK(initial == test::u64(v["lane0_initial_state"]));
   ckf::SplitMix64 rng(initial);
@@ -62,7 +62,7 @@ TEST_CASE("the relocation RNG reproduces its reference stream", "[ckf]") {
 }
 
 TEST_CASE("the tiny-table trace: placement, relocation, rollback, removal", "[ckf]") {
-  const auto& v = test::vectors()["cuckoo_tiny_table"];
+  const auto& v = test::vectors().at("cuckoo_tiny_table");
   ckf::Filter filter(v["bucket_count"].get<std::uint64_t>(), test::u64(v["seed"]), v["max_kicks"].get<std::uint32_t>());
   REQUIRE(filter.rng_state() == test::u64(v["initial_rng_state"]));
   for (const auto& [hash, probe] : v["probes"].items()) {

@@ -38,11 +38,8 @@ inline bool advised(const void* address) {
   return flags->find(" hg") != std::string::npos;
 }
 
-// False, with a warning, on a kernel without transparent huge pages: it ignores the advice.
-inline bool kernel_has_huge_pages() {
-  if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) return true;
-  WARN("this kernel has no transparent huge pages: the advice is ignored, nothing to check");
-  return false;
-}
+// False on a kernel without transparent huge pages: it ignores the advice, kNoHugePages says so.
+inline bool kernel_has_huge_pages() { return std::filesystem::exists("/sys/kernel/mm/transparent_hugepage"); }
+inline constexpr const char* kNoHugePages = "this kernel has no transparent huge pages: it ignores the advice";
 
 }  // namespace kvrelay::test

@@ -11,13 +11,14 @@
 #include "core/ckf.hpp"
 #include "core/huge_pages.hpp"
 #include "core/probe_table.hpp"
+#include "tests/skip.hpp"
 #include "tests/unit/huge_page_advice.hpp"
 
 using namespace kvrelay;
 using test::advised;
 
 TEST_CASE("a pool's filter words and index tables are advised for huge pages when large, small ones not", "[pool]") {
-  if (!test::kernel_has_huge_pages()) return;
+  if (!test::kernel_has_huge_pages()) KVRELAY_SKIP(test::kNoHugePages);
   const ckf::Filter large(std::uint64_t{1} << 22, ckf::kDefaultSeed, ckf::kDefaultMaxKicks);  // 32 MiB
   // All of it, from its first word to its last: it starts on a huge page's boundary.
   CHECK(reinterpret_cast<std::uintptr_t>(large.words().data()) % (std::uintptr_t{2} << 20) == 0);
@@ -47,20 +48,19 @@ bool resident(const void* data, std::size_t bytes) {
   return std::all_of(pages.begin(), pages.end(), [](unsigned char page) { return (page & 1) != 0; });
 }
 
-// False, with a warning, on a kernel before 5.14: it has no MADV_POPULATE_WRITE.
+// False on a kernel before 5.14: it has no MADV_POPULATE_WRITE.
 bool kernel_populates() {
   void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(page != MAP_FAILED);
   const bool supported = madvise(page, 4096, MADV_POPULATE_WRITE) == 0;
   munmap(page, 4096);
-  if (!supported) WARN("this kernel cannot populate memory in advance: nothing to check");
   return supported;
 }
 
 }  // namespace
 
 TEST_CASE("random-access arrays of 64 KiB or more are mapped in before they are returned", "[pool]") {
-  if (!kernel_populates()) return;
+  if (!kernel_populates()) KVRELAY_SKIP("this kernel cannot populate memory in advance");
   for (const std::size_t bytes : {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{24} << 20}) {
     const auto array = make_random_access_array<std::uint8_t>(bytes);
     INFO(bytes << " bytes");

@@ -34,7 +34,7 @@ std::optional<EventError> apply_reference_event(PoolIndex& index, const nlohmann
 }  // namespace
 
 TEST_CASE("the producer example reproduces owners, deltas and CBI1 bytes", "[pool]") {
-  const auto& v = test::vectors()["producer_example"];
+  const auto& v = test::vectors().at("producer_example");
   const auto& config = v["config"];
   const std::uint64_t bucket_count = *ckf::bucket_count_for(config["expected_blocks"].get<std::uint64_t>());
   REQUIRE(bucket_count == config["bucket_count"].get<std::uint64_t>());

@@ -7,7 +7,7 @@
 using namespace kvrelay;
 
 TEST_CASE("salt seeds reproduce the reference vectors", "[hashing]") {
-  for (const auto& v : test::vectors()["salt_seeds"]) {
+  for (const auto& v : test::vector_cases("salt_seeds")) {
     const std::string lora = v["lora_name"].is_null() ? "" : v["lora_name"].get<std::string>();
     const std::string ns = v["cache_namespace"].is_null() ? "" : v["cache_namespace"].get<std::string>();
     CHECK(hashing::block_hash_seed(lora, ns) == test::u64(v["seed"]));
@@ -15,7 +15,7 @@ TEST_CASE("salt seeds reproduce the reference vectors", "[hashing]") {
 }
 
 TEST_CASE("token block hashes and sequence hashes reproduce the reference vectors", "[hashing]") {
-  for (const auto& v : test::vectors()["token_block_hashes"]) {
+  for (const auto& v : test::vector_cases("token_block_hashes")) {
     const auto tokens = v["tokens"].get<std::vector<std::uint32_t>>();
     std::vector<std::optional<std::vector<std::uint64_t>>> multimodal;
     if (v.contains("mm_hashes")) {
@@ -42,7 +42,7 @@ TEST_CASE("token block hashes and sequence hashes reproduce the reference vector
 }
 
 TEST_CASE("sequence chains reproduce the reference vectors", "[hashing]") {
-  for (const auto& v : test::vectors()["sequence_chains"]) {
+  for (const auto& v : test::vector_cases("sequence_chains")) {
     CHECK(hashing::sequence_hashes(test::u64_list(v["local"])) == test::u64_list(v["sequence"]));
   }
 }

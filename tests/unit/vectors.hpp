@@ -20,6 +20,15 @@ inline const nlohmann::json& vectors() {
   return parsed;
 }
 
+// The vectors of one section, of which there must be some: a loop over a missing or empty
+// section would pass having checked nothing.
+inline const nlohmann::json& vector_cases(const nlohmann::json& parent, const std::string& name) {
+  const nlohmann::json& section = parent.at(name);  // throws for a missing section
+  if (section.empty()) throw std::runtime_error("the vectors' section " + name + " is empty");
+  return section;
+}
+inline const nlohmann::json& vector_cases(const std::string& name) { return vector_cases(vectors(), name); }
+
 // "0x..." hex strings or plain JSON numbers.
 inline std::uint64_t u64(const nlohmann::json& value) {
   if (value.is_string()) return std::stoull(value.get<std::string>(), nullptr, 16);
