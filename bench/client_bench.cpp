@@ -11,6 +11,7 @@
 #include "client/lib/query.hpp"
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
+#include "core/quantile.hpp"
 #include "tests/client/wire_builders.hpp"
 
 using namespace kvrelay;
@@ -131,8 +132,8 @@ void BM_OverlapQuery16Pools(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(total_depth);
   std::ranges::sort(latencies_us);
-  state.counters["p50_us"] = latencies_us[latencies_us.size() / 2];
-  state.counters["p99_us"] = latencies_us[latencies_us.size() * 99 / 100];
+  state.counters["p50_us"] = nearest_rank_quantile(latencies_us, 0.5);
+  state.counters["p99_us"] = nearest_rank_quantile(latencies_us, 0.99);
 }
 BENCHMARK(BM_OverlapQuery16Pools)->Unit(benchmark::kMicrosecond);
 

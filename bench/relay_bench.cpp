@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 #include <caf/all.hpp>
@@ -15,6 +16,7 @@
 #include <malloc.h>
 #endif
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <random>
@@ -29,6 +31,7 @@
 #include "bench/store_batches.hpp"
 #include "core/cbi1.hpp"
 #include "core/ckf.hpp"
+#include "core/quantile.hpp"
 #include "core/token_hashing.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "grpc_gateway/ingest_service.hpp"
@@ -91,16 +94,22 @@ ingest_v1::EndpointRef endpoint() {
   return ref;
 }
 
-// Counts batch outcomes as they come: wait() for all of them, wait_for() for the first `done`.
+// Counts batch outcomes as they come: wait() for all of them, which throws unless every one
+// applied whole (a rate only counts block stores applied); wait_for() for the first `done`.
 class CountingSink {
  public:
   explicit CountingSink(std::size_t expected) : expected_(expected) {}
-  void batch_done() {
+  void batch_done(const BatchOutcome& outcome) {
     std::lock_guard lock(mutex_);
     ++done_;
+    if (!outcome.applied || outcome.events_rejected > 0) ++failed_;
     finished_.notify_all();
   }
-  void wait() { wait_for(expected_); }
+  void wait() {
+    wait_for(expected_);
+    std::lock_guard lock(mutex_);
+    if (failed_ > 0) throw std::runtime_error(fmt::format("{} of {} batches did not apply whole", failed_, expected_));
+  }
   void wait_for(std::size_t done) {
     std::unique_lock lock(mutex_);
     finished_.wait(lock, [&] { return done_ >= done; });
@@ -111,6 +120,7 @@ class CountingSink {
   std::condition_variable finished_;
   std::size_t expected_;
   std::size_t done_ = 0;
+  std::size_t failed_ = 0;
 };
 
 // ---- one publisher, no transport ----
@@ -136,8 +146,8 @@ Throughput publisher_apply_rate(std::size_t batches, int events, int blocks, boo
   for (const auto& batch : input) {
     if (sent >= window) sink->wait_for(sent - window + 1);
     ++sent;
-    auto reply = std::make_shared<Reply<BatchOutcome>>([sink](const BatchOutcome&) { sink->batch_done(); },
-                                                       BatchOutcome{.lost = true});
+    auto reply = std::make_shared<Reply<BatchOutcome>>(
+        [sink](const BatchOutcome& outcome) { sink->batch_done(outcome); }, BatchOutcome{.lost = true});
     // Handed on as the ingest gateway hands a batch it read: parsed into an arena of its own.
     gateway::ArenaRequests<ingest_v1::KvEventBatch> request;
     request.target()->CopyFrom(batch);
@@ -210,8 +220,12 @@ Relay start_relay(std::uint64_t expected_blocks, std::size_t queue_frames = 16) 
 // ---- the same through gRPC ingest ----
 // Streams `input` on one PublishKvEvents call and returns the block stores per second, timed
 // until the server answers (after its last read, and at a relay after the last apply).
-Throughput stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<ingest_v1::KvEventBatch>& input,
-                       std::size_t block_stores) {
+struct Streamed {
+  Throughput throughput;
+  ingest_v1::PublishKvEventsResponse response;
+};
+Streamed stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<ingest_v1::KvEventBatch>& input,
+                     std::size_t block_stores) {
   const ThroughputClock clock;
   grpc::ClientContext context;
   ingest_v1::PublishKvEventsResponse response;
@@ -221,14 +235,21 @@ Throughput stream_rate(ingest_v1::RelayIngest::Stub& ingest, const std::vector<i
   if (const auto status = writer->Finish(); !status.ok()) {
     throw std::runtime_error("PublishKvEvents: " + status.error_message());
   }
-  return clock.finish(block_stores);
+  return {clock.finish(block_stores), std::move(response)};
 }
 
 Throughput ingest_apply_rate(std::size_t batches, int events, int blocks, bool declared) {
   Relay relay = start_runtime(batches * events * blocks, 16);
   put_worker(relay, declared ? batches * events * blocks : 0);
   const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
-  return stream_rate(*relay.ingest, input, batches * events * blocks);
+  const Streamed streamed = stream_rate(*relay.ingest, input, batches * events * blocks);
+  // A rate only counts block stores the relay applied.
+  if (streamed.response.batches_applied() != input.size()) {
+    throw std::runtime_error(fmt::format("the relay applied {} of {} batches ({} rejected)",
+                                         streamed.response.batches_applied(), input.size(),
+                                         streamed.response.batches_rejected()));
+  }
+  return streamed.throughput;
 }
 
 // ---- the transport alone ----
@@ -271,7 +292,7 @@ Throughput transport_rate(std::size_t batches, int events, int blocks) {
   auto ingest = ingest_v1::RelayIngest::NewStub(
       grpc::CreateChannel(fmt::format("127.0.0.1:{}", port), grpc::InsecureChannelCredentials()));
   const auto input = bench::store_batches(batches, events, blocks, 2, endpoint());
-  const Throughput throughput = stream_rate(*ingest, input, batches * events * blocks);
+  const Throughput throughput = stream_rate(*ingest, input, batches * events * blocks).throughput;
   if (service.batches_read != batches) throw std::runtime_error("the read-only server missed batches");
   server->Shutdown();
   return throughput;
@@ -402,9 +423,7 @@ std::pair<double, double> event_to_wire_ms(std::uint32_t events_per_second, doub
   s.context.TryCancel();
   s.thread.join();
   std::sort(latencies.begin(), latencies.end());
-  auto at = [&](double q) {
-    return latencies.empty() ? 0.0 : latencies[static_cast<std::size_t>(q * (latencies.size() - 1))];
-  };
+  auto at = [&](double q) { return nearest_rank_quantile(latencies, q); };
   if (std::getenv("BENCH_LOG"))
     fmt::print("  p90 {:.3f} p95 {:.3f} p999 {:.3f} max {:.3f} n {}\n", at(0.9), at(0.95), at(0.999), at(1.0),
                latencies.size());
@@ -516,6 +535,15 @@ MemoryFigures memory_figures(bool declared) {
 int main(int argc, char** argv) {
   spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
   const std::vector<std::string_view> groups(argv + 1, argv + argc);
+  constexpr std::array<std::string_view, 9> kGroups{"publisher",       "publisher-declared", "ingest",
+                                                    "ingest-declared", "transport",          "latency",
+                                                    "fanout",          "snapshot",           "memory"};
+  for (const std::string_view group : groups) {
+    if (std::ranges::count(kGroups, group) == 0) {
+      fmt::print(stderr, "relay_bench: unknown group {}; the groups are {}\n", group, fmt::join(kGroups, ", "));
+      return 2;
+    }
+  }
   auto runs = [&](const std::string& group) { return groups.empty() || std::ranges::count(groups, group) > 0; };
   fmt::print("| Measurement | Result |\n| --- | --- |\n");
   auto print_throughput = [](std::string_view measurement, const Throughput& throughput) {

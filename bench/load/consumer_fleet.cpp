@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <unordered_map>
 
 #include "core/cbi1.hpp"
@@ -209,6 +210,16 @@ FleetTotals ConsumerFleet::finish(std::chrono::milliseconds grace) {
       const auto* pool = pool_named(view, Sources::endpoint_name(i));
       const std::uint64_t before = subscriptions_at_start_[m * pools_.size() + i];
       totals.lagged_streams += pool == nullptr || pool->subscriptions > before ? 1 : 0;
+      // A re-layout is a new generation, whose subscriptions count from zero, at another bucket
+      // count, where the probes were addressed at the first: say so rather than count nothing.
+      const std::uint64_t buckets = pool == nullptr ? 0 : pool->descriptor.producer().ckf_format().bucket_count();
+      if (m == 0 && pool != nullptr && buckets != pools_[i].bucket_count) {
+        std::fprintf(stderr,
+                     "kvrelay-bench: %s was re-laid out during the run (%llu -> %llu buckets): its later probes "
+                     "count as unseen; give the relay room for the blocks (--live-blocks, --expected-unique-blocks)\n",
+                     pool->endpoint.c_str(), static_cast<unsigned long long>(pools_[i].bucket_count),
+                     static_cast<unsigned long long>(buckets));
+      }
     }
     members_[m]->consumer->stop();
     std::lock_guard lock(members_[m]->mutex);

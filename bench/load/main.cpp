@@ -1,7 +1,7 @@
 // kvrelay-bench: a load generator for one kv-relay process. N sources (pushed over gRPC, or
 // fake vLLM engines on ZeroMQ) feed KV events at a target rate, M consumer-library routers replicate every pool over
 // real gRPC, and each run prints one row: event-to-replica latency, deltas received, lagged streams, and the relay's
-// own CPU and resident memory (from /proc of its pid). Lists of rates and consumer counts make
+// own CPU and resident memory (its pid's CPU clock, and /proc/PID/status). Lists of rates and consumer counts make
 // a sweep, one fresh relay per run. docs/benchmarks.md#the-load-generator-issue-15 says how
 // each column is measured.
 #include <absl/synchronization/mutex.h>
@@ -203,7 +203,8 @@ struct RunFigures {
 };
 
 // The measured seconds: both processes' usage around them, and a progress line each second
-// when a person is watching (`frames` counts what the consumers received so far).
+// when a person is watching (`frames` counts the deltas all consumers, or the baseline's clients,
+// took so far; the CPU is the server's: the relay's, or the raw server's).
 void measure(const Options& o, const RelayUnderTest& relay, const std::function<std::uint64_t()>& frames,
              RunFigures& figures) {
   figures.relay.before = relay.usage();
@@ -215,8 +216,8 @@ void measure(const Options& o, const RelayUnderTest& relay, const std::function<
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const auto usage = relay.usage();
     if (!isatty(STDERR_FILENO) || !usage || !figures.relay.before) continue;
-    std::fprintf(stderr, "\r  %4.0f/%.0f s  %8.1f k frames/s received  server CPU %5.1f %%   ", elapsed, o.duration_s,
-                 static_cast<double>(frames()) / elapsed / 1e3,
+    std::fprintf(stderr, "\r  %4.0f/%.0f s  %8.1f k deltas/s (all consumers)  server CPU %5.1f %%   ", elapsed,
+                 o.duration_s, static_cast<double>(frames()) / elapsed / 1e3,
                  100 * (usage->cpu_seconds - figures.relay.before->cpu_seconds) / elapsed);
   }
   figures.relay.after = relay.usage();
