@@ -2,11 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <new>
-
 #include "actors/crash_report.hpp"
 #include "actors/rate_limited_log.hpp"
-#include "core/prometheus_text.hpp"
 
 namespace kvrelay {
 
@@ -26,24 +23,16 @@ std::chrono::milliseconds scrape_timeout(std::chrono::milliseconds interval) {
   return std::clamp(interval, std::chrono::milliseconds(500), std::chrono::milliseconds(5000));
 }
 
+// The page is read where it arrives, on the scrape thread: a page of up to 16 MiB never
+// passes through the mailbox or takes an actor thread.
 void scrape(Self self) {
   const auto& config = self->state.config;
   config.http->get(config.url, scrape_timeout(config.interval),
-                   [handle = EngineScraperActor(self)](engine_io::HttpResult result) {
-                     caf::anon_send(handle, atoms::scrape_atom_v, result.ok,
-                                    result.ok ? std::move(result.body) : std::move(result.error));
+                   [handle = EngineScraperActor(self), query = config.query](engine_io::HttpResult result) {
+                     ScrapeOutcome outcome = result.ok ? engine_load::read_page(result.body, query)
+                                                       : std::unexpected(std::move(result.error));
+                     caf::anon_send(handle, atoms::scrape_atom_v, std::move(outcome));
                    });
-}
-
-std::expected<std::vector<engine_load::RankOccupancy>, std::string> occupancy(const EngineScraperConfig& config,
-                                                                              const std::string& page) {
-  try {
-    const auto parsed = prometheus_text::parse(page);
-    if (!parsed) return std::unexpected("unreadable page: " + parsed.error());
-    return engine_load::read_occupancy(*parsed, config.query);
-  } catch (const std::bad_alloc&) {
-    return std::unexpected("the page is too large to read in the memory available");
-  }
 }
 
 ingest_v1::LoadReport report(const EngineScraperConfig& config, const engine_load::RankOccupancy& rank) {
@@ -80,13 +69,11 @@ void failed(Self self, const std::string& why) {
   }
 }
 
-void on_result(Self self, bool ok, const std::string& page_or_error) {
-  if (!ok) {
-    failed(self, page_or_error);
-  } else if (auto ranks = occupancy(self->state.config, page_or_error)) {
-    succeeded(self, *ranks);
+void on_result(Self self, const ScrapeOutcome& outcome) {
+  if (outcome) {
+    succeeded(self, *outcome);
   } else {
-    failed(self, ranks.error());
+    failed(self, outcome.error());
   }
   self->delayed_send(self, self->state.config.interval, atoms::scrape_atom_v);
 }
@@ -99,8 +86,14 @@ EngineScraperActor::behavior_type engine_scraper(Self self, EngineScraperConfig 
   self->send(self, atoms::scrape_atom_v);
   return {
       [=](atoms::scrape_atom) { scrape(self); },
-      [=](atoms::scrape_atom, bool ok, const std::string& page_or_error) { on_result(self, ok, page_or_error); },
-      [=](atoms::stop_atom) { self->quit(); },
+      [=](atoms::scrape_atom, const ScrapeOutcome& outcome) { on_result(self, outcome); },
+      // Its last word: the ranks it observed are unobserved again (docs/protocol/load.md), so a
+      // worker that keeps its registration but drops or changes its page keeps no frozen load.
+      [=](atoms::stop_atom) {
+        self->send(self->state.config.load, atoms::forget_load_atom_v, self->state.config.endpoint,
+                   self->state.config.worker_id);
+        self->quit();
+      },
   };
 }
 

@@ -1,11 +1,13 @@
 #pragma once
 // Load from an engine's own Prometheus page (docs/protocol/engine-sources.md#load): every
-// interval it scrapes the worker's metrics URL (on the HTTP scrape threads, never blocking)
-// and reports each rank's kv_used_blocks to the load windows, as ReportLoad would. Three
-// failed scrapes in a row make the worker's load unknown until a scrape succeeds.
+// interval it scrapes the worker's metrics URL and reports each rank's kv_used_blocks to the
+// load windows, as ReportLoad would. The GET and the reading of the page run on the HTTP scrape
+// threads, so the actor never blocks and only the ranks reach its mailbox. Three failed
+// scrapes in a row make the worker's load unknown until a scrape succeeds.
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <expected>
 #include <memory>
 #include <string>
 
@@ -16,6 +18,9 @@
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {
+
+// What one scrape made of the worker's page: each rank's occupancy, or why there is none.
+using ScrapeOutcome = std::expected<std::vector<engine_load::RankOccupancy>, std::string>;
 
 struct EngineScraperConfig {
   EndpointKey endpoint;
@@ -29,10 +34,9 @@ struct EngineScraperConfig {
   std::shared_ptr<metrics::ScrapeStats> stats;  // never null
 };
 
-using EngineScraperActor =
-    caf::typed_actor<caf::reacts_to<atoms::scrape_atom>,  // the next scrape is due
-                                                          // a scrape's result: the page, or why there is none
-                     caf::reacts_to<atoms::scrape_atom, bool, std::string>, caf::reacts_to<atoms::stop_atom>>;
+using EngineScraperActor = caf::typed_actor<caf::reacts_to<atoms::scrape_atom>,  // the next scrape is due
+                                            caf::reacts_to<atoms::scrape_atom, ScrapeOutcome>,  // a scrape's result
+                                            caf::reacts_to<atoms::stop_atom>>;
 
 struct EngineScraperState {
   EngineScraperConfig config;
@@ -44,3 +48,5 @@ EngineScraperActor::behavior_type engine_scraper(EngineScraperActor::stateful_po
                                                  EngineScraperConfig config);
 
 }  // namespace kvrelay
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::ScrapeOutcome)

@@ -37,6 +37,9 @@ namespace {
 
 constexpr std::uint64_t k63Bits = 0x7FFF'FFFF'FFFF'FFFF;
 constexpr std::size_t kMinMessageBytes = 4'259'904;  // the largest CBI1 frame + 64 KiB of envelope
+// Engine metrics GETs at once: an engine that answers slowly holds a thread for its GET (5 s at
+// most); past this many such GETs, scrapes wait for a thread.
+constexpr std::size_t kMaxScrapeThreads = 32;
 
 // docs/protocol/decisions.md#d4: stable across restarts of one pod, fresh incarnation every start.
 std::uint64_t default_instance_id() {
@@ -187,7 +190,7 @@ struct RelayRuntime::Impl {
   // The engine feeds' I/O threads: stopped after every actor has finished and before the actor
   // system goes, since their callbacks send to actors.
   std::unique_ptr<engine_io::ZmqIo> zmq_io = std::make_unique<engine_io::ZmqIo>();
-  std::unique_ptr<engine_io::HttpScraper> http = std::make_unique<engine_io::HttpScraper>(2);
+  std::unique_ptr<engine_io::HttpScraper> http = std::make_unique<engine_io::HttpScraper>(kMaxScrapeThreads);
   std::shared_ptr<CatalogRegistry> catalog_view = std::make_shared<CatalogRegistry>();
   std::shared_ptr<RoutingRegistry> routes = std::make_shared<RoutingRegistry>();  // published by membership
   CatalogActor catalog;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <new>
 #include <optional>
 #include <string_view>
 
@@ -191,6 +192,17 @@ std::expected<std::vector<RankOccupancy>, std::string> read_sglang(const Page& p
   });
 }
 
+// The families each engine's occupancy is read from.
+bool read_from(EngineKind kind, std::string_view family) {
+  switch (kind) {
+    case EngineKind::kVllm:
+      return family == kVllmUsage || family == kVllmLegacyUsage || family == kVllmCacheConfig;
+    case EngineKind::kSglang:
+      return family == kSglangUsedTokens;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::expected<std::vector<RankOccupancy>, std::string> read_occupancy(const prometheus_text::Page& page,
@@ -202,6 +214,17 @@ std::expected<std::vector<RankOccupancy>, std::string> read_occupancy(const prom
       return read_sglang(page, query);
   }
   return Failure("unknown engine kind");
+}
+
+std::expected<std::vector<RankOccupancy>, std::string> read_page(std::string_view text, const OccupancyQuery& query) {
+  try {
+    const auto page =
+        prometheus_text::parse(text, [kind = query.kind](std::string_view name) { return read_from(kind, name); });
+    if (!page) return Failure("unreadable page: " + page.error());
+    return read_occupancy(*page, query);
+  } catch (const std::bad_alloc&) {
+    return Failure("the page is too large to read in the memory available");
+  }
 }
 
 }  // namespace kvrelay::engine_load

@@ -15,6 +15,8 @@ namespace kvrelay::ingest_check {
 namespace {
 
 constexpr std::uint32_t kMaxScrapeIntervalMs = 3'600'000;
+// A scrape takes a shared HTTP thread and a page parse: an engine is not read more often.
+constexpr std::uint32_t kMinScrapeIntervalMs = 100;
 
 Problem problem(std::string_view field, std::string_view what) { return fmt::format("{}: {}", field, what); }
 
@@ -125,9 +127,10 @@ Problem engine_metrics(const ingest_v1::EngineMetricsSource& source, std::string
   if (source.kind() != ingest_v1::ENGINE_KIND_VLLM && source.kind() != ingest_v1::ENGINE_KIND_SGLANG) {
     return problem(join(field, "kind"), "must name the engine (ENGINE_KIND_VLLM or ENGINE_KIND_SGLANG)");
   }
-  if (source.interval_ms() > kMaxScrapeIntervalMs) {
-    return problem(join(field, "interval_ms"),
-                   fmt::format("{} exceeds {}", source.interval_ms(), kMaxScrapeIntervalMs));
+  if (source.interval_ms() != 0 &&
+      (source.interval_ms() < kMinScrapeIntervalMs || source.interval_ms() > kMaxScrapeIntervalMs)) {
+    return problem(join(field, "interval_ms"), fmt::format("{} is not 0 (1 000) or from {} to {}", source.interval_ms(),
+                                                           kMinScrapeIntervalMs, kMaxScrapeIntervalMs));
   }
   return std::nullopt;
 }

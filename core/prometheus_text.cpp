@@ -163,6 +163,8 @@ std::expected<void, std::string> read_sample(std::string_view line, Sample& samp
     return Failure(fmt::format("unexpected {} after metric name {}", quoted_excerpt(cursor.rest().substr(0, 1)), name));
   }
   sample.name = name;
+  sample.labels.clear();  // a sample read into again starts empty
+  sample.timestamp_ms.reset();
   cursor.skip_blanks();
   if (cursor.skip('{')) {
     if (auto labels = read_labels(cursor, sample); !labels) return labels;
@@ -199,11 +201,15 @@ const std::string* Sample::label(std::string_view key) const {
   return nullptr;
 }
 
-std::expected<Page, std::string> parse(std::string_view text) {
+std::expected<Page, std::string> parse(std::string_view text, const KeepSample& keep) {
   Page page;
-  // At most one sample a line: one allocation for the vector instead of a doubling series.
-  const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
-  page.samples.reserve(std::min(lines, kMaxSamplesPerPage));
+  if (!keep) {
+    // At most one sample a line: one allocation for the vector instead of a doubling series.
+    const auto lines = static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+    page.samples.reserve(std::min(lines, kMaxSamplesPerPage));
+  }
+  Sample unkept;  // where a sample is read before `keep` sees it, reused line after line
+  std::size_t samples = 0;
   std::size_t line_number = 0;
   for (std::string_view rest = text; !rest.empty();) {
     const std::string_view line = trimmed(next_line(rest));
@@ -213,13 +219,15 @@ std::expected<Page, std::string> parse(std::string_view text) {
       if (line == "# EOF") break;  // OpenMetrics: the end of the exposition
       continue;                    // HELP, TYPE or a plain comment: nothing the samples need
     }
-    if (page.samples.size() == kMaxSamplesPerPage) {
+    if (samples++ == kMaxSamplesPerPage) {
       return std::unexpected(
           fmt::format("line {}: the page has more than {} samples", line_number, kMaxSamplesPerPage));
     }
-    if (auto read = read_sample(line, page.samples.emplace_back()); !read) {
+    Sample& sample = keep ? unkept : page.samples.emplace_back();
+    if (auto read = read_sample(line, sample); !read) {
       return std::unexpected(fmt::format("line {}: {}", line_number, read.error()));
     }
+    if (keep && keep(sample.name)) page.samples.push_back(std::move(sample));
   }
   return page;
 }

@@ -154,25 +154,31 @@ HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout) {
   return http_get(url, timeout, watchdog);
 }
 
-HttpScraper::HttpScraper(std::size_t threads) {
-  for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i) {
-    threads_.emplace_back([this](const std::stop_token& stopping) { run(stopping); });
-  }
+HttpScraper::HttpScraper(std::size_t max_threads) : max_threads_(std::max<std::size_t>(max_threads, 1)) {
+  std::lock_guard lock(mutex_);
+  add_thread();
+}
+
+void HttpScraper::add_thread() {
+  threads_.emplace_back([this](const std::stop_token& stopping) { run(stopping); });
 }
 
 HttpScraper::~HttpScraper() {
-  for (auto& thread : threads_) thread.request_stop();  // also cancels the GETs in progress
+  std::vector<std::jthread> threads;
   {
     std::lock_guard lock(mutex_);
+    for (auto& thread : threads_) thread.request_stop();  // also cancels the GETs in progress
     jobs_.clear();
+    threads = std::move(threads_);
   }
-  threads_.clear();  // joins
+  threads.clear();  // joins, outside the lock the threads take
 }
 
 void HttpScraper::get(std::string url, std::chrono::milliseconds timeout, std::function<void(HttpResult)> done) {
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back({std::move(url), timeout, std::move(done)});
+    if (jobs_.size() > idle_threads_ && threads_.size() < max_threads_) add_thread();
   }
   wake_.notify_one();
 }
@@ -183,7 +189,10 @@ void HttpScraper::run(const std::stop_token& stopping) {
     Job job;
     {
       std::unique_lock lock(mutex_);
-      if (!wake_.wait(lock, stopping, [this] { return !jobs_.empty(); })) return;  // stopping
+      ++idle_threads_;
+      const bool woken = wake_.wait(lock, stopping, [this] { return !jobs_.empty(); });
+      --idle_threads_;
+      if (!woken) return;  // stopping
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }

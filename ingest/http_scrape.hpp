@@ -1,6 +1,8 @@
 #pragma once
-// Blocking HTTP GETs (engines' Prometheus pages) on a few threads of their own, so that the
-// scraper actors never block: a scrape is handed over, its result comes back by callback.
+// Blocking HTTP GETs (engines' Prometheus pages) on threads of their own, so that the scraper
+// actors never block: a scrape is handed over, its result comes back by callback. A thread is
+// added whenever a GET would otherwise wait (up to a most), so engines that answer slowly hold
+// their own threads, not the healthy engines' scrapes.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -32,7 +34,8 @@ class HttpScraper {
  public:
   static constexpr std::size_t kMaxBodyBytes = 16u << 20;
 
-  explicit HttpScraper(std::size_t threads);
+  // One thread to begin with; more as GETs overlap, up to `max_threads`, kept once made.
+  explicit HttpScraper(std::size_t max_threads);
   ~HttpScraper();  // aborts the GETs in progress and drops the queued ones, unanswered
   HttpScraper(const HttpScraper&) = delete;
   HttpScraper& operator=(const HttpScraper&) = delete;
@@ -48,10 +51,14 @@ class HttpScraper {
   };
   void run(const std::stop_token& stopping);
 
+  void add_thread();  // with mutex_ held
+
+  const std::size_t max_threads_;
   std::mutex mutex_;
   std::condition_variable_any wake_;
-  std::deque<Job> jobs_;  // guarded by mutex_
-  std::vector<std::jthread> threads_;
+  std::deque<Job> jobs_;               // guarded by mutex_
+  std::size_t idle_threads_ = 0;       // guarded by mutex_: threads waiting for a job
+  std::vector<std::jthread> threads_;  // guarded by mutex_ while GETs are handed over
 };
 
 // Ends a GET that outlives its deadline or whose caller cancels it: httplib's own timeouts bound

@@ -193,7 +193,7 @@ const std::array<KeyedFamily<PoolStats>, 14> kPoolFamilies = {{
      [](const PoolStats& s, std::size_t) { return load(s.publication_gap_ns) * 1e-9; }},
     {"kv_relay_pool_active_sources", "Active KV sources of the pool's workers", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.active_sources); }},
-    {"kv_relay_pool_load_observed_ranks", "Ranks with a load report in the current window", kGauge,
+    {"kv_relay_pool_load_observed_ranks", "Declared ranks with a load report", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.observed_ranks); }},
     {"kv_relay_pool_load_expected_ranks", "Ranks the pool's workers declare", kGauge,
      [](const PoolStats& s, std::size_t) { return load(s.expected_ranks); }},

@@ -75,3 +75,24 @@ TEST_CASE("engines: a scrape that succeeds again restores the worker's load", "[
       await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 2 && e.kv_used_blocks() == 750; });
   CHECK(entry.total_kv_blocks() == 2000);
 }
+
+TEST_CASE("engines: a worker that stops declaring its metrics page keeps no scraped load", "[engines]") {
+  FakeEngineProcess engine({"--metrics", "--num-gpu-blocks", "1000"});
+  auto options = loopback_options();
+  options.load_window_ms = 100;
+  TestRelay relay(options);
+  WorkerShape shape;
+  shape.total_kv_blocks = 1000;
+  auto worker = engine_worker(1, {&engine}, shape, engine.metrics());
+  relay.put_worker(worker);
+  auto load = watch_load(relay);
+  engine.command({{"op", "metrics"}, {"usage", {{"0", 0.25}}}});
+  await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 1 && e.kv_used_blocks() == 250; });
+
+  // The same worker, still registered, without engine_metrics: its last scraped value goes.
+  worker.clear_engine_metrics();
+  relay.put_worker(worker);
+  const auto entry = await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 0; });
+  CHECK(entry.kv_used_blocks() == 0);
+  CHECK(entry.kv_expected_ranks() == 1);
+}

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -190,4 +191,41 @@ TEST_CASE("http scrape: one watchdog serves GET after GET, a stopped one does no
   const auto next = http_get(page.url(), std::chrono::seconds(10), watchdog);
   CHECK(next.ok);
   CHECK(next.body == "kv_cache_usage 0.5\n");
+}
+
+TEST_CASE("http scrape: engines that answer slowly do not hold up another engine's scrape", "[engines][http]") {
+  // Three engines trickling their headers, each GET in progress on a thread of its own.
+  TricklingServer slow[3];
+  kvrelay::engine_io::HttpScraper scraper(4);
+  std::atomic<int> slow_answers = 0;
+  for (auto& server : slow) {
+    scraper.get(server.url(), std::chrono::seconds(60), [&](kvrelay::engine_io::HttpResult) { ++slow_answers; });
+    REQUIRE(server.await_accepted());
+  }
+  httplib::Server healthy;
+  healthy.Get("/metrics", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("# healthy\n", "text/plain");
+  });
+  const int port = healthy.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { healthy.listen_after_bind(); });
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::optional<kvrelay::engine_io::HttpResult> result;
+  scraper.get("http://127.0.0.1:" + std::to_string(port) + "/metrics", std::chrono::seconds(5),
+              [&](kvrelay::engine_io::HttpResult got) {
+                std::lock_guard lock(mutex);
+                result = std::move(got);
+                answered.notify_all();
+              });
+  {
+    std::unique_lock lock(mutex);
+    // The slow engines trickle for 30 s: queued behind them, the page would come no sooner.
+    REQUIRE(answered.wait_for(lock, std::chrono::seconds(20), [&] { return result.has_value(); }));
+  }
+  CHECK(result->ok);
+  CHECK(result->body == "# healthy\n");
+  CHECK(slow_answers.load() == 0);
+  healthy.stop();
+  serving.join();
 }

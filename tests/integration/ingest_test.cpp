@@ -72,6 +72,15 @@ TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[in
     CHECK_THAT(status.error_message(), Catch::Contains("engine_metrics.url"));
     CHECK_THAT(status.error_message(), Catch::Contains("port '99999999999' is not a number from 1 to 65535"));
   }
+  SECTION("an engine metrics interval too short to scrape") {
+    request.mutable_engine_metrics()->set_url("http://engine:9000/metrics");
+    request.mutable_engine_metrics()->set_kind(ingest_v1::ENGINE_KIND_VLLM);
+    request.mutable_engine_metrics()->set_interval_ms(99);
+    const auto status = relay.put_worker_status(request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(),
+               Catch::Contains("engine_metrics.interval_ms: 99 is not 0 (1 000) or from 100 to 3600000"));
+  }
   SECTION("an unknown worker type in needs") {
     request.mutable_card()->add_needs()->add_all_of(ingest_v1::WORKER_TYPE_UNSET);
     const auto status = relay.put_worker_status(request);

@@ -35,15 +35,20 @@ OccupancyQuery sglang(std::uint32_t default_rank = 0, std::uint32_t block_size =
   return {EngineKind::kSglang, default_rank, block_size};
 }
 
+// As a scrape reads a page: only the engine's families kept, every line checked. The whole
+// page, read first, must give the same.
 Occupancy occupancy(std::string_view text, const OccupancyQuery& query) {
-  auto result = read_occupancy(page_of(text), query);
+  auto result = read_page(text, query);
   if (!result) FAIL(result.error());
+  CHECK(read_occupancy(page_of(text), query) == result);
   return *result;
 }
 
 std::string failure(std::string_view text, const OccupancyQuery& query) {
-  const auto result = read_occupancy(page_of(text), query);
+  const auto result = read_page(text, query);
   REQUIRE_FALSE(result.has_value());
+  const auto whole = kvrelay::prometheus_text::parse(text);
+  if (whole) CHECK(read_occupancy(*whole, query).error() == result.error());
   return result.error();
 }
 

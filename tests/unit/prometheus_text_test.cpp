@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -274,4 +275,32 @@ TEST_CASE("prometheus: a page past the label or sample bound is refused", "[prom
   for (std::size_t i = 0; i < kMaxSamplesPerPage; ++i) most += "a 1\n";
   CHECK(parsed(most).samples.size() == kMaxSamplesPerPage);
   CHECK_THAT(failure(most + "\n# a comment\nb 2\n"), Contains("line 100003: the page has more than 100000 samples"));
+}
+
+TEST_CASE("prometheus: a reader that names its samples keeps only those, having checked every line", "[prometheus]") {
+  const auto usage_and_config = [](std::string_view name) {
+    return name == "vllm:kv_cache_usage_perc" || name == "vllm:cache_config_info";
+  };
+  const auto page = parse(kVllmPage, usage_and_config);
+  REQUIRE(page.has_value());
+  CHECK(names(*page) == std::vector<std::string>{"vllm:kv_cache_usage_perc", "vllm:cache_config_info"});
+  // Kept samples are whole: read into the same place as the unkept ones before them.
+  CHECK(page->samples[0].labels == parsed(kVllmPage).samples[1].labels);
+  CHECK(page->samples[1].labels.size() == 16);
+  CHECK_FALSE(page->samples[0].timestamp_ms.has_value());
+
+  // A line of a family nobody reads is still checked, and still counts toward the limit.
+  const auto broken = parse(std::string(kVllmPage) + "vllm:unread{engine=\"0\" 1\n", usage_and_config);
+  REQUIRE_FALSE(broken.has_value());
+  const auto last_line = std::count(kVllmPage.begin(), kVllmPage.end(), '\n') + 1;
+  CHECK_THAT(broken.error(), Contains(fmt::format("line {}:", last_line)));
+  std::string most;
+  for (std::size_t i = 0; i < kMaxSamplesPerPage; ++i) most += "unread 1\n";
+  CHECK_THAT(parse(most + "vllm:kv_cache_usage_perc 0.5\n", usage_and_config).error(),
+             Contains("the page has more than 100000 samples"));
+  // A timestamp on an unkept sample does not stay with the next kept one.
+  const auto timestamps = parse("unread 1 1700000000000\nvllm:kv_cache_usage_perc 0.5\n", usage_and_config);
+  REQUIRE(timestamps.has_value());
+  REQUIRE(timestamps->samples.size() == 1);
+  CHECK_FALSE(timestamps->samples[0].timestamp_ms.has_value());
 }
