@@ -4,7 +4,7 @@
 
 namespace kvrelay {
 
-// An absolute bucket image: "bucket now holds word". A final removal is an image of 0.
+// An absolute bucket image: "bucket now holds word". A bucket emptied by removals is an image of 0.
 struct BucketImage {
   std::uint64_t bucket;
   std::uint64_t word;

@@ -13,8 +13,6 @@ std::string_view to_string(ConfigError error) {
       return "ExpectedCapacityZero";
     case ConfigError::kCapacityOverflow:
       return "CapacityOverflow";
-    case ConfigError::kInvalidMaxKicks:
-      return "InvalidMaxKicks";
   }
   return "Unknown";
 }

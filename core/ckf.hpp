@@ -18,7 +18,6 @@ namespace kvrelay::ckf {
 
 inline constexpr std::uint64_t kDefaultSeed = 0x5DEECE66D1B54A33;
 inline constexpr std::uint32_t kDefaultMaxKicks = 500;
-inline constexpr std::uint32_t kMaxKicksLimit = 4096;
 inline constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15;
 inline constexpr std::uint32_t kFormatVersion = 1;
 inline constexpr std::uint32_t kFingerprintBits = 16;
@@ -27,7 +26,7 @@ inline constexpr std::uint64_t kMaxBucketCount = std::uint64_t{1} << 24;
 // Largest expected_unique_blocks whose bucket count CBI1 can still carry (2^24 buckets).
 inline constexpr std::uint64_t kMaxExpectedBlocks = 53'687'091;
 
-enum class ConfigError { kExpectedCapacityZero, kCapacityOverflow, kInvalidMaxKicks };
+enum class ConfigError { kExpectedCapacityZero, kCapacityOverflow };
 std::string_view to_string(ConfigError error);
 
 // Buckets for `expected_blocks` unique blocks at <= 80 % slot load: a power of two.

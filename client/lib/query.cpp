@@ -6,6 +6,8 @@ namespace kvrelay::client {
 
 QuerySemantics semantics_of(const v1::KvPoolDescriptor& descriptor, const Binding& binding) {
   const auto& semantics = descriptor.query_semantics();
+  // The catalog plane admits only STANDARD and EAGLE_V1 pools (docs/consumer.md): no other
+  // format reaches a query.
   const auto format = semantics.hash_format() == v1::KV_QUERY_HASH_FORMAT_DYNAMO_EAGLE_V1
                           ? hashing::HashFormat::kEagle
                           : hashing::HashFormat::kStandard;

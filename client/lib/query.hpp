@@ -40,7 +40,8 @@ class PromptHashes {
   std::map<QuerySemantics, std::vector<std::uint64_t>> by_semantics_;
 };
 
-// Leading hashes the filter holds. Addresses every probe first so the bucket loads overlap.
+// Leading hashes the filter holds. Addresses the probes 64 at a time before reading any of them,
+// so that their bucket loads overlap, and stops at the first miss.
 std::size_t prefix_depth(std::span<const std::uint64_t> words, const ckf::Addressing& addressing,
                          std::span<const std::uint64_t> sequence_hashes);
 
