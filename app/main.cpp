@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -34,15 +35,25 @@ int fail(const std::string& message) {
 // Written to a temporary name and renamed, so a reader never sees half a file.
 bool write_ready_file(const std::string& path, const kvrelay::RelayRuntime& relay, const std::string& metrics) {
   const std::string temporary = path + ".tmp";
+  std::error_code error;
   {
     std::ofstream out(temporary);
     out << "{\"wan\": \"" << relay.wan_address() << "\", \"ingest\": \"" << relay.ingest_address()
         << "\", \"metrics\": " << (metrics.empty() ? "null" : "\"" + metrics + "\"") << "}\n";
-    if (!out) return false;
+    if (out) std::filesystem::rename(temporary, path, error);
+    if (!out || error) {
+      std::filesystem::remove(temporary, error);
+      return false;
+    }
   }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  return !error;
+  return true;
+}
+
+// The ready file exists only while the relay serves: a previous run's goes before this one
+// starts (a restarted container keeps its emptyDir), and this run's as its drain begins.
+void remove_ready_file(const std::optional<std::string>& path) {
+  std::error_code ignored;  // absent already, or nothing this run could do about it
+  if (path) std::filesystem::remove(*path, ignored);
 }
 
 // A second signal ends the process whatever its log does. The warning is written on a thread of
@@ -113,10 +124,15 @@ int main(int argc, char** argv) {
   }
 
   if (options->metrics_listen != "off") options->relay.metrics_listen = options->metrics_listen;
+  remove_ready_file(options->ready_file);
   auto relay = kvrelay::RelayRuntime::start(options->relay);
   if (!relay) return fail(relay.error());
   const std::string& metrics = (*relay)->metrics_address();
   if (options->ready_file && !write_ready_file(*options->ready_file, **relay, metrics)) {
+    // Nothing has been told the relay is up: it stops at once, with no drain to wait out.
+    if (demo) demo->stop_traffic();
+    (*relay)->shutdown(std::chrono::milliseconds(0));
+    if (demo) demo->stop();
     return fail("--ready-file: cannot write " + *options->ready_file);
   }
   spdlog::info("ready: wan={} ingest={} metrics={}", (*relay)->wan_address(), (*relay)->ingest_address(),
@@ -148,6 +164,7 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("{}: draining", stop->why);
   }
+  remove_ready_file(options->ready_file);
   // The demo's engines outlive the drain, as a fleet's would: closing them first disconnected
   // every source mid-drain, and its pool with it.
   if (demo) demo->stop_traffic();

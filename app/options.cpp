@@ -226,7 +226,7 @@ const std::vector<Flag>& flags() {
       {"catalog-heartbeat-ms", "MS", "catalog streams re-send the current catalog this often; 0 disables",
        shown(&RelayOptions::catalog_heartbeat_ms),
        uint_field<std::uint32_t>(0, u32max, &RelayOptions::catalog_heartbeat_ms)},
-      {"drain-timeout-ms", "MS", "on SIGTERM, cancel calls still open after this long",
+      {"drain-timeout-ms", "MS", "on a stop signal or a core failure, cancel calls still open after this long",
        shown(&RelayOptions::drain_timeout_ms), uint_field<std::uint32_t>(0, u32max, &RelayOptions::drain_timeout_ms)},
       {"ingest-token-file", "FILE",
        "every ingest call must send 'authorization: Bearer <token>' with this file's token (re-read when it changes)",
@@ -305,7 +305,8 @@ std::optional<std::string> apply_config_file(const std::string& path, AppOptions
   if (root.IsNull()) return std::nullopt;
   if (!root.IsMap()) return fmt::format("--config {}: the top level must be a map of flag names", path);
   for (const auto& entry : root) {
-    std::string key = entry.first.as<std::string>();
+    if (!entry.first.IsScalar()) return fmt::format("--config {}: a key must be a flag name", path);
+    std::string key = entry.first.Scalar();
     std::replace(key.begin(), key.end(), '_', '-');
     const Flag* flag = find_flag(key);
     if (flag == nullptr) return fmt::format("--config {}: unknown key '{}'", path, key);

@@ -204,11 +204,11 @@ struct RelayRuntime::Impl {
   std::mutex stop_mutex;
   std::condition_variable stop_requested;
   std::optional<RelayRuntime::StopReason> stop_reason;
-  // Assigned by start() while the supervisor may already report a failure: both under stop_mutex.
   std::shared_ptr<StreamLimit> hub_slots;
   std::unique_ptr<gateway::RelayService> relay_service;
   std::unique_ptr<gateway::IngestService> ingest_service;
   std::unique_ptr<gateway::ReflectionService> wan_reflection, ingest_reflection;
+  // Assigned by start() while the supervisor may already report a failure: both under stop_mutex.
   std::unique_ptr<grpc::Server> wan_server, ingest_server;
   std::string wan_address, ingest_address, metrics_address;
   v1::RelayIdentity relay;

@@ -274,7 +274,7 @@ std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService:
   if (auto refused = refusal(context)) return std::unexpected(std::move(*refused));
   if (auto permit = streams_.try_acquire()) return permit;
   const std::string message =
-      fmt::format("the relay has {} open ingest streams, the most --max-ingest-streams ({}) allows", streams_.max(),
+      fmt::format("the relay has {} open ingest streams, the most --max-ingest-streams ({}) allows", streams_.in_use(),
                   streams_.max());
   refused_caller_log().warn(fmt::format("refused an ingest stream from {}: {}", context.peer(), message));
   if (metrics_ != nullptr) metrics_->ingest_limit_refused(metrics::IngestLimit::kIngestStreams);

@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -30,6 +31,21 @@ TEST_CASE("kv-relay writes its ready file, drains on SIGTERM, SIGINT or SIGHUP a
   CHECK(relay.stop(stop_signal) == 0);
   CHECK_THAT(relay.wait_for_output("relay stopped"),
              Catch::Contains(name + " received: draining") && Catch::Contains("relay stopped"));
+  CHECK_FALSE(std::filesystem::exists(relay.ready_file()));  // gone with the drain
+}
+
+TEST_CASE("kv-relay removes a previous run's ready file before it starts, serving or not", "[binary]") {
+  RelayChild running("ready-file-running", {"--metrics-listen", "off", "--dc-id", "dc-binary-test"});
+  const std::string stale = std::string(KVRELAY_TEST_TMP_DIR) + "/ready-file-stale.ready";
+  std::ofstream(stale) << "{\"wan\": \"127.0.0.1:1\", \"ingest\": \"127.0.0.1:2\", \"metrics\": null}\n";
+  REQUIRE(std::filesystem::exists(stale));
+  // A start that fails (its WAN address is taken) leaves no file that says it is up.
+  const auto [output, exit_code] =
+      run_to_end(KVRELAY_BINARY, {"--listen", running.address("wan"), "--ingest-listen", "127.0.0.1:0",
+                                  "--metrics-listen", "off", "--dc-id", "dc-binary-test", "--ready-file", stale});
+  CHECK(exit_code == 2);
+  CHECK_THAT(output, Catch::Contains("cannot listen on " + running.address("wan")));
+  CHECK_FALSE(std::filesystem::exists(stale));
 }
 
 TEST_CASE("kv-relay and kvrelay-cli --version print the project's version and its commit", "[binary]") {

@@ -186,6 +186,10 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
   const auto bad_key = parse_options({"--config", temp_file("bad.yaml", "nope: 1\n")}, {});
   REQUIRE_FALSE(bad_key.has_value());
   CHECK_THAT(bad_key.error(), Catch::Contains("unknown key 'nope'"));
+  // A key YAML reads as a list or a map is refused like any other bad key, not thrown.
+  const auto list_key = parse_options({"--config", temp_file("list-key.yaml", "? [listen]\n: 1\n")}, {});
+  REQUIRE_FALSE(list_key.has_value());
+  CHECK_THAT(list_key.error(), Catch::EndsWith("list-key.yaml: a key must be a flag name"));
 }
 
 TEST_CASE("options: --help lists every flag with its variable", "[options]") {
