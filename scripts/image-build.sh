@@ -48,29 +48,29 @@ image_ulimit_flags() {
   echo "--ulimit nofile=$nofile:$nofile --ulimit nproc=$nproc:$nproc"
 }
 
-# Installs podman, runc and mmdebstrap when one is missing. On failure prints why (one line,
-# on stdout) and returns 1.
+# Installs the image tools (install-deps.sh --image: podman, buildah, runc, mmdebstrap and the
+# network stack published ports need) when one is missing. On failure prints why (one line, on
+# stdout) and returns 1.
 image_tools() {
-  local tool missing=()
-  for tool in podman runc mmdebstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-  ((${#missing[@]} == 0)) && return 0
+  local missing
+  missing=$(bash "$image_repo/scripts/install-deps.sh" --image --missing)
+  [[ -z "$missing" ]] && return 0
   if [[ $(id -u) -ne 0 ]] && ! sudo -n true 2>/dev/null; then
-    echo "${missing[*]} not installed, and installing them needs root (scripts/install-deps.sh --image)"
+    echo "$missing not installed, and installing them needs root (scripts/install-deps.sh --image)"
     return 1
   fi
-  image_say "installing the image tools (${missing[*]} missing): scripts/install-deps.sh --image"
+  image_say "installing the image tools ($missing missing): scripts/install-deps.sh --image"
   local log
   log=$(mktemp "${TMPDIR:-/tmp}/kv-relay-image-tools.XXXXXX")
   if ! bash "$image_repo/scripts/install-deps.sh" --image >"$log" 2>&1; then
     tail -n 5 "$log" >&2
     rm -f "$log"
-    echo "apt could not install the image tools (mmdebstrap podman buildah runc)"
+    echo "apt could not install the image tools ($missing)"
     return 1
   fi
   rm -f "$log"
-  for tool in podman runc mmdebstrap; do
-    command -v "$tool" >/dev/null || { echo "$tool is still missing after scripts/install-deps.sh --image"; return 1; }
-  done
+  missing=$(bash "$image_repo/scripts/install-deps.sh" --image --missing)
+  [[ -z "$missing" ]] || { echo "$missing still missing after scripts/install-deps.sh --image"; return 1; }
 }
 
 # Whether podman can run a container here: a trivial command in a root filesystem of three

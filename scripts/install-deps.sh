@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that kv-relay's build, tests and benchmarks need.
 # Idempotent: runs `apt-get update` and `apt-get install` only when something is missing.
+# `install-deps.sh [--image|--fuzz] --missing` only prints what is missing (nothing: all there).
 set -euo pipefail
 
 PACKAGES=(
@@ -36,6 +37,10 @@ for pkg in "${PACKAGES[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
 done
 
+if [[ "${2:-${1:-}}" == --missing ]]; then
+  echo "${missing[*]}"
+  exit 0
+fi
 if ((${#missing[@]} == 0)); then
   exit 0
 fi
