@@ -282,6 +282,7 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
       ++outcome.events_rejected;
     }
     count_event(self, receipt_ns);
+    if (state.fenced) break;  // an early publication found the generation broken
   }
   if (state.config.metrics != nullptr) state.config.metrics->events(tally);
   if (!state.fenced) publish_or_arm_delay(self);

@@ -36,15 +36,14 @@ int fail(const std::string& message) {
 bool write_ready_file(const std::string& path, const kvrelay::RelayRuntime& relay, const std::string& metrics) {
   const std::string temporary = path + ".tmp";
   std::error_code error;
-  {
-    std::ofstream out(temporary);
-    out << "{\"wan\": \"" << relay.wan_address() << "\", \"ingest\": \"" << relay.ingest_address()
-        << "\", \"metrics\": " << (metrics.empty() ? "null" : "\"" + metrics + "\"") << "}\n";
-    if (out) std::filesystem::rename(temporary, path, error);
-    if (!out || error) {
-      std::filesystem::remove(temporary, error);
-      return false;
-    }
+  std::ofstream out(temporary);
+  out << "{\"wan\": \"" << relay.wan_address() << "\", \"ingest\": \"" << relay.ingest_address()
+      << "\", \"metrics\": " << (metrics.empty() ? "null" : "\"" + metrics + "\"") << "}\n";
+  out.close();  // all of it written, before the file has its name
+  if (out) std::filesystem::rename(temporary, path, error);
+  if (!out || error) {
+    std::filesystem::remove(temporary, error);
+    return false;
   }
   return true;
 }

@@ -528,11 +528,9 @@ MemoryFigures memory_figures(bool declared) {
           mib(subscribed - loaded)};
 }
 
-}  // namespace
-
 // With arguments, only the named groups run (publisher, publisher-declared, ingest, ingest-declared,
 // transport, latency, fanout, snapshot, memory): a profile of one part does not sample the others.
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
   const std::vector<std::string_view> groups(argv + 1, argv + argc);
   constexpr std::array<std::string_view, 9> kGroups{"publisher",       "publisher-declared", "ingest",
@@ -616,4 +614,17 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+// A run that cannot measure what it set out to (a batch not applied, a call that failed) stops
+// with why, not with an uncaught exception's abort.
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "relay_bench: {}\n", error.what());
+    return 1;
+  }
 }

@@ -1,10 +1,12 @@
 #include "ingest/http_scrape.hpp"
 
 #include <httplib.h>
+#include <spdlog/spdlog.h>
 
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include "core/network_address.hpp"
@@ -132,8 +134,8 @@ HttpResult http_get(const std::string& url, std::chrono::milliseconds timeout, G
   client.set_write_timeout(seconds.count(), micros.count());
   HttpResult result;
   bool too_big = false;
-  // A page trickled in small pieces, or headers trickled before it, would otherwise hold one
-  // of the few scrape threads for as long as the server likes.
+  // A page trickled in small pieces, or headers trickled before it, would otherwise hold a
+  // scrape thread for as long as the server likes.
   WatchedGet watched(watchdog, client, timeout, cancel);
   const auto response = client.Get(parsed->path, [&](const char* data, std::size_t length) {
     result.body.append(data, length);
@@ -159,8 +161,15 @@ HttpScraper::HttpScraper(std::size_t max_threads) : max_threads_(std::max<std::s
   add_thread();
 }
 
+// A thread counts as idle from its start: it takes a job as soon as it runs.
 void HttpScraper::add_thread() {
   threads_.emplace_back([this](const std::stop_token& stopping) { run(stopping); });
+  ++idle_threads_;
+}
+
+std::size_t HttpScraper::threads() const {
+  std::lock_guard lock(mutex_);
+  return threads_.size();
 }
 
 HttpScraper::~HttpScraper() {
@@ -178,24 +187,27 @@ void HttpScraper::get(std::string url, std::chrono::milliseconds timeout, std::f
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back({std::move(url), timeout, std::move(done)});
-    if (jobs_.size() > idle_threads_ && threads_.size() < max_threads_) add_thread();
+    if (jobs_.size() > idle_threads_ && threads_.size() < max_threads_) {
+      try {
+        add_thread();
+      } catch (const std::system_error& error) {  // no thread to be had (a pids limit): the job waits its turn
+        spdlog::warn("engine metrics: no thread for another scrape ({}); {} scrape threads go on", error.what(),
+                     threads_.size());
+      }
+    }
   }
   wake_.notify_one();
 }
 
 void HttpScraper::run(const std::stop_token& stopping) {
   GetWatchdog watchdog;
+  std::unique_lock lock(mutex_);  // idle, as counted since add_thread and again after each job
   for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mutex_);
-      ++idle_threads_;
-      const bool woken = wake_.wait(lock, stopping, [this] { return !jobs_.empty(); });
-      --idle_threads_;
-      if (!woken) return;  // stopping
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
+    if (!wake_.wait(lock, stopping, [this] { return !jobs_.empty(); })) return;  // stopping
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    --idle_threads_;
+    lock.unlock();
     HttpResult result;
     try {
       result = http_get(job.url, job.timeout, watchdog, stopping);
@@ -204,6 +216,8 @@ void HttpScraper::run(const std::stop_token& stopping) {
     }
     if (stopping.stop_requested()) return;  // the scraper is going: nobody waits for the answer
     job.done(std::move(result));
+    lock.lock();
+    ++idle_threads_;
   }
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Blocking HTTP GETs (engines' Prometheus pages) on threads of their own, so that the scraper
 // actors never block: a scrape is handed over, its result comes back by callback. A thread is
-// added whenever a GET would otherwise wait (up to a most), so engines that answer slowly hold
+// added whenever a GET would otherwise wait (up to a bound), so engines that answer slowly hold
 // their own threads, not the healthy engines' scrapes.
 #include <chrono>
 #include <condition_variable>
@@ -42,6 +42,8 @@ class HttpScraper {
 
   // `done` runs on a scrape thread.
   void get(std::string url, std::chrono::milliseconds timeout, std::function<void(HttpResult)> done);
+  // Threads made so far.
+  std::size_t threads() const;
 
  private:
   struct Job {
@@ -54,10 +56,10 @@ class HttpScraper {
   void add_thread();  // with mutex_ held
 
   const std::size_t max_threads_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable_any wake_;
   std::deque<Job> jobs_;               // guarded by mutex_
-  std::size_t idle_threads_ = 0;       // guarded by mutex_: threads waiting for a job
+  std::size_t idle_threads_ = 0;       // guarded by mutex_: threads not on a job
   std::vector<std::jthread> threads_;  // guarded by mutex_ while GETs are handed over
 };
 

@@ -26,10 +26,15 @@ PACKAGES=(
 IMAGE_PACKAGES=(mmdebstrap podman buildah runc containernetworking-plugins iptables)
 # `install-deps.sh --fuzz`: only the clang of `make fuzz` (scripts/fuzz.sh), with libFuzzer.
 FUZZ_PACKAGES=(clang-16 libclang-rt-16-dev)
-case "${1:-}" in
-  --image) PACKAGES=("${IMAGE_PACKAGES[@]}") ;;
-  --fuzz) PACKAGES=("${FUZZ_PACKAGES[@]}") ;;
-esac
+only_list_missing=false
+for arg in "$@"; do
+  case "$arg" in
+    --image) PACKAGES=("${IMAGE_PACKAGES[@]}") ;;
+    --fuzz) PACKAGES=("${FUZZ_PACKAGES[@]}") ;;
+    --missing) only_list_missing=true ;;
+    *) echo "install-deps: unknown argument $arg (--image, --fuzz, --missing)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -37,7 +42,7 @@ for pkg in "${PACKAGES[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
 done
 
-if [[ "${2:-${1:-}}" == --missing ]]; then
+if $only_list_missing; then
   echo "${missing[*]}"
   exit 0
 fi

@@ -194,38 +194,39 @@ TEST_CASE("http scrape: one watchdog serves GET after GET, a stopped one does no
 }
 
 TEST_CASE("http scrape: engines that answer slowly do not hold up another engine's scrape", "[engines][http]") {
-  // Three engines trickling their headers, each GET in progress on a thread of its own.
-  TricklingServer slow[3];
-  kvrelay::engine_io::HttpScraper scraper(4);
-  std::atomic<int> slow_answers = 0;
-  for (auto& server : slow) {
-    scraper.get(server.url(), std::chrono::seconds(60), [&](kvrelay::engine_io::HttpResult) { ++slow_answers; });
-    REQUIRE(server.await_accepted());
-  }
-  httplib::Server healthy;
-  healthy.Get("/metrics", [](const httplib::Request&, httplib::Response& response) {
-    response.set_content("# healthy\n", "text/plain");
-  });
-  const int port = healthy.bind_to_any_port("127.0.0.1");
-  REQUIRE(port > 0);
-  std::thread serving([&] { healthy.listen_after_bind(); });
+  TricklingServer slow[4];
+  PageServer healthy;
   std::mutex mutex;
   std::condition_variable answered;
-  std::optional<kvrelay::engine_io::HttpResult> result;
-  scraper.get("http://127.0.0.1:" + std::to_string(port) + "/metrics", std::chrono::seconds(5),
-              [&](kvrelay::engine_io::HttpResult got) {
-                std::lock_guard lock(mutex);
-                result = std::move(got);
-                answered.notify_all();
-              });
+  std::optional<kvrelay::engine_io::HttpResult> result;  // the healthy engine's, guarded by mutex
+  std::atomic<int> slow_answers = 0;
+  // Declared last, so it goes first: its GETs are abandoned before what they would answer goes.
+  kvrelay::engine_io::HttpScraper scraper(4);
+  CHECK(scraper.threads() == 1);
+  // Each slow engine's GET in progress holds a thread: each made another.
+  auto get_slowly = [&](TricklingServer& server) {
+    scraper.get(server.url(), std::chrono::seconds(60), [&](kvrelay::engine_io::HttpResult) { ++slow_answers; });
+    REQUIRE(server.await_accepted());
+  };
+  for (int i = 0; i < 3; ++i) get_slowly(slow[i]);
+  CHECK(scraper.threads() == 3);
+  scraper.get(healthy.url(), std::chrono::seconds(5), [&](kvrelay::engine_io::HttpResult got) {
+    std::lock_guard lock(mutex);
+    result = std::move(got);
+    answered.notify_all();
+  });
   {
     std::unique_lock lock(mutex);
     // The slow engines trickle for 30 s: queued behind them, the page would come no sooner.
     REQUIRE(answered.wait_for(lock, std::chrono::seconds(20), [&] { return result.has_value(); }));
+    CHECK(result->ok);
+    CHECK(result->body == "kv_cache_usage 0.5\n");
   }
-  CHECK(result->ok);
-  CHECK(result->body == "# healthy\n");
+  CHECK(scraper.threads() == 4);
+  // The healthy engine's thread, free again, takes a fourth slow engine: every thread is busy,
+  // and at the most another GET waits for one instead of making a fifth.
+  get_slowly(slow[3]);
+  scraper.get(healthy.url(), std::chrono::seconds(5), [](kvrelay::engine_io::HttpResult) {});
+  CHECK(scraper.threads() == 4);
   CHECK(slow_answers.load() == 0);
-  healthy.stop();
-  serving.join();
 }

@@ -20,6 +20,7 @@
 
 #include "core/blake3.hpp"
 #include "tests/skip.hpp"
+#include "tests/unit/vectors.hpp"
 
 using namespace kvrelay;
 
@@ -162,7 +163,7 @@ std::string b3sum_hex(std::span<const std::uint8_t> input) {
 }  // namespace
 
 TEST_CASE("blake3 vector file holds the expected official cases", "[blake3]") {
-  const auto& cases = official()["cases"];
+  const auto& cases = test::vector_cases(official(), "cases");
   std::vector<std::size_t> lengths;
   for (const auto& c : cases) lengths.push_back(c["input_len"].get<std::size_t>());
   for (const std::size_t required : {0u, 1u, 1023u, 1024u, 1025u, 2048u, 2049u, 8192u, 8193u, 31744u, 102400u}) {
@@ -178,7 +179,7 @@ TEST_CASE("blake3 vector file holds the expected official cases", "[blake3]") {
 
 TEST_CASE("blake3 reproduces the official vectors in all three modes", "[blake3]") {
   for (const Mode mode : {Mode::kHash, Mode::kKeyed, Mode::kDeriveKey}) {
-    for (const auto& c : official()["cases"]) {
+    for (const auto& c : test::vector_cases(official(), "cases")) {
       const auto len = c["input_len"].get<std::size_t>();
       const std::string expected = c[field(mode)].get<std::string>();
       const auto input = pattern(len);
@@ -211,7 +212,7 @@ TEST_CASE("blake3 reproduces the official vectors in all three modes", "[blake3]
 TEST_CASE("blake3 incremental updates at awkward boundaries match the official vectors", "[blake3]") {
   const std::vector<std::vector<std::size_t>> schedules = {
       {1}, {63}, {64}, {65}, {1023}, {1024}, {1025}, {1, 63, 64, 65, 1023, 1024, 1025}, {1025, 1, 1023, 65, 63}};
-  for (const auto& c : official()["cases"]) {
+  for (const auto& c : test::vector_cases(official(), "cases")) {
     const auto len = c["input_len"].get<std::size_t>();
     const auto input = pattern(len);
     for (const auto& schedule : schedules) {
@@ -254,7 +255,7 @@ TEST_CASE("blake3 extended output of any length is a prefix of the longer output
 }
 
 TEST_CASE("blake3 finalize does not consume the hasher, reset keeps the mode", "[blake3]") {
-  const auto& cases = official()["cases"];
+  const auto& cases = test::vector_cases(official(), "cases");
   const auto& empty = cases[0];
   const auto& one_chunk_plus = cases[4];
   REQUIRE(empty["input_len"].get<std::size_t>() == 0);
@@ -303,7 +304,7 @@ TEST_CASE("blake3 length file holds every length 0..4096 and the large ones", "[
   }
   CHECK(digests.size() == 4097 + std::size(kLargeLengths));
   // Anchored to the official vectors where they overlap.
-  for (const auto& c : official()["cases"]) {
+  for (const auto& c : test::vector_cases(official(), "cases")) {
     const auto length = c["input_len"].get<std::size_t>();
     if (!digests.contains(length)) continue;
     CAPTURE(length);

@@ -58,20 +58,20 @@ TEST_CASE("the relocation RNG reproduces its reference stream", "[ckf]") {
   const std::uint64_t initial = ckf::lane_rng_seed(test::u64(v["seed"]), 0);
   CHECK(initial == test::u64(v["lane0_initial_state"]));
   ckf::SplitMix64 rng(initial);
-  for (const auto& expected : v["first_outputs"]) CHECK(rng.next() == test::u64(expected));
+  for (const auto& expected : test::vector_cases(v, "first_outputs")) CHECK(rng.next() == test::u64(expected));
 }
 
 TEST_CASE("the tiny-table trace: placement, relocation, rollback, removal", "[ckf]") {
   const auto& v = test::vectors().at("cuckoo_tiny_table");
   ckf::Filter filter(v["bucket_count"].get<std::uint64_t>(), test::u64(v["seed"]), v["max_kicks"].get<std::uint32_t>());
   REQUIRE(filter.rng_state() == test::u64(v["initial_rng_state"]));
-  for (const auto& [hash, probe] : v["probes"].items()) {
+  for (const auto& [hash, probe] : test::vector_cases(v, "probes").items()) {
     const ckf::Probe p = filter.addressing().probe(std::stoull(hash));
     CHECK(std::vector<std::uint64_t>{p.fingerprint, p.bucket_a, p.bucket_b} == probe.get<std::vector<std::uint64_t>>());
   }
   std::vector<ckf::BucketWrite> writes;
   std::set<std::uint64_t> attempted;
-  for (const auto& step : v["steps"]) {
+  for (const auto& step : test::vector_cases(v, "steps")) {
     const std::uint64_t hash = step["hash"].get<std::uint64_t>();
     INFO(step["op"].get<std::string>() << " " << hash);
     std::vector<std::pair<std::uint64_t, std::uint64_t>> touched;
@@ -97,7 +97,7 @@ TEST_CASE("the tiny-table trace: placement, relocation, rollback, removal", "[ck
     CHECK(std::vector<std::uint64_t>(filter.words().begin(), filter.words().end()) ==
           test::u64_list(step["words_after"]));
   }
-  for (const auto& [hash, present] : v["contains_after"].items()) {
+  for (const auto& [hash, present] : test::vector_cases(v, "contains_after").items()) {
     CHECK(filter.contains(std::stoull(hash)) == present.get<bool>());
   }
 }

@@ -55,7 +55,7 @@ TEST_CASE("the producer example reproduces owners, deltas and CBI1 bytes", "[poo
   REQUIRE(chunks.has_value());
   CHECK(test::to_hex(chunks->front()) == initial["chunks_hex"][0].get<std::string>());
 
-  for (const auto& event : v["events"]) {
+  for (const auto& event : test::vector_cases(v, "events")) {
     INFO(event.dump());
     const auto error = apply_reference_event(index, event);
     CHECK((error ? std::string(to_string(*error)) : "null") ==
