@@ -231,7 +231,7 @@ ingest_v1::ReportOutcome ServingLoad::classify(const Progress& progress, bool fi
   if (incarnation == progress.incarnation) {
     return sequence <= progress.sequence ? ingest_v1::REPORT_OUTCOME_DUPLICATE : ingest_v1::REPORT_OUTCOME_APPLIED;
   }
-  if (incarnation == progress.replaced_incarnation) return ingest_v1::REPORT_OUTCOME_REPLACED_INCARNATION;
+  if (std::ranges::count(progress.replaced, incarnation) > 0) return ingest_v1::REPORT_OUTCOME_REPLACED_INCARNATION;
   return ingest_v1::REPORT_OUTCOME_RESTARTED;
 }
 
@@ -239,7 +239,10 @@ ingest_v1::ReportOutcome ServingLoad::advance(Progress& progress, bool first_hea
                                               std::uint64_t sequence, TimePoint now) {
   const auto outcome = classify(progress, first_heard, incarnation, sequence);
   if (!accepted(outcome)) return outcome;
-  if (outcome == ingest_v1::REPORT_OUTCOME_RESTARTED) progress.replaced_incarnation = progress.incarnation;
+  if (outcome == ingest_v1::REPORT_OUTCOME_RESTARTED) {
+    progress.replaced.push_back(progress.incarnation);
+    if (progress.replaced.size() > kReplacedIncarnations) progress.replaced.erase(progress.replaced.begin());
+  }
   progress.incarnation = incarnation;
   progress.sequence = sequence;
   progress.accepted = now;
@@ -254,7 +257,13 @@ ingest_v1::ReportOutcome ServingLoad::report_frontend(const ingest_v1::FrontendL
   if (!accepted(outcome)) return outcome;
   if (outcome == ingest_v1::REPORT_OUTCOME_RESTARTED) frontend.baselines.clear();
   fold_totals(report, frontend.baselines);
+  // Kept for the windows, which read its readiness and each model's id and gauges: aliases
+  // (informational, any number of them) and the totals, folded already, are not held.
   frontend.report = report;
+  for (auto& model : *frontend.report.mutable_models()) {
+    model.clear_aliases();
+    model.clear_totals();
+  }
   frontend.published_ms = report.published_ms() != 0 ? report.published_ms() : wall_ms;
   return outcome;
 }

@@ -88,10 +88,14 @@ class ServingLoad {
   void build(TimePoint now, v1::ServingLoadUpdate& update);
 
  private:
+  // Incarnations (or epochs) a source keeps as replaced: a late report from any of them, as from
+  // a process a rolling update left running, is REPLACED_INCARNATION, not a restart
+  // (docs/protocol/decisions.md#d42).
+  static constexpr std::size_t kReplacedIncarnations = 8;
   // Dedupe state of one source: a frontend incarnation or a router epoch.
   struct Progress {
     std::uint64_t incarnation = 0;
-    std::optional<std::uint64_t> replaced_incarnation;
+    std::vector<std::uint64_t> replaced;  // the latest kReplacedIncarnations, oldest first
     std::uint64_t sequence = 0;
     TimePoint accepted;  // receive time of the last accepted report; ignored ones never move it
   };
@@ -99,7 +103,7 @@ class ServingLoad {
   using Counters = std::array<std::uint64_t, 6>;
   struct Frontend {
     Progress progress;
-    ingest_v1::FrontendLoadReport report;       // the last accepted one, whole
+    ingest_v1::FrontendLoadReport report;       // the last accepted one, without aliases and totals
     std::uint64_t published_ms = 0;             // its published_ms, or the receive wall time
     std::map<std::string, Counters> baselines;  // by canonical model id; per incarnation
   };

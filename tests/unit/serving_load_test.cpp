@@ -414,6 +414,29 @@ TEST_CASE("serving load: example E, totals across duplicates and restarts", "[se
   CHECK(total(600) == 54u);
 }
 
+TEST_CASE("serving load: a late report from an older incarnation is no restart", "[serving_load]") {
+  // docs/protocol/decisions.md#d42: incarnations 1, 2 and 3 in turn, then 1 reports again, as a
+  // process a rolling update left running would.
+  ServingLoad load;
+  const auto total = [&](std::uint64_t ms) {
+    return only_model(window(load, ms)).load().requests().requests_started_total();
+  };
+  CHECK(send(load, started(100, 1, 1, 10)) == kApplied);
+  CHECK(send(load, started(200, 2, 1, 20)) == kRestarted);
+  CHECK(send(load, started(300, 3, 1, 30)) == kRestarted);
+  CHECK(total(300) == 60u);
+  CHECK(send(load, started(400, 1, 2, 11)) == kReplaced);  // not counted again
+  CHECK(total(400) == 60u);
+  CHECK(send(load, started(500, 3, 2, 31)) == kApplied);  // the live one still reports
+  CHECK(total(500) == 61u);
+  // Eight restarts later incarnation 1 is no longer held: it reads as a restart again.
+  for (std::uint64_t incarnation = 4; incarnation < 12; ++incarnation) {
+    CHECK(send(load, started(600 + incarnation, incarnation, 1, 0)) == kRestarted);
+  }
+  CHECK(send(load, started(700, 4, 2, 0)) == kReplaced);
+  CHECK(send(load, started(800, 1, 3, 0)) == kRestarted);
+}
+
 TEST_CASE("serving load: a restarted frontend starts without baselines", "[serving_load]") {
   ServingLoad load;
   CHECK(send(load, started(100, 1, 1, 5)) == kApplied);
