@@ -19,17 +19,37 @@ v1::KvPoolLoadEntry await_load(StreamReader<v1::KvPoolLoadUpdate>& load,
   return window->pools(0);
 }
 
+// A fake engine whose metrics page reports 1 000 GPU blocks a rank, and a relay with 100 ms
+// load windows scraping it for one worker of `dp_size` ranks (the events of ranks past 0 are
+// published elsewhere), whose load the test watches.
+struct ScrapedWorker {
+  explicit ScrapedWorker(std::uint32_t dp_size = 1) : relay(fast_load_windows()) {
+    WorkerShape shape;
+    shape.total_kv_blocks = 1000;
+    shape.dp_size = dp_size;
+    worker = engine_worker(1, {&engine}, shape, engine.metrics());
+    worker.mutable_card()->mutable_runtime_config()->set_data_parallel_size(dp_size);
+    relay.put_worker(worker);
+    load = watch_load(relay);
+  }
+  static kvrelay::RelayOptions fast_load_windows() {
+    auto options = loopback_options();
+    options.load_window_ms = 100;
+    return options;
+  }
+
+  FakeEngineProcess engine{{"--metrics", "--num-gpu-blocks", "1000"}};
+  TestRelay relay;
+  ingest_v1::PutWorkerRequest worker;
+  decltype(watch_load(relay)) load;
+};
+
 }  // namespace
 
 TEST_CASE("engines: load comes from the engine's metrics page and goes unknown while scrapes fail", "[engines]") {
-  FakeEngineProcess engine({"--metrics", "--num-gpu-blocks", "1000"});
-  auto options = loopback_options();
-  options.load_window_ms = 100;
-  TestRelay relay(options);
-  WorkerShape shape;
-  shape.total_kv_blocks = 1000;
-  relay.put_worker(engine_worker(1, {&engine}, shape, engine.metrics()));
-  auto load = watch_load(relay);
+  ScrapedWorker scraped;
+  auto& engine = scraped.engine;
+  auto& load = scraped.load;
 
   engine.command({{"op", "metrics"}, {"usage", {{"0", 0.4567}}}});
   auto entry = await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 1 && e.kv_used_blocks() == 457; });
@@ -53,18 +73,9 @@ TEST_CASE("engines: load comes from the engine's metrics page and goes unknown w
 }
 
 TEST_CASE("engines: a scrape that succeeds again restores the worker's load", "[engines]") {
-  FakeEngineProcess engine({"--metrics", "--num-gpu-blocks", "1000"});
-  auto options = loopback_options();
-  options.load_window_ms = 100;
-  TestRelay relay(options);
-  WorkerShape shape;
-  shape.total_kv_blocks = 1000;
-  shape.dp_size = 2;
-  auto worker = engine_worker(1, {&engine}, shape, engine.metrics());
-  // Two ranks on one page (vLLM's `engine` label); rank 1 publishes its events elsewhere.
-  worker.mutable_card()->mutable_runtime_config()->set_data_parallel_size(2);
-  relay.put_worker(worker);
-  auto load = watch_load(relay);
+  ScrapedWorker scraped(2);  // two ranks on one page (vLLM's `engine` label)
+  auto& engine = scraped.engine;
+  auto& load = scraped.load;
   engine.command({{"op", "metrics"}, {"usage", {{"0", 0.1}, {"1", 0.2}}}});
   await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 2 && e.kv_used_blocks() == 300; });
   engine.command({{"op", "metrics_status"}, {"code", 503}});
@@ -77,22 +88,14 @@ TEST_CASE("engines: a scrape that succeeds again restores the worker's load", "[
 }
 
 TEST_CASE("engines: a worker that stops declaring its metrics page keeps no scraped load", "[engines]") {
-  FakeEngineProcess engine({"--metrics", "--num-gpu-blocks", "1000"});
-  auto options = loopback_options();
-  options.load_window_ms = 100;
-  TestRelay relay(options);
-  WorkerShape shape;
-  shape.total_kv_blocks = 1000;
-  auto worker = engine_worker(1, {&engine}, shape, engine.metrics());
-  relay.put_worker(worker);
-  auto load = watch_load(relay);
-  engine.command({{"op", "metrics"}, {"usage", {{"0", 0.25}}}});
-  await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 1 && e.kv_used_blocks() == 250; });
+  ScrapedWorker scraped;
+  scraped.engine.command({{"op", "metrics"}, {"usage", {{"0", 0.25}}}});
+  await_load(*scraped.load, [](const auto& e) { return e.kv_observed_ranks() == 1 && e.kv_used_blocks() == 250; });
 
   // The same worker, still registered, without engine_metrics: its last scraped value goes.
-  worker.clear_engine_metrics();
-  relay.put_worker(worker);
-  const auto entry = await_load(*load, [](const auto& e) { return e.kv_observed_ranks() == 0; });
+  scraped.worker.clear_engine_metrics();
+  scraped.relay.put_worker(scraped.worker);
+  const auto entry = await_load(*scraped.load, [](const auto& e) { return e.kv_observed_ranks() == 0; });
   CHECK(entry.kv_used_blocks() == 0);
   CHECK(entry.kv_expected_ranks() == 1);
 }
