@@ -18,7 +18,12 @@ std::expected<std::unique_ptr<PageServer>, std::string> PageServer::start(const 
                                                                           std::string content_type) {
   std::unique_ptr<PageServer> server(new PageServer());
   httplib::Server& http = *server->http_;
-  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // A connection holds a thread while it is read: one that sends nothing (a stalled client, a
+  // TCP health check) gives it back after a second, as does an idle keep-alive connection, so
+  // that such connections delay a scrape by a second at most, not by httplib's 5 s.
+  http.new_task_queue = [] { return new httplib::ThreadPool(4); };
+  http.set_read_timeout(1, 0);
+  http.set_keep_alive_timeout(1);
   // SO_REUSEADDR, not httplib's default SO_REUSEPORT, with which a second process bound to a
   // taken port would start and share the first one's scrapes instead of failing
   // (docs/operations.md#startup).

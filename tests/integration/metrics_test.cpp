@@ -7,9 +7,16 @@
 // exact. Only values an actor publishes on its own schedule are polled, with a deadline.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <map>
 #include <string>
 
+#include "ingest/http_scrape.hpp"
 #include "tests/integration/documented_metrics.hpp"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/replica.hpp"
@@ -339,4 +346,30 @@ TEST_CASE("docs/metrics.md documents every family a relay with a pool serves", "
   const auto families = undocumented_families(http_get(relay.runtime().metrics_address(), "/metrics"));
   CHECK(families.undocumented == std::vector<std::string>{});
   CHECK(families.served > 20);
+}
+
+TEST_CASE("metrics: connections that send nothing do not keep a scrape waiting", "[metrics]") {
+  kvrelay::RelayOptions options = loopback_options();
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
+  const auto address = kvrelay::split_host_port(relay.runtime().metrics_address());
+  REQUIRE(address.has_value());
+  // Clients that connect and send nothing, as a stalled scraper or a TCP health check does.
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(address->port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+    idle.push_back(fd);
+  }
+  // Each held a thread for httplib's 5 s read timeout, all of them behind one another.
+  const auto page =
+      kvrelay::engine_io::http_get("http://" + relay.runtime().metrics_address() + "/metrics", std::chrono::seconds(4));
+  for (const int fd : idle) close(fd);
+  INFO(page.error);
+  CHECK(page.ok);
+  CHECK_THAT(page.body, Catch::Contains("kv_relay_build_info"));
 }
