@@ -185,6 +185,9 @@ void on_outcome(Self self, const BatchOutcome& outcome, bool from_engine) {
   auto& state = self->state;
   --state.in_flight;
   if (from_engine) count(self, outcome.applied ? EngineBatchResult::kApplied : EngineBatchResult::kRefused);
+  // The relay is this source's feeder: what a push feeder is asked to do after its pool's
+  // rebuild, read the engine's cache again, this does (docs/protocol/engine-sources.md).
+  if (outcome.new_generation) carry_out(self, state.sequencer->on_new_generation());
   while (state.withheld_credit > 0 && state.in_flight < state.config.batches_in_flight) {
     --state.withheld_credit;
     state.config.io->return_credit(state.subscription);

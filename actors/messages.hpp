@@ -103,7 +103,12 @@ struct BatchOutcome {
   bool source_reset = false;
   std::uint32_t events_rejected = 0;  // lineage errors inside an applied batch
   bool lost = false;                  // nobody could answer: an actor on its way failed
+  bool new_generation = false;        // the reset was the pool's: its new generation holds none of the source's blocks
 };
+
+// Whether a batch starts its source over in its pool, and why: the source's own (a new epoch,
+// a sequence gap) or the pool's (a new generation since the source's last batch).
+enum class SourceReset : std::uint8_t { kNone, kSource, kNewGeneration };
 using BatchReplyPtr = std::shared_ptr<Reply<BatchOutcome>>;
 using EventBatchPtr = std::shared_ptr<const ingest_v1::KvEventBatch>;
 
@@ -155,6 +160,7 @@ struct PoolStateReport {
 // Local-only messages: none of these is ever serialized.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolSnapshotMsg)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::PoolDeltaMsg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceReset)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::RpcStatus)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::SourceKey)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvrelay::BatchReplyPtr)

@@ -398,17 +398,19 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
     publish_stats(self);
   });
   return {
-      [=](atoms::apply_batch_atom, const EventBatchPtr& batch, bool reset_first, const BatchReplyPtr& reply,
+      [=](atoms::apply_batch_atom, const EventBatchPtr& batch, SourceReset reset, const BatchReplyPtr& reply,
           std::int64_t receipt_ns) {
+        const bool reset_first = reset != SourceReset::kNone;
         if (reset_first && !self->state.fenced) reset_source(self, {batch->worker_id(), batch->dp_rank()}, receipt_ns);
         if (self->state.fenced) {  // the source starts over on the next generation
           (*reply)(BatchOutcome{false, false, 0});
           return;
         }
-        BatchOutcome outcome{true, reset_first, 0};
+        BatchOutcome outcome{true, reset_first, 0, false, reset == SourceReset::kNewGeneration};
         apply_batch(self, *batch, receipt_ns, outcome);
         publish_stats(self);
-        (*reply)(outcome);
+        // A batch that fenced the generation is refused, as every later one is: only part of it applied.
+        (*reply)(self->state.fenced ? BatchOutcome{false, false, 0} : outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {
         if (self->state.fenced) return;

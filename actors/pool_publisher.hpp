@@ -62,7 +62,7 @@ struct PublisherConfig {
 using PoolPublisherActor = caf::typed_actor<
     // KV events for this pool from one source, reset first when it started over; the outcome
     // goes to the reply. receipt_ns: when the batch reached the relay (steady clock).
-    caf::reacts_to<atoms::apply_batch_atom, EventBatchPtr, bool, BatchReplyPtr, std::int64_t>,
+    caf::reacts_to<atoms::apply_batch_atom, EventBatchPtr, SourceReset, BatchReplyPtr, std::int64_t>,
     caf::reacts_to<atoms::reset_atom, SourceKey>,  // drop one source's blocks
     // a stream admitted to this layout generation, waiting for its encoder permit
     caf::reacts_to<atoms::waiting_atom, PoolFrameSinkActor, std::uint64_t>,

@@ -82,8 +82,10 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
     lock.unlock();
     return refuse(carried, metrics, BatchResult::kStaleSequence);
   }
-  const bool reset = verdict != Verdict::kInOrder;
-  if (reset) {
+  const SourceReset reset = verdict == Verdict::kInOrder         ? SourceReset::kNone
+                            : verdict == Verdict::kNewGeneration ? SourceReset::kNewGeneration
+                                                                 : SourceReset::kSource;
+  if (reset != SourceReset::kNone) {
     ++resets_;
     if (metrics != nullptr) {
       metrics->source_reset(verdict == Verdict::kEpochChanged  ? metrics::ResetReason::kEpochChanged

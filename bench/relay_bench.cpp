@@ -151,8 +151,8 @@ Throughput publisher_apply_rate(std::size_t batches, int events, int blocks, boo
     // Handed on as the ingest gateway hands a batch it read: parsed into an arena of its own.
     gateway::ArenaRequests<ingest_v1::KvEventBatch> request;
     request.target()->CopyFrom(batch);
-    caf::anon_send(actor, atoms::apply_batch_atom_v, EventBatchPtr(request.take()), false, std::move(reply),
-                   steady_now_ns());
+    caf::anon_send(actor, atoms::apply_batch_atom_v, EventBatchPtr(request.take()), SourceReset::kNone,
+                   std::move(reply), steady_now_ns());
   }
   sink->wait();
   const Throughput throughput = clock.finish(batches * events * blocks);

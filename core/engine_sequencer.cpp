@@ -18,6 +18,8 @@ std::string_view to_string(ResetCause cause) {
       return "replay_overflow";
     case ResetCause::kDisconnected:
       return "disconnected";
+    case ResetCause::kNewGeneration:
+      return "new_generation";
     case ResetCause::kCount:
       break;
   }

@@ -25,6 +25,7 @@ enum class ResetCause : std::uint8_t {
   kReplayTimeout,   // no end of replay in time
   kReplayOverflow,  // too many live batches (or bytes of them) arrived while the replay ran
   kDisconnected,    // the connection to the engine was lost
+  kNewGeneration,   // the pool was rebuilt: its new generation holds none of the source's blocks
   kCount
 };
 std::string_view to_string(ResetCause cause);
@@ -114,16 +115,16 @@ class Sequencer {
   // drops its blocks and starts over as a fresh one: from a replay of seq 0, with a replay socket.
   Step on_disconnect() {
     Step step;
-    if (replay_) {
-      replay_.reset();
-      step.cancel_replay = true;
-    }
-    step.dropped += buffered_.size();
-    buffered_.clear();
-    buffered_bytes_ = 0;
-    last_live_.reset();
-    if (started_) reset(step, ResetCause::kDisconnected);
-    bootstrap_ = has_replay_;
+    start_over(step, ResetCause::kDisconnected);
+    return step;
+  }
+
+  // The pool's new generation holds none of what the engine cached before it: with a replay
+  // socket the source starts over from a replay of seq 0, as a fresh one does; without one
+  // there is nothing to read again, and the source goes on.
+  Step on_new_generation() {
+    Step step;
+    if (has_replay_) start_over(step, ResetCause::kNewGeneration);
     return step;
   }
 
@@ -208,6 +209,20 @@ class Sequencer {
       }
       admit(step, held.seq, std::move(held.batch), held.bytes);
     }
+  }
+
+  // Drops what is held and in flight; the next batch starts the source over as a fresh one.
+  void start_over(Step& step, ResetCause cause) {
+    if (replay_) {
+      replay_.reset();
+      step.cancel_replay = true;
+    }
+    step.dropped += buffered_.size();
+    buffered_.clear();
+    buffered_bytes_ = 0;
+    last_live_.reset();
+    if (started_) reset(step, cause);
+    bootstrap_ = has_replay_;
   }
 
   // The next batch starts the source over, whatever its seq. A step resets before all of its

@@ -213,7 +213,8 @@ KVRELAY_LABEL_SET(EngineEventResult, "result", KVRELAY_ENGINE_EVENT_RESULTS);
   X(kReplayGap, "replay_gap")           \
   X(kReplayTimeout, "replay_timeout")   \
   X(kReplayOverflow, "replay_overflow") \
-  X(kDisconnected, "disconnected")
+  X(kDisconnected, "disconnected")      \
+  X(kNewGeneration, "new_generation")
 KVRELAY_LABEL_SET(EngineResetCause, "cause", KVRELAY_ENGINE_RESET_CAUSES);
 
 }  // namespace kvrelay::metrics

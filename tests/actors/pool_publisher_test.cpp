@@ -80,10 +80,10 @@ struct PublisherUnderTest {
     return {stream, inbox};
   }
 
-  void send(const EventBatchPtr& batch) {
+  void send(const EventBatchPtr& batch, SourceReset reset = SourceReset::kNone) {
     auto reply = std::make_shared<Reply<BatchOutcome>>(
         [sink = sink](const BatchOutcome& outcome) { sink->outcomes.push_back(outcome); }, BatchOutcome{.lost = true});
-    caf::anon_send(publisher, atoms::apply_batch_atom_v, batch, false, std::move(reply), std::int64_t{0});
+    caf::anon_send(publisher, atoms::apply_batch_atom_v, batch, reset, std::move(reply), std::int64_t{0});
     fixture.run();
   }
 
@@ -320,12 +320,7 @@ TEST_CASE("publisher actor: an index invariant violation fences the generation",
     under_test.send(removal);
   }
   SECTION("found by the reset of a source that starts a new epoch") {
-    auto reply = std::make_shared<Reply<BatchOutcome>>(
-        [sink = under_test.sink](const BatchOutcome& outcome) { sink->outcomes.push_back(outcome); },
-        BatchOutcome{.lost = true});
-    caf::anon_send(under_test.publisher, atoms::apply_batch_atom_v, stores(200, 1), true, std::move(reply),
-                   std::int64_t{0});
-    fixture.run();
+    under_test.send(stores(200, 1), SourceReset::kSource);
     REQUIRE(under_test.sink->outcomes.size() == 2);
     CHECK_FALSE(under_test.sink->outcomes[1].applied);  // the source starts over on the next generation
   }
@@ -443,6 +438,20 @@ TEST_CASE("publisher actor: a stream waiting for its encoder permit ends when it
     relayout();
     CHECK(inbox->count<atoms::end_stream_atom, RpcStatus>() == 1);
   }
+}
+
+TEST_CASE("publisher actor: a batch that starts its source over says whether a new generation asked it",
+          "[actors][publisher]") {
+  ActorFixture fixture;
+  PublisherUnderTest under_test(fixture, 16);
+  under_test.send(stores(1, 1), SourceReset::kSource);         // a new epoch: the feeder knows why
+  under_test.send(stores(2, 1), SourceReset::kNewGeneration);  // the pool's: an engine source reads its cache again
+  under_test.send(stores(3, 1));
+  REQUIRE(under_test.sink->outcomes.size() == 3);
+  const auto& outcomes = under_test.sink->outcomes;
+  CHECK((outcomes[0].applied && outcomes[0].source_reset && !outcomes[0].new_generation));
+  CHECK((outcomes[1].applied && outcomes[1].source_reset && outcomes[1].new_generation));
+  CHECK((outcomes[2].applied && !outcomes[2].source_reset && !outcomes[2].new_generation));
 }
 
 TEST_CASE("publisher actor: re-layouts are at least the min interval apart", "[actors][publisher][relayout]") {

@@ -50,19 +50,22 @@ struct RecordedPublisher {
   explicit RecordedPublisher(ActorFixture& fixture)
       : actor(caf::actor_cast<PoolPublisherActor>(spawn_recorder(fixture, inbox))) {}
 
-  // (sequence, reset first) of every batch received, in order.
-  std::vector<std::pair<std::uint64_t, bool>> received() const {
-    std::vector<std::pair<std::uint64_t, bool>> out;
+  // (sequence, the reset it starts with) of every batch received, in order.
+  std::vector<std::pair<std::uint64_t, SourceReset>> received() const {
+    std::vector<std::pair<std::uint64_t, SourceReset>> out;
     for (const auto& message : inbox->messages) {
-      if (!message.match_elements<atoms::apply_batch_atom, EventBatchPtr, bool, BatchReplyPtr, std::int64_t>())
+      if (!message.match_elements<atoms::apply_batch_atom, EventBatchPtr, SourceReset, BatchReplyPtr, std::int64_t>())
         continue;
-      out.emplace_back(message.get_as<EventBatchPtr>(1)->sequence(), message.get_as<bool>(2));
+      out.emplace_back(message.get_as<EventBatchPtr>(1)->sequence(), message.get_as<SourceReset>(2));
     }
     return out;
   }
 };
 
-using Received = std::vector<std::pair<std::uint64_t, bool>>;
+using Received = std::vector<std::pair<std::uint64_t, SourceReset>>;
+constexpr SourceReset kInOrder = SourceReset::kNone;
+constexpr SourceReset kSourceReset = SourceReset::kSource;
+constexpr SourceReset kNewGeneration = SourceReset::kNewGeneration;
 
 // kv_relay_source_resets_total{reason=`reason`}.
 double resets_counted(const metrics::RelayMetrics& metrics, const std::string& reason) {
@@ -95,7 +98,7 @@ TEST_CASE("lanes: in-order batches go straight to the publisher, a stale one is 
   lane.carry(carried(batch(7, 1), answers), nullptr);  // already seen
   fixture.run();
 
-  CHECK(pool.received() == Received{{0, false}, {1, false}, {2, false}});
+  CHECK(pool.received() == Received{{0, kInOrder}, {1, kInOrder}, {2, kInOrder}});
   REQUIRE(answers->outcomes.size() == 1);  // only the refusal: the publisher answers the others
   CHECK_FALSE(answers->outcomes[0].applied);
   CHECK_FALSE(answers->outcomes[0].lost);
@@ -123,8 +126,9 @@ TEST_CASE("lanes: a new epoch, a sequence gap or a rebuilt pool reset the source
   lane.carry(carried(batch(8, 4), answers), nullptr);
   fixture.run();
 
-  CHECK(first.received() == Received{{0, false}, {3, true}, {0, true}, {1, false}, {2, false}});
-  CHECK(rebuilt.received() == Received{{3, true}, {4, false}});
+  CHECK(first.received() ==
+        Received{{0, kInOrder}, {3, kSourceReset}, {0, kSourceReset}, {1, kInOrder}, {2, kInOrder}});
+  CHECK(rebuilt.received() == Received{{3, kNewGeneration}, {4, kInOrder}});
   CHECK(answers->outcomes.empty());
   CHECK(lane.report().resets == 3);
 }
@@ -144,7 +148,7 @@ TEST_CASE("lanes: the reset of a rebuilt pool's source is counted new_generation
   lane.carry(carried(batch(8, 7), answers), &metrics);  // then a gap in the rebuilt pool
   fixture.run();
 
-  CHECK(rebuilt.received() == Received{{5, true}, {7, true}});
+  CHECK(rebuilt.received() == Received{{5, kNewGeneration}, {7, kSourceReset}});
   CHECK(resets_counted(metrics, "new_generation") == 1);
   CHECK(resets_counted(metrics, "epoch_changed") == 0);
   CHECK(resets_counted(metrics, "sequence_gap") == 1);
@@ -164,8 +168,8 @@ TEST_CASE("lanes: a batch is a duplicate only of one sent to the same pool gener
   lane.carry(carried(batch(7, 1), answers), nullptr);  // in the same generation: a duplicate
   fixture.run();
 
-  CHECK(fenced.received() == Received{{0, false}, {1, false}});
-  CHECK(rebuilt.received() == Received{{1, true}});
+  CHECK(fenced.received() == Received{{0, kInOrder}, {1, kInOrder}});
+  CHECK(rebuilt.received() == Received{{1, kNewGeneration}});
   REQUIRE(answers->outcomes.size() == 1);
   CHECK_FALSE(answers->outcomes[0].applied);
   CHECK(lane.report().last_sequence == std::optional<std::uint64_t>(1));
@@ -202,7 +206,7 @@ TEST_CASE("lanes: the router refuses what no current lane carries", "[actors][la
   router.route(carried(batch(1, 0, 1), answers));
   router.route(carried(batch(1, 0, 2), answers, SourceTransport::kZmq, engine_reader.address()));
   fixture.run();
-  CHECK(pool.received() == Received{{0, false}, {0, false}});
+  CHECK(pool.received() == Received{{0, kInOrder}, {0, kInOrder}});
 
   push->retire();  // membership forgot the source; a carrier may still hold the old view
   router.route(carried(batch(1, 1, 1), answers));

@@ -290,6 +290,30 @@ TEST_CASE("a lost connection starts the source over, even when the next seq woul
   }
 }
 
+TEST_CASE("a pool rebuilt as a new generation reads the engine's cache again, where a replay socket has it",
+          "[engine_sequencer]") {
+  SECTION("with a replay socket: the source starts over from a replay of seq 0") {
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    sequencer.on_live(1, 1, 1);
+    CHECK(sequencer.on_new_generation().reset == ResetCause::kNewGeneration);
+    auto step = sequencer.on_live(2, 2, 1);  // the next seq, yet the new generation lacks 0 and 1
+    CHECK_FALSE(step.reset);
+    REQUIRE(step.request_replay == 0u);
+    CHECK(applied(sequencer.on_replay(0, 0)) == std::vector<std::uint64_t>{0});
+    CHECK(applied(sequencer.on_replay(1, 1)) == std::vector<std::uint64_t>{1});
+    CHECK(applied(sequencer.on_replay_end()) == std::vector<std::uint64_t>{2});
+  }
+  SECTION("without one: nothing to read again, the source goes on") {
+    Seq sequencer(false, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    const auto step = sequencer.on_new_generation();
+    CHECK_FALSE(step.reset);
+    CHECK_FALSE(step.request_replay);
+    CHECK(applied(sequencer.on_live(1, 1, 1)) == std::vector<std::uint64_t>{1});
+  }
+}
+
 // A restarted engine's replay from seq 0 is no gap either: see the restart test above.
 TEST_CASE("a gap is told apart from the replays a start or a restart asks for", "[engine_sequencer]") {
   SECTION("a fresh source's replay from seq 0 fills no gap") {
