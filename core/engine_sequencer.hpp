@@ -120,11 +120,18 @@ class Sequencer {
   }
 
   // The pool's new generation holds none of what the engine cached before it: with a replay
-  // socket the source starts over from a replay of seq 0, as a fresh one does; without one
-  // there is nothing to read again, and the source goes on.
+  // socket the source starts over from a replay of seq 0, asked at once (the engine is
+  // connected, and may publish nothing more for a while), live batches waiting behind it;
+  // without one there is nothing to read again, and the source goes on.
   Step on_new_generation() {
     Step step;
-    if (has_replay_) start_over(step, ResetCause::kNewGeneration);
+    if (!has_replay_) return step;
+    start_over(step, ResetCause::kNewGeneration);
+    bootstrap_ = false;
+    started_ = true;
+    expected_ = 0;
+    replay_ = Replay{.from = 0};
+    step.request_replay = 0;
     return step;
   }
 

@@ -88,6 +88,40 @@ TEST_CASE("engines: a pool fed over ZeroMQ and a pool fed by push with the same 
   CHECK(source->resets() == 0);
 }
 
+TEST_CASE("engines: a pool rebuilt as a new generation reads the engine's cache again from its replay socket",
+          "[engines]") {
+  FakeEngineProcess engine({"--replay"});
+  EngineWorkload workload(13, {});
+  const auto batches = workload.next(20);
+  auto worker = engine_worker(1, {&engine});
+  // Another revision of the model: a new cache-semantics domain, so a new pool generation,
+  // which the engine source (decoding as before) keeps feeding.
+  auto revised = worker;
+  revised.mutable_card()->set_source_path("models/llama-revision-2");
+  const auto twin = push_twin(revised, workload, batches);
+  TestRelay relay(with_metrics());
+  relay.put_worker(worker);
+  engine.await_subscribers(1);
+  publish_all(engine, workload, std::vector(batches.begin(), batches.begin() + 10));
+  const auto before = settled_pool(relay, 9);
+  relay.put_worker(revised);
+  publish_all(engine, workload, std::vector(batches.begin() + 10, batches.end()));
+  // Everything the engine cached, the first ten batches too, reaches the rebuilt pool.
+  const auto state = await_state(relay, [&](const ingest_v1::RelayState& s) {
+    return s.pools_size() > 0 && !engine_pool(s).publication_pending() &&
+           engine_pool(s).filter_digest() == twin.filter_digest();
+  });
+  const auto& pool = engine_pool(state);
+  // Two resets in the pool: the new generation's, then the new epoch the source starts over in.
+  const auto* source = find_source(state, 1, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->resets() == 2);
+  CHECK(pool.producer().pool_id().SerializeAsString() != before.producer().pool_id().SerializeAsString());
+  CHECK(pool.unique_blocks() == twin.unique_blocks());
+  const auto metrics = scrape(relay);
+  CHECK(metrics.count("kv_relay_engine_source_resets_total", engine_source_labels("cause", "new_generation")) == 1);
+}
+
 TEST_CASE("engines: a gap is filled from the replay socket in order and nothing is reset", "[engines]") {
   FakeEngineProcess engine({"--replay"});
   EngineWorkload workload(11, {});

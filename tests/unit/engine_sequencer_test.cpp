@@ -292,17 +292,28 @@ TEST_CASE("a lost connection starts the source over, even when the next seq woul
 
 TEST_CASE("a pool rebuilt as a new generation reads the engine's cache again, where a replay socket has it",
           "[engine_sequencer]") {
-  SECTION("with a replay socket: the source starts over from a replay of seq 0") {
+  SECTION("with a replay socket: the source starts over from a replay of seq 0, asked at once") {
     Seq sequencer(true, kRoomy);
     sequencer.on_live(0, 0, 1);
     sequencer.on_live(1, 1, 1);
-    CHECK(sequencer.on_new_generation().reset == ResetCause::kNewGeneration);
-    auto step = sequencer.on_live(2, 2, 1);  // the next seq, yet the new generation lacks 0 and 1
-    CHECK_FALSE(step.reset);
+    const auto step = sequencer.on_new_generation();
+    CHECK(step.reset == ResetCause::kNewGeneration);
     REQUIRE(step.request_replay == 0u);
+    CHECK(sequencer.replaying());
+    CHECK(applied(sequencer.on_live(2, 2, 1)).empty());  // waits behind the replay
     CHECK(applied(sequencer.on_replay(0, 0)) == std::vector<std::uint64_t>{0});
     CHECK(applied(sequencer.on_replay(1, 1)) == std::vector<std::uint64_t>{1});
     CHECK(applied(sequencer.on_replay_end()) == std::vector<std::uint64_t>{2});
+    CHECK(applied(sequencer.on_live(3, 3, 1)) == std::vector<std::uint64_t>{3});
+  }
+  SECTION("with a replay socket, during a replay: that replay is given up for one from seq 0") {
+    Seq sequencer(true, kRoomy);
+    sequencer.on_live(0, 0, 1);
+    REQUIRE(sequencer.on_live(5, 5, 1).request_replay == 1u);
+    const auto step = sequencer.on_new_generation();
+    CHECK(step.reset == ResetCause::kNewGeneration);
+    CHECK(step.cancel_replay);
+    CHECK(step.request_replay == 0u);
   }
   SECTION("without one: nothing to read again, the source goes on") {
     Seq sequencer(false, kRoomy);
