@@ -61,7 +61,7 @@ void hand_on(Self self, SentBatch sent) {
       [self = EngineSourceActor(self), from_engine = sent.from_engine](const BatchOutcome& outcome) {
         caf::anon_send(self, atoms::outcome_atom_v, outcome, from_engine);
       },
-      BatchOutcome{false, false, 0, true});
+      BatchOutcome{.lost = true});
   self->state.config.router.route(
       {std::move(sent.batch), std::move(reply), sent.receipt_ns, SourceTransport::kZmq, self->address()});
 }
@@ -187,7 +187,7 @@ void on_outcome(Self self, const BatchOutcome& outcome, bool from_engine) {
   if (from_engine) count(self, outcome.applied ? EngineBatchResult::kApplied : EngineBatchResult::kRefused);
   // The relay is this source's feeder: what a push feeder is asked to do after its pool's
   // rebuild, read the engine's cache again, this does (docs/protocol/engine-sources.md).
-  if (outcome.new_generation) carry_out(self, state.sequencer->on_new_generation());
+  if (outcome.reset == SourceReset::kNewGeneration) carry_out(self, state.sequencer->on_new_generation());
   while (state.withheld_credit > 0 && state.in_flight < state.config.batches_in_flight) {
     --state.withheld_credit;
     state.config.io->return_credit(state.subscription);

@@ -98,17 +98,17 @@ class Reply {
 };
 
 // The outcome of one KV event batch (the PublishKvEvents stream).
+// Whether a batch starts its source over in its pool, and why: the source's own (a new epoch,
+// a sequence gap) or the pool's (a new generation since the source's last batch, which holds
+// none of the source's blocks).
+enum class SourceReset : std::uint8_t { kNone, kSource, kNewGeneration };
+
 struct BatchOutcome {
   bool applied = false;
-  bool source_reset = false;
-  std::uint32_t events_rejected = 0;  // lineage errors inside an applied batch
-  bool lost = false;                  // nobody could answer: an actor on its way failed
-  bool new_generation = false;        // the reset was the pool's: its new generation holds none of the source's blocks
+  SourceReset reset = SourceReset::kNone;  // of an applied batch
+  std::uint32_t events_rejected = 0;       // lineage errors inside an applied batch
+  bool lost = false;                       // nobody could answer: an actor on its way failed
 };
-
-// Whether a batch starts its source over in its pool, and why: the source's own (a new epoch,
-// a sequence gap) or the pool's (a new generation since the source's last batch).
-enum class SourceReset : std::uint8_t { kNone, kSource, kNewGeneration };
 using BatchReplyPtr = std::shared_ptr<Reply<BatchOutcome>>;
 using EventBatchPtr = std::shared_ptr<const ingest_v1::KvEventBatch>;
 

@@ -400,17 +400,18 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
   return {
       [=](atoms::apply_batch_atom, const EventBatchPtr& batch, SourceReset reset, const BatchReplyPtr& reply,
           std::int64_t receipt_ns) {
-        const bool reset_first = reset != SourceReset::kNone;
-        if (reset_first && !self->state.fenced) reset_source(self, {batch->worker_id(), batch->dp_rank()}, receipt_ns);
+        if (reset != SourceReset::kNone && !self->state.fenced) {
+          reset_source(self, {batch->worker_id(), batch->dp_rank()}, receipt_ns);
+        }
         if (self->state.fenced) {  // the source starts over on the next generation
-          (*reply)(BatchOutcome{false, false, 0});
+          (*reply)(BatchOutcome{});
           return;
         }
-        BatchOutcome outcome{true, reset_first, 0, false, reset == SourceReset::kNewGeneration};
+        BatchOutcome outcome{.applied = true, .reset = reset};
         apply_batch(self, *batch, receipt_ns, outcome);
         publish_stats(self);
         // A batch that fenced the generation is refused, as every later one is: only part of it applied.
-        (*reply)(self->state.fenced ? BatchOutcome{false, false, 0} : outcome);
+        (*reply)(self->state.fenced ? BatchOutcome{} : outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {
         if (self->state.fenced) return;

@@ -16,7 +16,7 @@ void count_batch(metrics::RelayMetrics* metrics, SourceTransport transport, Batc
 
 void refuse(const CarriedBatch& carried, metrics::RelayMetrics* metrics, BatchResult why) {
   count_batch(metrics, carried.transport, why);
-  (*carried.reply)(BatchOutcome{false, false, 0});
+  (*carried.reply)(BatchOutcome{});
 }
 
 }  // namespace

@@ -128,10 +128,7 @@ class Sequencer {
     if (!has_replay_) return step;
     start_over(step, ResetCause::kNewGeneration);
     bootstrap_ = false;
-    started_ = true;
-    expected_ = 0;
-    replay_ = Replay{.from = 0};
-    step.request_replay = 0;
+    begin_replay(step, 0);
     return step;
   }
 
@@ -180,11 +177,16 @@ class Sequencer {
     apply(step, seq, std::move(batch));
   }
 
-  void start_replay(Step& step, std::uint64_t from, std::uint64_t seq, Batch batch, std::size_t bytes) {
+  // Asks the replay socket from `from`; live batches wait behind it.
+  void begin_replay(Step& step, std::uint64_t from) {
     started_ = true;
     expected_ = from;
     replay_ = Replay{.from = from};
     step.request_replay = from;
+  }
+
+  void start_replay(Step& step, std::uint64_t from, std::uint64_t seq, Batch batch, std::size_t bytes) {
+    begin_replay(step, from);
     // First in line: a drain found this gap in the batch it took from the front, and the live
     // batches still held came after it.
     buffered_.push_front({seq, std::move(batch), bytes});

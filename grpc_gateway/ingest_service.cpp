@@ -168,7 +168,7 @@ class EventBatchReader final
     if (auto problem = ingest_check::kv_event_batch(*batch)) {
       rejected_input_log().warn("rejected KV event batch: " + *problem);
       if (settings_.metrics != nullptr) settings_.metrics->batch(metrics::BatchResult::kMalformed);
-      return gate()->acknowledge(BatchAck{BatchOutcome{false, false, 0}, std::nullopt});
+      return gate()->acknowledge(BatchAck{BatchOutcome{}, std::nullopt});
     }
     // A batch nobody could answer (an actor on its way failed) comes back `lost`.
     auto reply = std::make_shared<Reply<BatchOutcome>>(
@@ -190,7 +190,7 @@ class EventBatchReader final
     } else {
       response_->set_batches_rejected(response_->batches_rejected() + 1);
     }
-    if (outcome.source_reset) response_->set_source_resets(response_->source_resets() + 1);
+    if (outcome.reset != SourceReset::kNone) response_->set_source_resets(response_->source_resets() + 1);
   }
   // A batch that ends the stream, or a lost batch (an actor on the way failed and the relay is
   // stopping): the stream ends at once rather than when the client closes it.

@@ -449,9 +449,9 @@ TEST_CASE("publisher actor: a batch that starts its source over says whether a n
   under_test.send(stores(3, 1));
   REQUIRE(under_test.sink->outcomes.size() == 3);
   const auto& outcomes = under_test.sink->outcomes;
-  CHECK((outcomes[0].applied && outcomes[0].source_reset && !outcomes[0].new_generation));
-  CHECK((outcomes[1].applied && outcomes[1].source_reset && outcomes[1].new_generation));
-  CHECK((outcomes[2].applied && !outcomes[2].source_reset && !outcomes[2].new_generation));
+  CHECK((outcomes[0].applied && outcomes[0].reset == SourceReset::kSource));
+  CHECK((outcomes[1].applied && outcomes[1].reset == SourceReset::kNewGeneration));
+  CHECK((outcomes[2].applied && outcomes[2].reset == SourceReset::kNone));
 }
 
 TEST_CASE("publisher actor: re-layouts are at least the min interval apart", "[actors][publisher][relayout]") {
