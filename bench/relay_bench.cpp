@@ -2,6 +2,7 @@
 // the gRPC ingest path (and what that path carries with nothing applied), event-to-wire
 // latency, fan-out to 64 subscribers, cold snapshot delivery, and heap memory per live block.
 // Prints one table; run through `make bench`.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -49,12 +50,20 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 double process_cpu_seconds() { return bench::process_usage(getpid()).value().cpu_seconds; }
 
-// A timed run's block stores per second, and how many cores the whole process kept busy
-// meanwhile (relay, clients and benchmark together): near the cores it may use, the run is
-// bound by CPU; well below, by hand-offs between threads.
+long minor_page_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// A timed run's block stores per second, how many cores the whole process kept busy meanwhile
+// (relay, clients and benchmark together: near the cores it may use, the run is bound by CPU;
+// well below, by hand-offs between threads), and the pages it touched for the first time
+// (minor faults: memory new to the process, docs/benchmarks.md#first-touch).
 struct Throughput {
   double per_second = 0;
   double busy_cores = 0;
+  long page_faults = 0;
 };
 
 // Times the span from construction to finish(`count`).
@@ -62,10 +71,12 @@ class ThroughputClock {
  public:
   Throughput finish(std::size_t count) const {
     const double elapsed = seconds_since(start_);
-    return {static_cast<double>(count) / elapsed, (process_cpu_seconds() - cpu_start_) / elapsed};
+    return {static_cast<double>(count) / elapsed, (process_cpu_seconds() - cpu_start_) / elapsed,
+            minor_page_faults() - faults_start_};
   }
 
  private:
+  long faults_start_ = minor_page_faults();
   Clock::time_point start_ = Clock::now();
   double cpu_start_ = process_cpu_seconds();
 };
@@ -545,8 +556,8 @@ int run(int argc, char** argv) {
   auto runs = [&](const std::string& group) { return groups.empty() || std::ranges::count(groups, group) > 0; };
   fmt::print("| Measurement | Result |\n| --- | --- |\n");
   auto print_throughput = [](std::string_view measurement, const Throughput& throughput) {
-    fmt::print("| {} | {:.2f} M block stores/s (process busy {:.2f} cores) |\n", measurement,
-               throughput.per_second / 1e6, throughput.busy_cores);
+    fmt::print("| {} | {:.2f} M block stores/s (process busy {:.2f} cores, {} page faults) |\n", measurement,
+               throughput.per_second / 1e6, throughput.busy_cores, throughput.page_faults);
   };
   // Each fill runs twice: the first into memory new to this process, which the kernel (and on
   // a virtual machine, its host) maps in page by page; the next into the memory the allocator
