@@ -16,6 +16,7 @@
 #include <system_error>
 #include <thread>
 
+#include "app/huge_page_heap.hpp"
 #include "app/options.hpp"
 #include "app/relay_runtime.hpp"
 #include "core/build_info.hpp"
@@ -78,6 +79,7 @@ void remove_ready_file(const std::optional<std::string>& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvrelay::back_heap_with_huge_pages();
   // Debian's abseil checks every Mutex acquisition, gRPC's included, for lock-order cycles:
   // about 1 % of the relay's CPU under fan-out load (docs/benchmarks.md). kv-relay's own
   // locking is checked at build time instead (clang -Wthread-safety, tests/thread_safety/).
