@@ -79,7 +79,6 @@ void remove_ready_file(const std::optional<std::string>& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kvrelay::back_heap_with_huge_pages();
   // Debian's abseil checks every Mutex acquisition, gRPC's included, for lock-order cycles:
   // about 1 % of the relay's CPU under fan-out load (docs/benchmarks.md). kv-relay's own
   // locking is checked at build time instead (clang -Wthread-safety, tests/thread_safety/).
@@ -95,6 +94,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(options->log_level));
+  if (options->heap_huge_pages) kvrelay::back_heap_with_huge_pages();
   if (options->topology_path) {
     auto topology = kvrelay::load_topology_file(*options->topology_path);
     if (!topology) return fail("--topology: " + topology.error());

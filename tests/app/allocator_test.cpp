@@ -6,7 +6,11 @@
 #ifdef KVRELAY_TCMALLOC
 
 #include <gperftools/malloc_extension.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "app/huge_page_heap.hpp"
+#include "tests/app/demo_topology.hpp"
 #include "tests/app/process.hpp"
 #include "tests/skip.hpp"
 #include "tests/unit/huge_page_advice.hpp"
@@ -21,6 +26,17 @@
 using namespace kvrelay::test;
 
 namespace {
+
+// The largest mapping of a process that is advised for huge pages, in bytes.
+std::uintptr_t largest_advised_mapping(pid_t pid) {
+  std::uintptr_t largest = 0;
+  for_each_mapping(
+      [&](std::uintptr_t begin, std::uintptr_t end, const std::string& flags) {
+        if (flags.find(" hg") != std::string::npos) largest = std::max(largest, end - begin);
+      },
+      "/proc/" + std::to_string(pid) + "/smaps");
+  return largest;
+}
 
 std::size_t allocated_bytes() {
   std::size_t bytes = 0;
@@ -62,6 +78,32 @@ TEST_CASE("memory the heap takes from the system once it is backed by huge pages
     CHECK(advised(block));
     CHECK(advised(block + bytes - 1));
     std::free(block);
+  }
+}
+
+TEST_CASE("kv-relay grows its heap in huge pages unless --heap-huge-pages=off", "[allocator][binary]") {
+  if (!kernel_has_huge_pages()) KVRELAY_SKIP(kNoHugePages);
+  // The demo's pools, made before the relay is ready, grow the heap by a 4 MiB filter each. The
+  // heap's reservations are 256 MiB; without them nothing of the relay is advised beyond filters.
+  constexpr std::uintptr_t kReservation = std::uintptr_t{256} << 20;
+  constexpr std::uintptr_t kFilterBytes = std::uintptr_t{4} << 20;  // the default 2^19 buckets
+  const std::string topology = write_demo_topology("allocator-heap", fed_by_push);
+  for (const bool huge : {true, false}) {
+    INFO("--heap-huge-pages=" << (huge ? "on" : "off"));
+    Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                               "--dc-id", "dc-heap", "--topology", topology, "--expected-unique-blocks", "1048576",
+                               std::string("--heap-huge-pages=") + (huge ? "on" : "off")});
+    REQUIRE_THAT(read_until(child.output, "ready: "), Catch::Contains("ready: "));
+    const std::uintptr_t largest = largest_advised_mapping(child.pid);
+    CHECK(largest >= kFilterBytes);  // the pools' filters, advised either way
+    REQUIRE(kill(child.pid, SIGTERM) == 0);
+    CHECK(wait_exit(child.pid) == 0);
+    close(child.output);
+    if (huge) {
+      CHECK(largest >= kReservation);
+    } else {
+      CHECK(largest < kReservation);
+    }
   }
 }
 
