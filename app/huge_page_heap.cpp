@@ -17,6 +17,9 @@ constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
 // Address space reserved at a time. Only what tcmalloc touches is backed by memory, so a large
 // reservation costs nothing; it keeps the regions few and their huge pages whole.
 constexpr std::uintptr_t kReservation = std::uintptr_t{256} << 20;
+// Beyond any address space there is: a larger request is the system's to refuse, and the
+// arithmetic below cannot overflow.
+constexpr std::uintptr_t kLargestRequest = std::uintptr_t{1} << 47;
 
 constexpr std::uintptr_t round_up(std::uintptr_t value, std::uintptr_t to) { return (value + to - 1) / to * to; }
 
@@ -37,6 +40,7 @@ class HugePageRegions final : public SysAllocator {
 
  private:
   void* carve(std::size_t size, std::size_t alignment) {
+    if (size > kLargestRequest || alignment > kLargestRequest) return nullptr;
     std::uintptr_t start = round_up(next_, std::max<std::uintptr_t>(alignment, 1));
     if (next_ == 0 || start + size > end_) {
       if (!reserve(size + alignment)) return nullptr;

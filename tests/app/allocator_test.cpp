@@ -107,6 +107,20 @@ TEST_CASE("kv-relay grows its heap in huge pages unless --heap-huge-pages=off", 
   }
 }
 
+TEST_CASE("a heap backed by huge pages refuses what no address space holds", "[allocator]") {
+  REQUIRE(kvrelay::back_heap_with_huge_pages());
+  for (const std::size_t bytes : {std::size_t{1} << 50, std::size_t{1} << 62, SIZE_MAX / 2 - (std::size_t{1} << 20)}) {
+    INFO(bytes);
+    volatile std::size_t asked = bytes;  // not known to the compiler, which would refuse it
+    void* block = std::malloc(asked);
+    CHECK(block == nullptr);
+    std::free(block);
+  }
+  void* after = std::malloc(std::size_t{64} << 20);  // and serves what it can as before
+  CHECK(after != nullptr);
+  std::free(after);
+}
+
 TEST_CASE("a heap backed by huge pages serves many small allocations as before", "[allocator]") {
   REQUIRE(kvrelay::back_heap_with_huge_pages());
   std::vector<std::unique_ptr<std::uint64_t[]>> blocks;
