@@ -16,7 +16,6 @@
 #include <system_error>
 #include <thread>
 
-#include "app/huge_page_heap.hpp"
 #include "app/options.hpp"
 #include "app/relay_runtime.hpp"
 #include "core/build_info.hpp"
@@ -94,7 +93,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   spdlog::set_level(spdlog::level::from_str(options->log_level));
-  if (options->heap_huge_pages) kvrelay::back_heap_with_huge_pages();
   if (options->topology_path) {
     auto topology = kvrelay::load_topology_file(*options->topology_path);
     if (!topology) return fail("--topology: " + topology.error());

@@ -270,9 +270,6 @@ const std::vector<Flag>& flags() {
          o.log_level = v;
          return std::nullopt;
        }},
-      {"heap-huge-pages", "",
-       "grow the heap in transparent huge pages: fewer page faults, a few MiB more resident (=off: 4 KiB pages)", "on",
-       [](AppOptions& o, const std::string& v) { return parse_bool(v, o.heap_huge_pages); }},
       {"demo", "", "run the built-in demo: fake vLLM engines on the topology's loopback ZeroMQ and metrics addresses",
        "off", [](AppOptions& o, const std::string& v) { return parse_bool(v, o.demo); }},
       {"demo-events-per-second", "N", "KV events per second the demo's engines publish", "2000",

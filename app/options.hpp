@@ -20,7 +20,6 @@ struct AppOptions {
   std::optional<std::string> topology_path;
   std::optional<std::string> ready_file;
   std::string log_level = "info";
-  bool heap_huge_pages = true;  // app/huge_page_heap.hpp
   bool demo = false;
   std::uint32_t demo_events_per_second = 2000;
   bool crash_membership_for_test = false;  // shows that a core actor's failure stops the process

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "actors/pool_publisher.hpp"
-#include "app/huge_page_heap.hpp"
 #include "app/relay_runtime.hpp"
 #include "bench/load/process_usage.hpp"
 #include "bench/store_batches.hpp"
@@ -544,9 +543,6 @@ MemoryFigures memory_figures(bool declared) {
 // transport, latency, fanout, snapshot, memory): a profile of one part does not sample the others.
 int run(int argc, char** argv) {
   spdlog::set_level(std::getenv("BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
-  // As kv-relay's heap (app/huge_page_heap.hpp), unless BENCH_DEFAULT_HEAP asks for the
-  // allocator's own, to measure what the huge pages change.
-  if (std::getenv("BENCH_DEFAULT_HEAP") == nullptr) kvrelay::back_heap_with_huge_pages();
   const std::vector<std::string_view> groups(argv + 1, argv + argc);
   constexpr std::array<std::string_view, 9> kGroups{"publisher",       "publisher-declared", "ingest",
                                                     "ingest-declared", "transport",          "latency",

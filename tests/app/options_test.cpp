@@ -42,7 +42,6 @@ TEST_CASE("options: defaults", "[options]") {
   CHECK(options->relay.serving_load_freshness_ms == 3000);
   CHECK(options->relay.serving_load_retention_ms == 600000);
   CHECK_FALSE(options->demo);
-  CHECK(options->heap_huge_pages);
   CHECK_FALSE(options->relay.instance_id.has_value());
   CHECK(options->relay.dc_id.empty());  // required: the relay refuses to start without one
   // The stream limits and timers of docs/protocol/limits.md.
@@ -321,13 +320,6 @@ TEST_CASE("options: a switch is on when named without a value, and an empty valu
   const auto empty_value = parse_options({"--demo="}, {});
   REQUIRE_FALSE(empty_value.has_value());
   CHECK(empty_value.error() == "--demo: '' is not a boolean");
-  // A switch that is on by default is turned off with a value.
-  const auto small_pages = parse_options({"--heap-huge-pages=off"}, {});
-  REQUIRE(small_pages.has_value());
-  CHECK_FALSE(small_pages->heap_huge_pages);
-  const auto small_pages_variable = parse_options({}, {{"KV_RELAY_HEAP_HUGE_PAGES", "no"}});
-  REQUIRE(small_pages_variable.has_value());
-  CHECK_FALSE(small_pages_variable->heap_huge_pages);
 }
 
 TEST_CASE("topology file: nesting up to 64 levels, and 64-bit ids quoted or not", "[topology]") {
