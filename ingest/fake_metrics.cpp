@@ -32,7 +32,10 @@ FakeMetricsServer::FakeMetricsServer(FakeMetricsOptions options)
     : options_(std::move(options)), usage_(std::make_unique<std::atomic<double>[]>(options_.dp_ranks.size())) {
   auto server = PageServer::start(
       options_.host, options_.port, "/metrics", [this] { return page(); }, kPrometheusTextType);
-  if (!server) throw std::runtime_error(server.error());
+  if (!server) {
+    throw std::runtime_error(
+        fmt::format("fake engine metrics on {}:{}: {}", options_.host, options_.port, server.error()));
+  }
   server_ = std::move(*server);
   url_ = fmt::format("http://{}:{}/metrics", options_.host, server_->port());
 }

@@ -12,7 +12,7 @@ std::expected<std::unique_ptr<MetricsServer>, std::string> MetricsServer::start(
   server->collectables_ = std::move(collectables);
   auto pages = PageServer::start(
       bind->host, bind->port, "/metrics", [raw = server.get()] { return raw->page(); }, kPrometheusTextType);
-  if (!pages) return std::unexpected("cannot listen on " + address);
+  if (!pages) return std::unexpected("cannot listen on " + address + ": " + pages.error());
   server->server_ = std::move(*pages);
   server->address_ = address.substr(0, address.rfind(':')) + ":" + std::to_string(server->server_->port());
   return server;

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstring>
 
 #include "core/sigpipe_blocked.hpp"
 
@@ -37,21 +39,47 @@ std::expected<std::unique_ptr<PageServer>, std::string> PageServer::start(const 
                                                                                   httplib::Response& response) {
     response.set_content(page(), content_type.c_str());
   });
+  errno = 0;  // a name that does not resolve sets none
   server->port_ = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
-  if (server->port_ < 0) return std::unexpected("cannot bind an HTTP port on " + host + ":" + std::to_string(port));
-  server->thread_ = std::thread([raw = server.get()] {
-    const SigpipeBlocked sigpipe_blocked;  // here and in the worker threads listening starts
-    raw->http_->listen_after_bind();
-    raw->stopped_ = true;
-  });
+  if (server->port_ < 0) return std::unexpected(errno != 0 ? std::strerror(errno) : "the host does not resolve");
+  server->host_ = host;
+  server->thread_ = std::thread([raw = server.get()] { raw->serve(); });
   // httplib's stop() does nothing before its accept loop runs, so the destructor could
   // otherwise wait for ever: start returns once the loop is running (or over).
   while (!http.is_running() && !server->stopped_) std::this_thread::yield();
   return server;
 }
 
+void PageServer::serve() {
+  const SigpipeBlocked sigpipe_blocked;             // here and in the worker threads listening starts
+  constexpr auto kPause = std::chrono::seconds(1);  // between attempts: no busy loop on a lasting error
+  bool listening = true;
+  for (;;) {
+    if (listening) http_->listen_after_bind();
+    const int error = errno;  // accept's, or bind's
+    std::unique_lock lock(mutex_);
+    if (stopping_) break;
+    spdlog::error("HTTP listener {}:{}: {} ({}); binding it again in {} s", host_, port_,
+                  listening ? "stopped accepting connections" : "cannot bind", std::strerror(error), kPause.count());
+    if (stop_requested_.wait_for(lock, kPause, [this] { return stopping_; })) break;
+    listening = http_->bind_to_port(host_, port_);
+    if (listening) spdlog::info("HTTP listener {}:{}: listening again", host_, port_);
+  }
+  stopped_ = true;
+}
+
 PageServer::~PageServer() {
-  http_->stop();
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_requested_.notify_all();
+  // stop() acts only on a running accept loop, and the thread may be between binding again and
+  // listening: it is asked until it is over.
+  while (thread_.joinable() && !stopped_) {
+    http_->stop();
+    std::this_thread::yield();
+  }
   if (thread_.joinable()) thread_.join();
 }
 

@@ -12,11 +12,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "ingest/http_scrape.hpp"
+#include "metrics/page_server.hpp"
 #include "tests/integration/documented_metrics.hpp"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/replica.hpp"
@@ -372,4 +376,50 @@ TEST_CASE("metrics: connections that send nothing do not keep a scrape waiting",
   INFO(page.error);
   CHECK(page.ok);
   CHECK_THAT(page.body, Catch::Contains("kv_relay_build_info"));
+}
+
+namespace {
+
+// The listening socket of this process bound to `port`, or -1.
+int listening_socket(int port) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = -1;
+    const std::string name = entry.path().filename().string();
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc{}) continue;
+    int accepting = 0;
+    socklen_t length = sizeof accepting;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &length) != 0 || accepting == 0) continue;
+    sockaddr_in bound{};
+    length = sizeof bound;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0 && bound.sin_family == AF_INET &&
+        ntohs(bound.sin_port) == port) {
+      return fd;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: the listener listens again after its socket fails", "[metrics]") {
+  auto server = kvrelay::PageServer::start(
+      "127.0.0.1", 0, "/page", [] { return std::string("served\n"); }, "text/plain");
+  REQUIRE(server.has_value());
+  const std::string url = "http://127.0.0.1:" + std::to_string((*server)->port()) + "/page";
+  REQUIRE(kvrelay::engine_io::http_get(url, std::chrono::seconds(4)).ok);
+  // accept() then fails (EINVAL), as it does with a client's pending network error: httplib
+  // closes the socket and stops listening.
+  const int listener = listening_socket((*server)->port());
+  REQUIRE(listener >= 0);
+  REQUIRE(shutdown(listener, SHUT_RDWR) == 0);
+  // Refused until the server has bound the port again, a second later; nothing to wait on.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  kvrelay::engine_io::HttpResult page;
+  while (!(page = kvrelay::engine_io::http_get(url, std::chrono::seconds(4))).ok &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(page.error);
+  CHECK(page.ok);
+  CHECK(page.body == "served\n");
 }

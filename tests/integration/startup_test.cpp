@@ -49,7 +49,8 @@ TEST_CASE("startup: a start that fails once the actors run returns its error", "
     options.metrics_listen = scraped.runtime().metrics_address();
     const auto started = RelayRuntime::start(options);
     REQUIRE_FALSE(started.has_value());
-    CHECK(started.error() == "--metrics-listen: cannot listen on " + scraped.runtime().metrics_address());
+    CHECK(started.error() ==
+          "--metrics-listen: cannot listen on " + scraped.runtime().metrics_address() + ": Address already in use");
   }
   SECTION("membership refuses the topology file") {
     options.max_workers_per_endpoint = 1;
