@@ -33,7 +33,7 @@ std::shared_ptr<Stats> published_stats(metrics::RelayMetrics* metrics, Collector
 }
 
 std::vector<std::string> source_key(const SourceId& id) {
-  return {id.endpoint.display(), std::to_string(id.worker_id), std::to_string(id.dp_rank)};
+  return {id.endpoint.label(), std::to_string(id.worker_id), std::to_string(id.dp_rank)};
 }
 
 }  // namespace
@@ -143,7 +143,7 @@ void EngineFeeds::start_scraper(caf::local_actor* owner, const ScraperId& id, Sc
   config.http = config_.http;
   config.load = load;
   config.stats = published_stats<metrics::ScrapeStats>(config_.metrics, &metrics::RelayMetrics::scrapes,
-                                                       {id.first.display(), std::to_string(id.second)});
+                                                       {id.first.label(), std::to_string(id.second)});
   spdlog::info("engine metrics scraper started: {} worker={} url={}", id.first.display(), id.second, spec.url);
   auto actor = owner->spawn<caf::linked>(engine_scraper, std::move(config));
   scrapers_.emplace(id, RunningScraper{std::move(spec), std::move(actor)});
@@ -153,7 +153,7 @@ void EngineFeeds::stop_scraper(const ScraperId& id) {
   const auto it = scrapers_.find(id);
   if (it == scrapers_.end()) return;
   caf::anon_send(it->second.actor, atoms::stop_atom_v);
-  if (config_.metrics != nullptr) config_.metrics->scrapes().withdraw({id.first.display(), std::to_string(id.second)});
+  if (config_.metrics != nullptr) config_.metrics->scrapes().withdraw({id.first.label(), std::to_string(id.second)});
   scrapers_.erase(it);
 }
 

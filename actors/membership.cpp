@@ -108,7 +108,7 @@ std::shared_ptr<metrics::PoolStats> pool_stats(Self self, const EndpointKey& end
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   if (metrics == nullptr) return nullptr;
   auto stats = std::make_shared<metrics::PoolStats>();
-  metrics->pools().publish({endpoint.display()}, stats);
+  metrics->pools().publish({endpoint.label()}, stats);
   metrics->generation_created();
   return stats;
 }
@@ -119,7 +119,7 @@ void generation_gone(Self self, const EndpointKey& endpoint) {
   metrics::RelayMetrics* metrics = self->state.config.metrics;
   if (metrics == nullptr) return;
   metrics->generation_retired();
-  if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw({endpoint.display()});
+  if (!self->state.pools.contains(endpoint)) metrics->pools().withdraw({endpoint.label()});
 }
 
 std::shared_ptr<StreamLimit> generation_subscribers(const MembershipState& state) {

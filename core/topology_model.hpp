@@ -19,6 +19,9 @@ struct EndpointKey {
   std::string endpoint;
   // "namespace/component/endpoint", the order members are listed in.
   std::string display() const { return ns + "/" + component + "/" + endpoint; }
+  // The same as one metric label value, with '%' and '/' inside a part written %25 and %2F, so
+  // that no two endpoints share a label (docs/metrics.md#per-pool).
+  std::string label() const;
   friend auto operator<=>(const EndpointKey&, const EndpointKey&) = default;
 };
 

@@ -423,3 +423,26 @@ TEST_CASE("metrics: the listener listens again after its socket fails", "[metric
   CHECK(page.ok);
   CHECK(page.body == "served\n");
 }
+
+TEST_CASE("metrics: endpoints whose names join to the same text keep series of their own", "[metrics]") {
+  TestRelay relay(metrics_relay_options());
+  const auto slash_in_namespace = endpoint_ref("prod/a", "backend");
+  const auto slash_in_component = endpoint_ref("prod", "a/backend");  // both "prod/a/backend/generate" joined
+  const Labels namespace_pool{{"pool", "prod%2Fa/backend/generate"}};
+  const Labels component_pool{{"pool", "prod/a%2Fbackend/generate"}};
+  relay.put_worker(put_worker_request(slash_in_namespace, 1));
+  relay.put_worker(put_worker_request(slash_in_component, 2));
+  relay.publish({stored_batch(slash_in_namespace, 1, 0, 1, 0, {{1, 11}})});
+  const Scrape both = scrape_until(relay, [&](const Scrape& s) {
+    return s.value("kv_relay_pool_unique_blocks", namespace_pool) == 1 &&
+           s.value("kv_relay_pool_unique_blocks", component_pool).has_value();
+  });
+  CHECK(both.value("kv_relay_pool_unique_blocks", namespace_pool) == 1);
+  CHECK(both.value("kv_relay_pool_unique_blocks", component_pool) == 0);
+
+  relay.remove_worker(slash_in_component, 2);  // its pool is withdrawn, the other stays
+  const Scrape one = scrape_until(
+      relay, [&](const Scrape& s) { return !s.value("kv_relay_pool_unique_blocks", component_pool).has_value(); });
+  CHECK_FALSE(one.value("kv_relay_pool_unique_blocks", component_pool).has_value());
+  CHECK(one.value("kv_relay_pool_unique_blocks", namespace_pool) == 1);
+}
