@@ -8,6 +8,9 @@ function(kvrelay_generate_proto messages_var services_var proto_root)
   set(out_root "${PROJECT_BINARY_DIR}/generated")
   set(messages)
   set(services)
+  # Every schema given, not only the one compiled: a schema's generated code changes with
+  # those it imports (ingest.proto imports relay.proto).
+  list(TRANSFORM ARGN PREPEND "${proto_root}/" OUTPUT_VARIABLE all_protos)
   foreach(rel IN LISTS ARGN)
     string(REGEX REPLACE "\\.proto$" "" stem "${rel}")
     set(msg_cc "${out_root}/${stem}.pb.cc")
@@ -21,7 +24,7 @@ function(kvrelay_generate_proto messages_var services_var proto_root)
               --cpp_out "${out_root}" --grpc_out "${out_root}"
               --plugin=protoc-gen-grpc=${KVRELAY_GRPC_CPP_PLUGIN}
               "${proto_root}/${rel}"
-      DEPENDS "${proto_root}/${rel}"
+      DEPENDS ${all_protos}
       COMMENT "protoc ${rel}"
       VERBATIM)
     list(APPEND messages "${msg_cc}")
