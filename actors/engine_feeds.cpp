@@ -36,6 +36,10 @@ std::vector<std::string> source_key(const SourceId& id) {
   return {id.endpoint.label(), std::to_string(id.worker_id), std::to_string(id.dp_rank)};
 }
 
+std::vector<std::string> scraper_key(const std::pair<EndpointKey, std::uint64_t>& id) {
+  return {id.first.label(), std::to_string(id.second)};
+}
+
 }  // namespace
 
 bool EngineFeeds::SourceSpec::operator==(const SourceSpec& other) const {
@@ -142,8 +146,8 @@ void EngineFeeds::start_scraper(caf::local_actor* owner, const ScraperId& id, Sc
   config.query = spec.query;
   config.http = config_.http;
   config.load = load;
-  config.stats = published_stats<metrics::ScrapeStats>(config_.metrics, &metrics::RelayMetrics::scrapes,
-                                                       {id.first.label(), std::to_string(id.second)});
+  config.stats =
+      published_stats<metrics::ScrapeStats>(config_.metrics, &metrics::RelayMetrics::scrapes, scraper_key(id));
   spdlog::info("engine metrics scraper started: {} worker={} url={}", id.first.display(), id.second, spec.url);
   auto actor = owner->spawn<caf::linked>(engine_scraper, std::move(config));
   scrapers_.emplace(id, RunningScraper{std::move(spec), std::move(actor)});
@@ -153,7 +157,7 @@ void EngineFeeds::stop_scraper(const ScraperId& id) {
   const auto it = scrapers_.find(id);
   if (it == scrapers_.end()) return;
   caf::anon_send(it->second.actor, atoms::stop_atom_v);
-  if (config_.metrics != nullptr) config_.metrics->scrapes().withdraw({id.first.label(), std::to_string(id.second)});
+  if (config_.metrics != nullptr) config_.metrics->scrapes().withdraw(scraper_key(id));
   scrapers_.erase(it);
 }
 

@@ -57,6 +57,12 @@ void succeeded(Self self, const std::vector<engine_load::RankOccupancy>& ranks) 
   state.config.stats->last_success_ns.store(steady_now_ns(), std::memory_order_relaxed);
 }
 
+// The ranks it observed are unobserved again (docs/protocol/load.md).
+void forget_load(Self self) {
+  self->send(self->state.config.load, atoms::forget_load_atom_v, self->state.config.endpoint,
+             self->state.config.worker_id);
+}
+
 void failed(Self self, const std::string& why) {
   auto& state = self->state;
   state.config.stats->failed.fetch_add(1, std::memory_order_relaxed);
@@ -65,7 +71,7 @@ void failed(Self self, const std::string& why) {
   if (++state.failures_in_a_row == state.config.failures_before_unknown) {
     spdlog::warn("engine metrics of {} worker={}: {} failed scrapes in a row; its load is unknown until one succeeds",
                  state.config.endpoint.display(), state.config.worker_id, state.failures_in_a_row);
-    self->send(state.config.load, atoms::forget_load_atom_v, state.config.endpoint, state.config.worker_id);
+    forget_load(self);
   }
 }
 
@@ -87,11 +93,10 @@ EngineScraperActor::behavior_type engine_scraper(Self self, EngineScraperConfig 
   return {
       [=](atoms::scrape_atom) { scrape(self); },
       [=](atoms::scrape_atom, const ScrapeOutcome& outcome) { on_result(self, outcome); },
-      // Its last word: the ranks it observed are unobserved again (docs/protocol/load.md), so a
-      // worker that keeps its registration but drops or changes its page keeps no frozen load.
+      // Its last word, so that a worker that keeps its registration but drops or changes its
+      // page keeps no frozen load.
       [=](atoms::stop_atom) {
-        self->send(self->state.config.load, atoms::forget_load_atom_v, self->state.config.endpoint,
-                   self->state.config.worker_id);
+        forget_load(self);
         self->quit();
       },
   };

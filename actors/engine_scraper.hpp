@@ -20,7 +20,7 @@
 namespace kvrelay {
 
 // What one scrape made of the worker's page: each rank's occupancy, or why there is none.
-using ScrapeOutcome = std::expected<std::vector<engine_load::RankOccupancy>, std::string>;
+using ScrapeOutcome = engine_load::OccupancyRead;
 
 struct EngineScraperConfig {
   EndpointKey endpoint;

@@ -278,9 +278,7 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
       break;
     }
     if (result.disposition == EventDisposition::kIgnored) continue;
-    if (result.disposition == EventDisposition::kRejected) {
-      ++outcome.events_rejected;
-    }
+    if (result.disposition == EventDisposition::kRejected) ++outcome.events_rejected;
     count_event(self, receipt_ns);
     if (state.fenced) break;  // an early publication found the generation broken
   }
@@ -403,14 +401,13 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
         if (reset != SourceReset::kNone && !self->state.fenced) {
           reset_source(self, {batch->worker_id(), batch->dp_rank()}, receipt_ns);
         }
-        if (self->state.fenced) {  // the source starts over on the next generation
-          (*reply)(BatchOutcome{});
-          return;
-        }
         BatchOutcome outcome{.applied = true, .reset = reset};
-        apply_batch(self, *batch, receipt_ns, outcome);
-        publish_stats(self);
-        // A batch that fenced the generation is refused, as every later one is: only part of it applied.
+        if (!self->state.fenced) {
+          apply_batch(self, *batch, receipt_ns, outcome);
+          publish_stats(self);
+        }
+        // A fenced generation refuses every batch, the one that fenced it too (only part of it
+        // applied): the source starts over on the next generation.
         (*reply)(self->state.fenced ? BatchOutcome{} : outcome);
       },
       [=](atoms::reset_atom, SourceKey source) {

@@ -82,16 +82,27 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
     lock.unlock();
     return refuse(carried, metrics, BatchResult::kStaleSequence);
   }
-  const SourceReset reset = verdict == Verdict::kInOrder         ? SourceReset::kNone
-                            : verdict == Verdict::kNewGeneration ? SourceReset::kNewGeneration
-                                                                 : SourceReset::kSource;
+  // What the verdict does to the source's blocks, and the reason /metrics counts it under.
+  SourceReset reset = SourceReset::kSource;
+  metrics::ResetReason reason = metrics::ResetReason::kEpochChanged;
+  switch (verdict) {
+    case Verdict::kStale:  // refused above
+    case Verdict::kInOrder:
+      reset = SourceReset::kNone;
+      break;
+    case Verdict::kEpochChanged:
+      break;
+    case Verdict::kSequenceGap:
+      reason = metrics::ResetReason::kSequenceGap;
+      break;
+    case Verdict::kNewGeneration:
+      reset = SourceReset::kNewGeneration;
+      reason = metrics::ResetReason::kNewGeneration;
+      break;
+  }
   if (reset != SourceReset::kNone) {
     ++resets_;
-    if (metrics != nullptr) {
-      metrics->source_reset(verdict == Verdict::kEpochChanged  ? metrics::ResetReason::kEpochChanged
-                            : verdict == Verdict::kSequenceGap ? metrics::ResetReason::kSequenceGap
-                                                               : metrics::ResetReason::kNewGeneration);
-    }
+    if (metrics != nullptr) metrics->source_reset(reason);
   }
   count_batch(metrics, carried.transport, BatchResult::kAccepted);
   caf::anon_send(declaration_.pool->publisher, atoms::apply_batch_atom_v, std::move(carried.batch), reset,

@@ -126,12 +126,17 @@ int main(int argc, char** argv) {
   remove_ready_file(options->ready_file);
   auto relay = kvrelay::RelayRuntime::start(options->relay);
   if (!relay) return fail(relay.error());
+  // The demo's engines outlive the drain, as a fleet's would: closing them first disconnected
+  // every source mid-drain, and its pool with it.
+  auto stop_relay = [&](std::optional<std::chrono::milliseconds> drain) {
+    if (demo) demo->stop_traffic();
+    (*relay)->shutdown(drain);
+    if (demo) demo->stop();
+  };
   const std::string& metrics = (*relay)->metrics_address();
   if (options->ready_file && !write_ready_file(*options->ready_file, **relay, metrics)) {
     // Nothing has been told the relay is up: it stops at once, with no drain to wait out.
-    if (demo) demo->stop_traffic();
-    (*relay)->shutdown(std::chrono::milliseconds(0));
-    if (demo) demo->stop();
+    stop_relay(std::chrono::milliseconds(0));
     return fail("--ready-file: cannot write " + *options->ready_file);
   }
   spdlog::info("ready: wan={} ingest={} metrics={}", (*relay)->wan_address(), (*relay)->ingest_address(),
@@ -164,11 +169,7 @@ int main(int argc, char** argv) {
     spdlog::info("{}: draining", stop->why);
   }
   remove_ready_file(options->ready_file);
-  // The demo's engines outlive the drain, as a fleet's would: closing them first disconnected
-  // every source mid-drain, and its pool with it.
-  if (demo) demo->stop_traffic();
-  (*relay)->shutdown();
-  if (demo) demo->stop();
+  stop_relay(std::nullopt);
   exiting = true;
   pthread_kill(signal_waiter.native_handle(), SIGTERM);
   signal_waiter.join();

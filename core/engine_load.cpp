@@ -79,8 +79,8 @@ std::expected<std::uint64_t, std::string> whole_blocks(double blocks, const Samp
 
 // Each series' rank and blocks, refusing a rank seen twice: two series are two answers for one rank.
 template <typename BlocksOf>
-std::expected<std::vector<RankOccupancy>, std::string> per_rank(const Series& series, std::string_view rank_label,
-                                                                std::uint32_t default_rank, BlocksOf blocks_of) {
+OccupancyRead per_rank(const Series& series, std::string_view rank_label, std::uint32_t default_rank,
+                       BlocksOf blocks_of) {
   std::map<std::uint32_t, std::uint64_t> blocks_by_rank;
   for (const Sample* one : series) {
     const auto rank = rank_of(*one, rank_label, default_rank);
@@ -161,7 +161,7 @@ std::expected<std::uint64_t, std::string> vllm_used_blocks(const Sample& usage, 
   return used >= static_cast<double>(*total) ? *total : static_cast<std::uint64_t>(used);
 }
 
-std::expected<std::vector<RankOccupancy>, std::string> read_vllm(const Page& page, std::uint32_t default_rank) {
+OccupancyRead read_vllm(const Page& page, std::uint32_t default_rank) {
   Series usage = series_of(page, kVllmUsage);
   if (usage.empty()) usage = series_of(page, kVllmLegacyUsage);
   if (usage.empty()) return Failure(fmt::format("the page has neither {} nor {}", kVllmUsage, kVllmLegacyUsage));
@@ -183,7 +183,7 @@ std::expected<std::uint64_t, std::string> sglang_used_blocks(const Sample& used_
   return whole_blocks(std::ceil(*tokens / block_size), used_tokens, rank);
 }
 
-std::expected<std::vector<RankOccupancy>, std::string> read_sglang(const Page& page, const OccupancyQuery& query) {
+OccupancyRead read_sglang(const Page& page, const OccupancyQuery& query) {
   if (query.block_size == 0) return Failure("SGLang reports tokens: the block size must not be 0");
   const Series used_tokens = series_of(page, kSglangUsedTokens);
   if (used_tokens.empty()) return Failure(fmt::format("the page has no {}", kSglangUsedTokens));
@@ -205,8 +205,7 @@ bool read_from(EngineKind kind, std::string_view family) {
 
 }  // namespace
 
-std::expected<std::vector<RankOccupancy>, std::string> read_occupancy(const prometheus_text::Page& page,
-                                                                      const OccupancyQuery& query) {
+OccupancyRead read_occupancy(const prometheus_text::Page& page, const OccupancyQuery& query) {
   switch (query.kind) {
     case EngineKind::kVllm:
       return read_vllm(page, query.default_rank);
@@ -216,7 +215,7 @@ std::expected<std::vector<RankOccupancy>, std::string> read_occupancy(const prom
   return Failure("unknown engine kind");
 }
 
-std::expected<std::vector<RankOccupancy>, std::string> read_page(std::string_view text, const OccupancyQuery& query) {
+OccupancyRead read_page(std::string_view text, const OccupancyQuery& query) {
   try {
     const auto page =
         prometheus_text::parse(text, [kind = query.kind](std::string_view name) { return read_from(kind, name); });

@@ -36,12 +36,13 @@ struct RankOccupancy {
 
 // One entry per rank found on the page, ascending by rank; or why the page gives no occupancy
 // (the caller counts it as a failed scrape).
-std::expected<std::vector<RankOccupancy>, std::string> read_occupancy(const prometheus_text::Page& page,
-                                                                      const OccupancyQuery& query);
+using OccupancyRead = std::expected<std::vector<RankOccupancy>, std::string>;
+
+OccupancyRead read_occupancy(const prometheus_text::Page& page, const OccupancyQuery& query);
 
 // The same from the page's text, keeping only the samples of the families `query`'s engine is
 // read from (the rest are checked, not kept): what one scrape makes of a page. A page too large
 // for the memory available is an error too.
-std::expected<std::vector<RankOccupancy>, std::string> read_page(std::string_view text, const OccupancyQuery& query);
+OccupancyRead read_page(std::string_view text, const OccupancyQuery& query);
 
 }  // namespace kvrelay::engine_load

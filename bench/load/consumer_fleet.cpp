@@ -212,8 +212,9 @@ FleetTotals ConsumerFleet::finish(std::chrono::milliseconds grace) {
       totals.lagged_streams += pool == nullptr || pool->subscriptions > before ? 1 : 0;
       // A re-layout is a new generation, whose subscriptions count from zero, at another bucket
       // count, where the probes were addressed at the first: say so rather than count nothing.
-      const std::uint64_t buckets = pool == nullptr ? 0 : pool->descriptor.producer().ckf_format().bucket_count();
-      if (m == 0 && pool != nullptr && buckets != pools_[i].bucket_count) {
+      if (m != 0 || pool == nullptr) continue;
+      const std::uint64_t buckets = pool->descriptor.producer().ckf_format().bucket_count();
+      if (buckets != pools_[i].bucket_count) {
         std::fprintf(stderr,
                      "kvrelay-bench: %s was re-laid out during the run (%llu -> %llu buckets): its later probes "
                      "count as unseen; give the relay room for the blocks (--live-blocks, --expected-unique-blocks)\n",

@@ -12,8 +12,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
-#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -196,9 +196,7 @@ TEST_CASE("http scrape: one watchdog serves GET after GET, a stopped one does no
 TEST_CASE("http scrape: engines that answer slowly do not hold up another engine's scrape", "[engines][http]") {
   TricklingServer slow[4];
   PageServer healthy;
-  std::mutex mutex;
-  std::condition_variable answered;
-  std::optional<kvrelay::engine_io::HttpResult> result;  // the healthy engine's, guarded by mutex
+  std::promise<kvrelay::engine_io::HttpResult> answered;  // the healthy engine's
   std::atomic<int> slow_answers = 0;
   // Declared last, so it goes first: its GETs are abandoned before what they would answer goes.
   kvrelay::engine_io::HttpScraper scraper(4);
@@ -210,18 +208,14 @@ TEST_CASE("http scrape: engines that answer slowly do not hold up another engine
   };
   for (int i = 0; i < 3; ++i) get_slowly(slow[i]);
   CHECK(scraper.threads() == 3);
-  scraper.get(healthy.url(), std::chrono::seconds(5), [&](kvrelay::engine_io::HttpResult got) {
-    std::lock_guard lock(mutex);
-    result = std::move(got);
-    answered.notify_all();
-  });
-  {
-    std::unique_lock lock(mutex);
-    // The slow engines trickle for 30 s: queued behind them, the page would come no sooner.
-    REQUIRE(answered.wait_for(lock, std::chrono::seconds(20), [&] { return result.has_value(); }));
-    CHECK(result->ok);
-    CHECK(result->body == "kv_cache_usage 0.5\n");
-  }
+  scraper.get(healthy.url(), std::chrono::seconds(5),
+              [&](kvrelay::engine_io::HttpResult got) { answered.set_value(std::move(got)); });
+  auto result = answered.get_future();
+  // The slow engines trickle for 30 s: queued behind them, the page would come no sooner.
+  REQUIRE(result.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  const kvrelay::engine_io::HttpResult page = result.get();
+  CHECK(page.ok);
+  CHECK(page.body == "kv_cache_usage 0.5\n");
   CHECK(scraper.threads() == 4);
   // The healthy engine's thread, free again, takes a fourth slow engine: every thread is busy,
   // and at the most another GET waits for one instead of making a fifth.

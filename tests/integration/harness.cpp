@@ -140,12 +140,17 @@ void TestRelay::remove_worker(const ingest_v1::EndpointRef& endpoint, std::uint6
 }
 
 void TestRelay::set_availability(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> live) {
+  require_ok(set_availability_status(endpoint, std::move(live)));
+}
+
+grpc::Status TestRelay::set_availability_status(const ingest_v1::EndpointRef& endpoint,
+                                                std::vector<std::uint64_t> live) {
   grpc::ClientContext context;
   ingest_v1::SetAvailabilityRequest request;
   *request.mutable_endpoint() = endpoint;
   for (std::uint64_t id : live) request.add_live_worker_ids(id);
   ingest_v1::SetAvailabilityResponse response;
-  require_ok(ingest_->SetAvailability(&context, request, &response));
+  return ingest_->SetAvailability(&context, request, &response);
 }
 
 ingest_v1::RelayState TestRelay::get_state() {

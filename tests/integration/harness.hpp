@@ -51,6 +51,7 @@ class TestRelay {
   grpc::Status put_worker_status(const ingest_v1::PutWorkerRequest& request);
   void remove_worker(const ingest_v1::EndpointRef& endpoint, std::uint64_t worker_id);
   void set_availability(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> live);
+  grpc::Status set_availability_status(const ingest_v1::EndpointRef& endpoint, std::vector<std::uint64_t> live);
   ingest_v1::RelayState get_state();
   // One PublishKvEvents stream carrying `batches`, closed; returns the tally.
   ingest_v1::PublishKvEventsResponse publish(const std::vector<ingest_v1::KvEventBatch>& batches);

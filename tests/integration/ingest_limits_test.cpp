@@ -66,16 +66,6 @@ ingest_v1::KvEventBatch token_batch(std::uint64_t sequence, std::uint32_t blocks
   return batch;
 }
 
-grpc::Status set_availability_status(TestRelay& relay, const ingest_v1::EndpointRef& endpoint,
-                                     std::initializer_list<std::uint64_t> live_workers) {
-  grpc::ClientContext context;
-  ingest_v1::SetAvailabilityRequest request;
-  *request.mutable_endpoint() = endpoint;
-  for (std::uint64_t worker : live_workers) request.add_live_worker_ids(worker);
-  ingest_v1::SetAvailabilityResponse response;
-  return relay.ingest().SetAvailability(&context, request, &response);
-}
-
 double refusals(const Scrape& scrape, const std::string& limit) {
   return scrape.count("kv_relay_ingest_limit_refusals_total", {{"limit", limit}});
 }
@@ -205,7 +195,7 @@ TEST_CASE("ingest limits: availability kept for endpoints without workers is bou
   const auto third = endpoint_ref("prod", "third");
   relay.set_availability(kBackend, {1});  // neither endpoint has a worker yet: both sets are kept
   relay.set_availability(kOther, {1});
-  require_refusal(set_availability_status(relay, third, {1}), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  require_refusal(relay.set_availability_status(third, {1}), grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/third/generate: it has no worker, and the relay holds availability for 2 endpoints "
                   "without workers, the most --max-serving-endpoints (2) allows");
   relay.set_availability(kOther, {2});  // a set already kept is replaced, never refused
@@ -231,11 +221,11 @@ TEST_CASE("ingest limits: a live set names at most --max-workers-per-endpoint wo
   relay.put_worker(put_worker_request(kBackend, 1));
   relay.set_availability(kBackend, {1});
   // Ids are counted once however often they are named: two distinct ids are within the limit.
-  CHECK(set_availability_status(relay, kBackend, {1, 2, 2, 1}).ok());
-  require_refusal(set_availability_status(relay, kBackend, {1, 2, 3}), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  CHECK(relay.set_availability_status(kBackend, {1, 2, 2, 1}).ok());
+  require_refusal(relay.set_availability_status(kBackend, {1, 2, 3}), grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/backend/generate: its live set names 3 workers, the most "
                   "--max-workers-per-endpoint (2) allows");
-  require_refusal(set_availability_status(relay, kOther, {7, 8, 9}), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  require_refusal(relay.set_availability_status(kOther, {7, 8, 9}), grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/other/generate: its live set names 3 workers");
 
   // The refused sets changed nothing: the backend keeps its last set, the other endpoint has none.

@@ -356,19 +356,9 @@ TEST_CASE("metrics: connections that send nothing do not keep a scrape waiting",
   kvrelay::RelayOptions options = loopback_options();
   options.metrics_listen = "127.0.0.1:0";
   TestRelay relay(options);
-  const auto address = kvrelay::split_host_port(relay.runtime().metrics_address());
-  REQUIRE(address.has_value());
   // Clients that connect and send nothing, as a stalled scraper or a TCP health check does.
   std::vector<int> idle;
-  for (int i = 0; i < 4; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<std::uint16_t>(address->port));
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-    idle.push_back(fd);
-  }
+  for (int i = 0; i < 4; ++i) idle.push_back(connect_to(relay.runtime().metrics_address()));
   // Each held a thread for httplib's 5 s read timeout, all of them behind one another.
   const auto page =
       kvrelay::engine_io::http_get("http://" + relay.runtime().metrics_address() + "/metrics", std::chrono::seconds(4));

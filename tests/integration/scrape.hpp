@@ -22,8 +22,8 @@ namespace kvrelay::test {
 
 using Labels = std::map<std::string, std::string>;
 
-// GET `path` over a plain socket; HTTP/1.0, so the server closes the connection when done.
-inline std::string http_get(const std::string& address, const std::string& path) {
+// A TCP connection to "host:port" (the caller closes it).
+inline int connect_to(const std::string& address) {
   const auto bind = split_host_port(address);
   REQUIRE(bind.has_value());
   addrinfo hints{};
@@ -35,6 +35,12 @@ inline std::string http_get(const std::string& address, const std::string& path)
   const bool connected = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0;
   freeaddrinfo(found);
   REQUIRE(connected);
+  return fd;
+}
+
+// GET `path` over a plain socket; HTTP/1.0, so the server closes the connection when done.
+inline std::string http_get(const std::string& address, const std::string& path) {
+  const int fd = connect_to(address);
   const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + address + "\r\n\r\n";
   REQUIRE(send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size()));
   std::string response;
