@@ -164,7 +164,9 @@ say "demo: health SERVING on the WAN ($wan) and ingest ($ingest) ports"
 # The security context took: PID 1 is kv-relay as uid 10001, and the root filesystem is read-only.
 # (Read from the host's /proc: numeric, whatever users the host or the image name.)
 host_pid=$(podman inspect --format '{{.State.Pid}}' "$prefix-demo")
-pid1="$(ps -o uid= -p "$host_pid" | tr -d ' ') $(ps -o args= -p "$host_pid" | awk '{ print $1 }')"
+pid1_uid=$(awk '/^Uid:/ { print $3 }' "/proc/$host_pid/status")
+pid1_exe=$(tr '\0' '\n' <"/proc/$host_pid/cmdline" | head -n 1)
+pid1="$pid1_uid $pid1_exe"
 [[ "$pid1" == "10001 /usr/local/bin/kv-relay" ]] || die "demo: PID 1 is '$pid1', expected kv-relay as uid 10001"
 if podman exec --user 0 "$prefix-demo" /usr/bin/touch /usr/local/bin/written 2>"$work/touch.err"; then
   die "demo: the root filesystem is writable"
