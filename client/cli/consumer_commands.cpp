@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/cli/commands.hpp"
@@ -28,9 +31,13 @@ client::ConsumerOptions options_for(const Args& args, const std::string& subscri
   return options;
 }
 
+// Nothing more will come without a change at the relay: the plane holds its state, or this
+// relay incarnation refused it.
+bool settled(const client::PlaneView& plane) { return plane.valid || plane.unavailable; }
+
 bool relay_settled(const RelayView& relay) {
   if (relay.incompatible) return true;
-  if (!relay.catalog.valid || !relay.readiness.valid || !relay.load.valid) return false;
+  if (!settled(relay.catalog) || !settled(relay.readiness) || !settled(relay.load)) return false;
   return std::ranges::none_of(relay.pools,
                               [](const auto& pool) { return pool.status == client::ReplicaStatus::kSubscribing; });
 }
@@ -38,10 +45,26 @@ bool relay_settled(const RelayView& relay) {
 // top also waits for a serving-load window, unless the relay does not serve one; it never decides
 // the exit status (overlap does not use it).
 bool relay_shown(const RelayView& relay) {
-  return relay_settled(relay) && (relay.incompatible || relay.serving_load.valid || relay.serving_load.unavailable);
+  return relay_settled(relay) && (relay.incompatible || settled(relay.serving_load));
 }
 
-// Exit status for relays that never settled or speak another contract; reports each once.
+// Why a relay's view lacks a plane or a replica the commands need; nullopt when it has them all.
+std::optional<std::string> not_ready(const RelayView& relay) {
+  const std::pair<const char*, const client::PlaneView*> planes[] = {
+      {"catalog", &relay.catalog}, {"readiness", &relay.readiness}, {"load", &relay.load}};
+  for (const auto& [name, plane] : planes) {
+    if (plane->valid) continue;
+    return fmt::format("{}: {}", name, plane->last_error.empty() ? "timed out waiting for it" : plane->last_error);
+  }
+  for (const auto& pool : relay.pools) {
+    if (pool.status != client::ReplicaStatus::kSubscribing) continue;
+    return fmt::format("pool {}: {}", pool.endpoint,
+                       pool.last_fault.empty() ? "timed out waiting for its snapshot" : pool.last_fault);
+  }
+  return std::nullopt;
+}
+
+// Exit status for relays that lack a plane or a replica, or speak another contract; reports each once.
 int report_unsettled(const ConsumerView& view) {
   int worst = kOk;
   for (const auto& relay : view.relays) {
@@ -49,10 +72,8 @@ int report_unsettled(const ConsumerView& view) {
       std::fprintf(stderr, "kvrelay-cli: %s: contract mismatch: %s\n", relay.target.c_str(),
                    relay.incompatibility.c_str());
       worst = std::max(worst, kContractMismatch);
-    } else if (!relay_settled(relay)) {
-      const auto& why =
-          !relay.catalog.last_error.empty() ? relay.catalog.last_error : std::string("timed out waiting for its state");
-      std::fprintf(stderr, "kvrelay-cli: %s: relay not ready: %s\n", relay.target.c_str(), why.c_str());
+    } else if (const auto why = not_ready(relay)) {
+      std::fprintf(stderr, "kvrelay-cli: %s: relay not ready: %s\n", relay.target.c_str(), why->c_str());
       worst = std::max(worst, kRelayError);
     }
   }
@@ -69,17 +90,9 @@ std::string load_text(const std::optional<client::LoadFacts>& load) {
                      load->expected_ranks, load->authoritative() ? "" : ", partial");
 }
 
-// The readiness a subscriber sees for a pool: its base model's entry in the serving namespace.
+// "-": the relay's readiness has no entry for the pool's base model; "?": it is not known.
 std::string pool_readiness(const RelayView& relay, const client::PoolView& pool) {
-  const auto& ns = pool.descriptor.serving_endpoint().namespace_();
-  for (const auto& registration : pool.descriptor.registrations()) {
-    if (!registration.target().has_base()) continue;
-    for (const auto& entry : relay.readiness_entries) {
-      if (entry.namespace_() == ns && entry.canonical_model_id() == registration.canonical_model_id()) {
-        return state_name(entry.state());
-      }
-    }
-  }
+  if (pool.readiness) return state_name(*pool.readiness);
   return relay.readiness.valid ? "-" : "?";
 }
 

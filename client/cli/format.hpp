@@ -51,9 +51,6 @@ std::string roles_of(const Roles& roles) {
   for (int role : roles) out += (out.empty() ? "" : ",") + role_name(role);
   return out.empty() ? "-" : out;
 }
-inline std::string endpoint_of(const v1::DynamoEndpointId& endpoint) {
-  return fmt::format("{}/{}/{}", endpoint.namespace_(), endpoint.component(), endpoint.endpoint());
-}
 // A pool's stable id, shortened for tables: dc id and the first bytes of both domain digests.
 inline std::string pool_label(const v1::KvPoolId& pool) {
   auto head = [](const std::string& digest) {

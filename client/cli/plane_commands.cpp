@@ -12,6 +12,7 @@
 #include "core/bearer_token.hpp"
 #include "core/wire_validation.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "kvrelay/client/consumer.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 
 namespace kvrelay::cli {
@@ -119,7 +120,7 @@ void print_catalog(const std::string& target, const v1::KvPoolCatalogUpdate& upd
       if (registration.target().has_lora()) models += "(lora)";
     }
     const auto& producer = pool.producer();
-    table.add({endpoint_of(pool.serving_endpoint()), pool_label(producer.pool_id()), models,
+    table.add({client::endpoint_name(pool.serving_endpoint()), pool_label(producer.pool_id()), models,
                std::to_string(pool.query_semantics().kv_block_size()),
                short_name(v1::KvQueryHashFormat_Name(pool.query_semantics().hash_format()), "KV_QUERY_HASH_FORMAT_"),
                roles_of(pool.pool_roles()), std::to_string(producer.ckf_format().bucket_count()),
@@ -151,10 +152,12 @@ void print_load(const std::string& target, const v1::KvPoolLoadUpdate& update) {
               update.pools_size());
   Table table({"POOL", "GENERATION", "USED", "TOTAL", "RANKS", "AUTHORITATIVE"});
   for (const auto& pool : update.pools()) {
-    const bool complete = pool.kv_observed_ranks() == pool.kv_expected_ranks() && pool.total_kv_blocks() > 0;
+    const client::LoadFacts facts{pool.kv_used_blocks(), pool.total_kv_blocks(), pool.kv_observed_ranks(),
+                                  pool.kv_expected_ranks()};
     table.add({pool_label(pool.producer().pool_id()), std::to_string(pool.producer().layout_generation()),
                std::to_string(pool.kv_used_blocks()), std::to_string(pool.total_kv_blocks()),
-               fmt::format("{}/{}", pool.kv_observed_ranks(), pool.kv_expected_ranks()), complete ? "yes" : "no"});
+               fmt::format("{}/{}", pool.kv_observed_ranks(), pool.kv_expected_ranks()),
+               facts.authoritative() ? "yes" : "no"});
   }
   table.print();
 }

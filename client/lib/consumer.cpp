@@ -1,5 +1,7 @@
 #include "kvrelay/client/consumer.hpp"
 
+#include <fmt/format.h>
+
 #include "client/lib/relay_link.hpp"
 
 namespace kvrelay::client {
@@ -16,6 +18,10 @@ std::string_view to_string(ReplicaStatus status) {
       return "quarantined";
   }
   return "unknown";
+}
+
+std::string endpoint_name(const dynamo::kvrelay::v1::DynamoEndpointId& endpoint) {
+  return fmt::format("{}/{}/{}", endpoint.namespace_(), endpoint.component(), endpoint.endpoint());
 }
 
 Consumer::Consumer(ConsumerOptions options) : options_(std::move(options)), notifier_(std::make_shared<Notifier>()) {

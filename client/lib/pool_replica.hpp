@@ -25,7 +25,6 @@ class PoolReplica {
 
   ReplicaPhase phase() const { return phase_; }
   bool installed() const { return phase_ == ReplicaPhase::kInstalled; }
-  const wire::ProducerKey& producer() const { return producer_; }
   std::uint64_t sequence() const { return sequence_; }
   std::span<const std::uint64_t> words() const { return words_; }
   const ckf::Addressing& addressing() const { return addressing_; }

@@ -2,13 +2,15 @@
 
 #include <string>
 
+#include "core/rpc_status.hpp"
+
 namespace kvrelay::client {
 
 namespace v1 = ::dynamo::kvrelay::v1;
 
 std::string reason_trailer(const grpc::ClientContext& context) {
   const auto& trailers = context.GetServerTrailingMetadata();
-  const auto it = trailers.find("kv-relay-error-reason");
+  const auto it = trailers.find(grpc::string_ref(kErrorReasonTrailer.data(), kErrorReasonTrailer.size()));
   return it == trailers.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 

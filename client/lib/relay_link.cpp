@@ -11,10 +11,6 @@ namespace {
 
 constexpr auto kInfoDeadline = std::chrono::seconds(5);
 
-std::string endpoint_label(const v1::DynamoEndpointId& endpoint) {
-  return fmt::format("{}/{}/{}", endpoint.namespace_(), endpoint.component(), endpoint.endpoint());
-}
-
 bool same_relay(const v1::RelayIdentity& a, const v1::RelayIdentity& b) {
   return a.drt_instance_id() == b.drt_instance_id() && a.relay_incarnation() == b.relay_incarnation();
 }
@@ -25,6 +21,11 @@ bool envelope_ok(const Response& message) {
   return !wire::check_envelope(message.contract_marker(), message.protocol_version()) && message.has_relay();
 }
 
+// Whether the pool's stream opens again by itself, or waits for a catalog or a new incarnation.
+bool retries(const Reaction& reaction) {
+  return reaction.retry == Retry::kBackoff || reaction.retry == Retry::kVerifyRelay;
+}
+
 Reaction reaction_to(Plane plane, const StreamEnd& end) {
   return end.fault ? react_to_fault(*end.fault) : react(plane, end.status, end.reason);
 }
@@ -33,7 +34,9 @@ Reaction reaction_to(Plane plane, const StreamEnd& end) {
 
 std::string StreamEnd::describe() const {
   if (fault) return fmt::format("local fault {}: {}", fault->kind, fault->detail);
-  const auto reason_name = reason ? v1::RelayErrorReason_Name(*reason) : std::string("no reason");
+  const auto reason_name = reason                ? v1::RelayErrorReason_Name(*reason)
+                           : reason_text.empty() ? std::string("no reason")
+                                                 : fmt::format("{}, unknown to this client", reason_text);
   if (status.ok()) return "the relay ended the stream cleanly (state invalidated)";
   return fmt::format("status {} [{}]: {}", static_cast<int>(status.error_code()), reason_name, status.error_message());
 }
@@ -142,7 +145,8 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
   end.status = reader->Finish();
   backoff.attempt_ended(usable_since, std::chrono::steady_clock::now());
   control.detach();
-  end.reason = parse_reason(reason_trailer(context));
+  end.reason_text = reason_trailer(context);
+  end.reason = parse_reason(end.reason_text);
   return end;
 }
 
@@ -241,8 +245,12 @@ bool RelayLink::verify_relay(StreamControl& control, PlaneStats& stats) {
 }
 
 // What a plane shows while it waits to check again; those awaiting a view are told.
+// A plane this incarnation refused keeps the refusal as its error: the checks for a new
+// incarnation meanwhile are background work.
 void RelayLink::note_error(PlaneStats& stats, std::string what) {
-  change_view([&] { stats.last_error = std::move(what); });
+  change_view([&] {
+    if (!stats.unavailable) stats.last_error = std::move(what);
+  });
 }
 
 void RelayLink::mark_incompatible(std::string why) {
@@ -417,17 +425,16 @@ bool RelayLink::settle_pool_stream(const std::shared_ptr<Subscription>& subscrip
     if (slot == nullptr) return false;
     slot->replica.reset();
     slot->last_fault = end.describe();
-    const bool retries = reaction.retry == Retry::kBackoff || reaction.retry == Retry::kVerifyRelay;
     slot->status = reaction.quarantine_pool ? ReplicaStatus::kQuarantined
-                   : retries                ? ReplicaStatus::kSubscribing
+                   : retries(reaction)      ? ReplicaStatus::kSubscribing
                                             : ReplicaStatus::kWaiting;
-    if (!retries) {
+    if (!retries(reaction)) {
       slot->parked = reaction.retry;
       slot->parked_at_revision = catalog_.revision();
     }
   }
   notifier_->bump();
-  return reaction.retry == Retry::kBackoff || reaction.retry == Retry::kVerifyRelay;
+  return retries(reaction);
 }
 
 std::optional<LoadFacts> RelayLink::load_of(const wire::ProducerKey& producer) const {
@@ -443,11 +450,20 @@ std::optional<v1::ServingReadinessState> RelayLink::readiness_of(const CatalogPo
                                                                  const Binding& binding) const {
   if (!readiness_.valid()) return std::nullopt;
   const auto& ns = pool.descriptor.serving_endpoint().namespace_();
-  const auto* entry = readiness_.find({ns, binding.adapter ? binding.base_model : binding.canonical_model_id});
+  const auto* entry = readiness_.find({ns, binding.base_model});
   if (entry == nullptr) return std::nullopt;
   if (!binding.adapter) return entry->state();
   for (const auto& adapter : entry->adapters()) {
     if (adapter.canonical_model_id() == binding.canonical_model_id) return adapter.state();
+  }
+  return std::nullopt;
+}
+
+// A pool's readiness: the first entry one of its base registrations has.
+std::optional<v1::ServingReadinessState> RelayLink::base_readiness(const CatalogPool& pool) const {
+  for (const auto& registration : pool.descriptor.registrations()) {
+    if (!registration.target().has_base()) continue;
+    if (auto state = readiness_of(pool, binding_of(registration))) return state;
   }
   return std::nullopt;
 }
@@ -466,7 +482,7 @@ void RelayLink::match(std::string_view model, PromptHashes& prompt, std::vector<
     PoolMatch match;
     match.target = target_;
     match.dc_id = key.dc_id;
-    match.endpoint = endpoint_label(descriptor.serving_endpoint());
+    match.endpoint = endpoint_name(descriptor.serving_endpoint());
     match.canonical_model_id = resolution->binding.canonical_model_id;
     match.adapter = resolution->binding.adapter;
     match.block_size = semantics.block_size;
@@ -484,7 +500,7 @@ void RelayLink::match(std::string_view model, PromptHashes& prompt, std::vector<
 PoolView RelayLink::pool_view(const PoolSlot& slot) const {
   PoolView view;
   view.descriptor = slot.pool.descriptor;
-  view.endpoint = endpoint_label(slot.pool.descriptor.serving_endpoint());
+  view.endpoint = endpoint_name(slot.pool.descriptor.serving_endpoint());
   view.status = slot.status;
   view.bucket_count = slot.pool.producer.ckf_format.bucket_count;
   view.subscriptions = slot.subscriptions;
@@ -493,6 +509,7 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
   // A quarantined pool's load goes with its replica (docs/consumer.md): no fallback.
   if (slot.status != ReplicaStatus::kQuarantined) {
     view.load = load_of(slot.pool.producer);
+    view.readiness = base_readiness(slot.pool);
     if (const auto* serving = serving_load_.find_pool(slot.pool.producer)) view.serving_load = *serving;
   }
   if (const auto* replica = slot.replica.get(); replica != nullptr && replica->installed()) {
@@ -525,7 +542,7 @@ void RelayLink::add_serving_load(RelayView& view) const {
 std::optional<ReplicaDigest> RelayLink::replica_digest(std::string_view endpoint) const {
   std::shared_lock lock(mutex_);
   for (const auto& [key, slot] : slots_) {
-    if (endpoint_label(slot.pool.descriptor.serving_endpoint()) != endpoint) continue;
+    if (endpoint_name(slot.pool.descriptor.serving_endpoint()) != endpoint) continue;
     if (!slot.replica || !slot.replica->installed()) return std::nullopt;
     return ReplicaDigest{slot.replica->sequence(), slot.replica->digest()};
   }

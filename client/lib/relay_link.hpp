@@ -44,6 +44,7 @@ struct Consumer::Notifier {
 struct StreamEnd {
   grpc::Status status;
   std::optional<v1::RelayErrorReason> reason;
+  std::string reason_text;  // the trailer as sent: named in describe() also when this client does not know it
   std::optional<Fault> fault;
   std::string describe() const;
 };
@@ -151,6 +152,7 @@ class RelayLink {
   static PlaneView plane_view(bool valid, const PlaneStats& stats);
   void add_serving_load(RelayView& view) const;
   std::optional<v1::ServingReadinessState> readiness_of(const CatalogPool& pool, const Binding& binding) const;
+  std::optional<v1::ServingReadinessState> base_readiness(const CatalogPool& pool) const;
 
   const std::string target_;
   const ConsumerOptions options_;

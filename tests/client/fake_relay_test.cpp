@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 
@@ -640,6 +641,73 @@ TEST_CASE("kvrelay-cli: a relay speaking another contract is a clear error with 
   const auto [top, top_exit] = run_to_end(KVRELAY_CLI, {"top", "--target", relay.address(), "--iterations", "1"});
   CHECK(top_exit == 3);
   CHECK_THAT(top, Catch::Contains("! contract mismatch: GetRelayInfo: ContractMarker"));
+}
+
+TEST_CASE("kvrelay-cli: overlap names the plane a relay refused and answers from the others without waiting",
+          "[client][fake][cli]") {
+  FakeRelay relay;
+  relay.push_catalog(catalog(1, {descriptor(1)}));
+  relay.push_readiness(
+      StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_UNSUPPORTED_FEATURE"});
+  relay.push_load(load_window(1, {1}));
+  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  std::string tokens;
+  for (auto token : prompt()) tokens += std::to_string(token) + " ";
+  const std::string tokens_file = std::string(KVRELAY_TEST_TMP_DIR) + "/refused-readiness-tokens.txt";
+  std::ofstream(tokens_file) << tokens;
+  // A timeout the suite's own would end first: the answer must not wait it out.
+  const auto [output, exit_code] =
+      run_to_end(KVRELAY_CLI, {"overlap", "--model", "llama", "--tokens", tokens_file, "--target", relay.address(),
+                               "--json", "--timeout-ms", "3600000"});
+  CHECK(exit_code == 1);
+  CHECK_THAT(output, Catch::Contains("relay not ready: readiness: status 9 [RELAY_ERROR_REASON_UNSUPPORTED_FEATURE]"));
+  CHECK_THAT(output, Catch::Contains("\"cached_blocks\": 3"));
+  CHECK_THAT(output, Catch::Contains("\"readiness\": null"));
+}
+
+TEST_CASE("fake relay: a plane refused by this incarnation keeps the refusal while GetRelayInfo fails",
+          "[client][fake]") {
+  Scenario scenario;
+  auto& relay = scenario.relay();
+  relay.push_readiness(StreamEndScript{grpc::StatusCode::INVALID_ARGUMENT, "RELAY_ERROR_REASON_INVALID_REQUEST"});
+  relay.push_catalog(catalog(1, {descriptor(1)}));
+  scenario.start();
+  scenario.await([](const RelayView& view) { return view.readiness.unavailable && view.catalog.valid; });
+  // The checks for a new incarnation fail meanwhile; the view still says why the plane stopped.
+  relay.set_info_refusal(StreamEndScript{grpc::StatusCode::UNAVAILABLE, ""});
+  const int calls = relay.info_calls();
+  scenario.await([&](const RelayView&) { return relay.info_calls() >= calls + 2; });
+  const auto view = scenario.view();
+  CHECK(view.readiness.unavailable);
+  CHECK_THAT(view.readiness.last_error, Catch::Contains("RELAY_ERROR_REASON_INVALID_REQUEST"));
+}
+
+TEST_CASE("fake relay: a reason this client does not know is named as the relay sent it", "[client][fake]") {
+  Scenario scenario;
+  scenario.relay().push_catalog(StreamEndScript{grpc::StatusCode::UNAVAILABLE, "RELAY_ERROR_REASON_FROM_THE_FUTURE"});
+  scenario.start();
+  scenario.await([](const RelayView& view) { return !view.catalog.last_error.empty(); });
+  CHECK_THAT(scenario.view().catalog.last_error,
+             Catch::Contains("status 14 [RELAY_ERROR_REASON_FROM_THE_FUTURE, unknown to this client]"));
+}
+
+TEST_CASE("fake relay: readiness is read under the pool's base model, whatever its registration is named",
+          "[client][fake]") {
+  Scenario scenario;
+  auto& relay = scenario.relay();
+  auto pool = descriptor(1, "llama-chat");
+  pool.mutable_registrations(0)->mutable_target()->mutable_base()->set_base_model("llama");
+  relay.push_catalog(catalog(1, {pool}));
+  relay.push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
+  scenario.serve_snapshots();
+  scenario.start();
+  scenario.await([](const RelayView& view) {
+    return view.readiness.valid && view.pools.size() == 1 && view.pools[0].status == ReplicaStatus::kInstalled;
+  });
+  CHECK(scenario.view().pools[0].readiness == v1::SERVING_READINESS_STATE_READY);
+  const auto matches = scenario.consumer().overlap("llama-chat", prompt());
+  REQUIRE(matches.size() == 1);
+  CHECK(matches[0].readiness == v1::SERVING_READINESS_STATE_READY);
 }
 
 TEST_CASE("fake relay: the serving-load plane follows contiguous windows, pools joined to the catalog by producer",

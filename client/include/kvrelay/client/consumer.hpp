@@ -84,6 +84,9 @@ struct LoadFacts {
   bool authoritative() const { return expected_ranks > 0 && observed_ranks == expected_ranks && total_blocks > 0; }
 };
 
+// "namespace/component/endpoint", as PoolView::endpoint and PoolMatch::endpoint name a pool.
+std::string endpoint_name(const dynamo::kvrelay::v1::DynamoEndpointId& endpoint);
+
 struct PoolView {
   dynamo::kvrelay::v1::KvPoolDescriptor descriptor;
   std::string endpoint;  // namespace/component/endpoint
@@ -99,6 +102,8 @@ struct PoolView {
   // When this consumer last applied a frame of the pool's stream, heartbeats included.
   std::optional<std::chrono::steady_clock::time_point> last_frame;
   std::optional<LoadFacts> load;
+  // Its base model's readiness entry in the serving namespace; nullopt while there is none.
+  std::optional<dynamo::kvrelay::v1::ServingReadinessState> readiness;
   // This producer's entry in the latest serving-load window: its gauges are set exactly when its
   // load status is COMPLETE.
   std::optional<dynamo::kvrelay::v1::PoolServingLoad> serving_load;
