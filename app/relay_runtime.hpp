@@ -124,9 +124,9 @@ class RelayRuntime {
   // open after `drain` (clients that do not read) are cancelled. Idempotent.
   void shutdown(std::optional<std::chrono::milliseconds> drain = std::nullopt);
 
-  // Open WAN streams by kind ("catalog", "readiness", "load", "pool"): permits in use, by
-  // streams whose calls are not over; "hubs": pools that have subscribers; "ingest": open
-  // PublishKvEvents and ReportLoad streams.
+  // Open WAN streams by kind ("catalog", "readiness", "load", "serving_load", "pool"): permits
+  // in use, by streams whose calls are not over; "hubs": pools that have subscribers; "ingest":
+  // PublishKvEvents and ReportLoad streams open, or ended with requests still unanswered.
   std::size_t open_streams(std::string_view kind) const;
   // Of those, the streams the relay has not ended: a stream it ended (a lag, say) keeps its
   // permit until its client has read the end.

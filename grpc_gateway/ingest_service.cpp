@@ -24,14 +24,6 @@ constexpr const char* kInvalidCredentials =
     "the ingest credentials are not valid: 'authorization' must be 'Bearer <token>' with the token of the relay's "
     "--ingest-token-file";
 
-// A client stream refused before anything was read.
-template <class Request>
-class RefusedRead final : public grpc::ServerReadReactor<Request> {
- public:
-  explicit RefusedRead(grpc::Status status) { this->Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
-
 // How long a unary call waits for its actor's answer before it fails with UNAVAILABLE.
 constexpr auto kAnswerDeadline = std::chrono::seconds(10);
 static_assert(2 * kStateRoundDeadline < kAnswerDeadline,
@@ -136,7 +128,6 @@ struct StreamSettings {
   ingest_check::Limits limits;
   std::size_t read_window = 64;
   metrics::RelayMetrics* metrics = nullptr;
-  std::shared_ptr<StreamLimit::Permit> permit;  // returned as the stream finishes (finishing())
   StreamCredentials credentials;
 };
 
@@ -155,8 +146,9 @@ using BatchAck = Acknowledgement<BatchOutcome>;
 class EventBatchReader final
     : public WindowedReader<ingest_v1::KvEventBatch, BatchAck, ArenaRequests<ingest_v1::KvEventBatch>> {
  public:
-  EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings)
-      : WindowedReader(settings.read_window),
+  EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings,
+                   std::shared_ptr<StreamLimit::Permit> permit)
+      : WindowedReader(settings.read_window, std::move(permit)),
         router_(std::move(router)),
         response_(response),
         settings_(std::move(settings)) {}
@@ -199,7 +191,6 @@ class EventBatchReader final
     if (!lost_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
   }
-  void finishing() override { settings_.permit.reset(); }
 
  private:
   BatchRouter router_;
@@ -214,8 +205,9 @@ using LoadAck = Acknowledgement<LoadOutcome>;
 
 class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadAck> {
  public:
-  LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, StreamSettings settings)
-      : WindowedReader(settings.read_window),
+  LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, StreamSettings settings,
+                   std::shared_ptr<StreamLimit::Permit> permit)
+      : WindowedReader(settings.read_window, std::move(permit)),
         load_(std::move(load)),
         response_(response),
         settings_(std::move(settings)) {}
@@ -246,7 +238,6 @@ class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, Load
     response_->set_reports_rejected(response_->reports_rejected() + ack.outcome.rejected);
   }
   std::optional<grpc::Status> early_status() override { return ending_; }
-  void finishing() override { settings_.permit.reset(); }
 
  private:
   LoadWindowActor load_;
@@ -407,10 +398,11 @@ grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerConte
 grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(
     grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) {
   auto permit = admit_stream(*context);
-  if (!permit) return new RefusedRead<ingest_v1::KvEventBatch>(std::move(permit.error()));
-  auto* reader = new EventBatchReader(peers_.batches, response,
-                                      StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit),
-                                                     StreamCredentials(config_.auth, *context)});
+  if (!permit) return new Refused<grpc::ServerReadReactor<ingest_v1::KvEventBatch>>(std::move(permit.error()));
+  auto* reader = new EventBatchReader(
+      peers_.batches, response,
+      StreamSettings{config_.limits, config_.read_window, metrics_, StreamCredentials(config_.auth, *context)},
+      std::move(*permit));
   reader->start();
   return reader;
 }
@@ -418,10 +410,11 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
 grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext* context,
                                                                           ingest_v1::ReportLoadResponse* response) {
   auto permit = admit_stream(*context);
-  if (!permit) return new RefusedRead<ingest_v1::LoadReport>(std::move(permit.error()));
-  auto* reader = new LoadReportReader(peers_.load, response,
-                                      StreamSettings{config_.limits, config_.read_window, metrics_, std::move(*permit),
-                                                     StreamCredentials(config_.auth, *context)});
+  if (!permit) return new Refused<grpc::ServerReadReactor<ingest_v1::LoadReport>>(std::move(permit.error()));
+  auto* reader = new LoadReportReader(
+      peers_.load, response,
+      StreamSettings{config_.limits, config_.read_window, metrics_, StreamCredentials(config_.auth, *context)},
+      std::move(*permit));
   reader->start();
   return reader;
 }

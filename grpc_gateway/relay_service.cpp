@@ -1,6 +1,9 @@
 #include "grpc_gateway/relay_service.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <stdexcept>
 
 #include "actors/pool_stream.hpp"
 #include "actors/rate_limited_log.hpp"
@@ -57,10 +60,9 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
   if (kind == "readiness") return readiness_streams_;
   if (kind == "load") return load_streams_;
   if (kind == "serving_load") return serving_load_streams_;
-  return pool_streams_;
+  if (kind == "pool") return pool_streams_;
+  throw std::invalid_argument(fmt::format("no stream limit named '{}'", kind));
 }
-
-std::size_t RelayService::open_streams(std::string_view kind) const { return limit_of(kind).in_use(); }
 
 void RelayService::await_streams_ended(std::chrono::system_clock::time_point deadline) const {
   for (const StreamLimit* limit :
@@ -92,7 +94,7 @@ RawStream* RelayService::refuse(grpc::CallbackServerContext* context, metrics::R
   }
   static RateLimitedLog refused_log;
   refused_log.warn(fmt::format("refused {} from {}: {}", metrics::label(rpc), context->peer(), status.message));
-  return new RefusedStream(context, status);
+  return new Refused<RawStream>(to_grpc(context, status));
 }
 
 // The common admission steps after request validation: refuse while draining, then take a

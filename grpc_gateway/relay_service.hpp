@@ -67,8 +67,8 @@ class RelayService final : public RawStreamingService {
 
   // From now on every new call is refused with UNAVAILABLE (graceful drain).
   void begin_drain() { draining_ = true; }
-  // Permits in use per stream kind ("catalog", "readiness", "load", "serving_load", "pool").
-  std::size_t open_streams(std::string_view kind) const;
+  // The permits of one stream kind: "catalog", "readiness", "load", "serving_load" or "pool"
+  // (std::invalid_argument for any other).
   const StreamLimit& limit_of(std::string_view kind) const;
   // Until every stream of every kind has ended, or `deadline`.
   void await_streams_ended(std::chrono::system_clock::time_point deadline) const;

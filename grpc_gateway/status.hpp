@@ -1,5 +1,6 @@
 #pragma once
-// RpcStatus -> grpc::Status, with the reason in the `kv-relay-error-reason` trailer.
+// RpcStatus -> grpc::Status, with the reason in the `kv-relay-error-reason` trailer; a call
+// refused before it started.
 #include <grpcpp/grpcpp.h>
 
 #include "core/rpc_status.hpp"
@@ -13,5 +14,14 @@ inline grpc::Status to_grpc(grpc::ServerContextBase* context, const RpcStatus& s
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message);
 }
+
+// A call refused before it started: trailers-only, with `status`. No shared state: Finish is
+// called in the constructor (gRPC holds it until the reactor is bound), OnDone deletes it.
+template <class Reactor>
+class Refused final : public Reactor {
+ public:
+  explicit Refused(grpc::Status status) { this->Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
 
 }  // namespace kvrelay::gateway

@@ -297,15 +297,4 @@ class StreamReactor final : public RawStream {
   std::shared_ptr<StreamLink<Message>> link_;
 };
 
-// A stream refused before it started: trailers-only, with the status and its reason. No
-// shared state: Finish is called in the constructor (gRPC holds it until the reactor is
-// bound), OnDone deletes the reactor.
-class RefusedStream final : public RawStream {
- public:
-  RefusedStream(grpc::CallbackServerContext* context, const RpcStatus& status) {
-    this->Finish(to_grpc(context, status));
-  }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace kvrelay::gateway

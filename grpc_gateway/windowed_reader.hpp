@@ -2,7 +2,11 @@
 // A client-streaming reactor that forwards each request to an actor and reads at most
 // `window` requests ahead of their acknowledgements, so a fast producer cannot flood an
 // actor's mailbox. Acknowledgements arrive on actor threads through a Gate that outlives
-// the reactor (gRPC deletes the reactor in OnDone, possibly before late acks).
+// the reactor (gRPC deletes the reactor in OnDone, possibly before late acks). What the stream
+// holds (its admission permit) the Gate lets go once the stream has finished and every request
+// it forwarded was answered: a stream that ends early (cancelled, or a request that ends it)
+// does not leave up to `window` requests in an actor's mailbox while the client that sent
+// them is admitted again.
 #include <absl/base/thread_annotations.h>
 #include <absl/synchronization/mutex.h>
 #include <google/protobuf/arena.h>
@@ -58,13 +62,15 @@ class ArenaRequests {
 // (one at a time: the next read starts only after it returns) and may acknowledge on that
 // same thread. Gate::acknowledge -- and so acknowledged() and tally() -- runs on any thread.
 //
-// Locking. Two plain absl::Mutexes, never held together and never held across a call out
-// (so there is no lock order):
-//  * Gate::mutex_ guards the gate's reader pointer and how many acknowledgements are inside
-//    the reader. acknowledge() counts itself in and calls the reader with the lock released;
-//    detach() (OnDone, just before `delete this`) clears the pointer and waits until none is
-//    inside. So no acknowledgement reaches a deleted reader, and a late one is dropped.
-//  * mutex_ guards the window state (annotated below). tally() and final_status() run under
+// Locking. Two plain absl::Mutexes, never held across a call out. Gate::mutex_ is taken under
+// mutex_ only to count a request being forwarded, and mutex_ never under Gate::mutex_:
+//  * Gate::mutex_ guards the gate's reader pointer, how many acknowledgements are inside
+//    the reader, and what the stream holds with the count of requests not yet answered.
+//    acknowledge() counts its answer, counts itself in and calls the reader with the lock
+//    released; detach() (OnDone, just before `delete this`) clears the pointer and waits until
+//    none is inside. So no acknowledgement reaches a deleted reader, and a late one is
+//    dropped, though still counted. What the stream holds is let go outside the lock.
+//  * mutex_ guards the window state (annotated below). tally() and early_status() run under
 //    it: they only bookkeep in the response, and an override must keep it that way (no
 //    blocking, no call back into the reader, no gRPC call). forward() runs without it.
 //  `requests_` is not under mutex_: it belongs to the outstanding read (see below).
@@ -91,13 +97,18 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
  public:
   class Gate {
    public:
-    explicit Gate(WindowedReader* reader) : reader_(reader) {}
+    Gate(WindowedReader* reader, std::shared_ptr<const void> held) : reader_(reader), held_(std::move(held)) {}
 
     // Any thread: hands `outcome` to the reader, or drops it if the reader is gone.
     void acknowledge(const Outcome& outcome) ABSL_LOCKS_EXCLUDED(mutex_) {
+      std::shared_ptr<const void> released;  // let go after the lock
       WindowedReader* reader = nullptr;
       {
         absl::MutexLock lock(&mutex_);
+        // Counted before the reader sees it: when the reader finishes, every answer it has
+        // tallied is counted here.
+        --unanswered_;
+        released = release_if_over();
         if (reader_ == nullptr) return;
         reader = reader_;
         ++inside_;
@@ -116,14 +127,39 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
     }
 
    private:
+    friend class WindowedReader;
+
+    // Before a request is forwarded (its answer may come before forward() returns).
+    void forwarding() ABSL_LOCKS_EXCLUDED(mutex_) {
+      absl::MutexLock lock(&mutex_);
+      ++unanswered_;
+    }
+
+    // The reader decided to finish: what it holds goes now, or with the last answer.
+    void finished() ABSL_LOCKS_EXCLUDED(mutex_) {
+      std::shared_ptr<const void> released;
+      absl::MutexLock lock(&mutex_);
+      finished_ = true;
+      released = release_if_over();
+    }
+
+    std::shared_ptr<const void> release_if_over() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return finished_ && unanswered_ == 0 ? std::move(held_) : nullptr;
+    }
     bool idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return inside_ == 0; }
 
     absl::Mutex mutex_;
     WindowedReader* reader_ ABSL_GUARDED_BY(mutex_);  // null once detached
     std::size_t inside_ ABSL_GUARDED_BY(mutex_) = 0;  // acknowledgements inside the reader
+    std::shared_ptr<const void> held_ ABSL_GUARDED_BY(mutex_);
+    std::size_t unanswered_ ABSL_GUARDED_BY(mutex_) = 0;  // forwarded, not yet acknowledged
+    bool finished_ ABSL_GUARDED_BY(mutex_) = false;       // the reader decided to finish
   };
 
-  explicit WindowedReader(std::size_t window) : window_(window), gate_(std::make_shared<Gate>(this)) {}
+  // `held` (an admission permit, or nothing) is let go once the stream has finished and every
+  // request it forwarded was answered.
+  WindowedReader(std::size_t window, std::shared_ptr<const void> held)
+      : window_(window), gate_(std::make_shared<Gate>(this, std::move(held))) {}
 
   // Begins reading; call once the derived object is fully constructed.
   void start() ABSL_LOCKS_EXCLUDED(mutex_) { issue(); }
@@ -139,7 +175,13 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
     }
     {
       absl::MutexLock lock(&mutex_);
-      ++in_flight_;  // before forward(), which may acknowledge synchronously
+      if (finished_) {
+        // Read before the stream finished, completed after: the stream applies nothing more.
+        requests_.take();
+        return;
+      }
+      ++in_flight_;         // before forward(), which may acknowledge synchronously
+      gate_->forwarding();  // under the lock: counted before the stream can decide to finish
     }
     forward(requests_.take());
     {
@@ -171,18 +213,10 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
   // Every request read and acknowledged: record the outcome in the response. Runs under the
   // reader's lock: bookkeeping only.
   virtual void tally(const Outcome& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
-  // The status of a stream that ended with every request acknowledged. Runs under the
-  // reader's lock, after the last tally(): bookkeeping only.
-  virtual grpc::Status final_status() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return grpc::Status::OK; }
   // A status that ends the stream now, without waiting for the client to close its side
   // (an outcome showed that nothing more can be applied). Runs under the reader's lock after
-  // every tally(): bookkeeping only. gRPC completes a read still outstanding with ok = false.
+  // every tally(): bookkeeping only. A read still outstanding then is dropped when it completes.
   virtual std::optional<grpc::Status> early_status() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return std::nullopt; }
-  // Just before Finish, on the thread that makes it, without the reader's lock (nothing else
-  // touches the reader then but OnDone, which comes after Finish): what the stream holds only
-  // while it is open (an admission permit) goes back before the client learns of the end, so
-  // a client that opens its next stream at once is never refused by the one it just closed.
-  virtual void finishing() {}
 
   const std::shared_ptr<Gate>& gate() const { return gate_; }
 
@@ -221,8 +255,11 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
         this->StartRead(requests_.target());
         continue;
       }
-      // The last call: `issuing_` stays set, and the reader may be deleted from here on.
-      finishing();
+      // The last call: `issuing_` stays set, and the reader may be deleted from here on. What
+      // the stream holds goes before the client learns of the end (at once when every request
+      // was answered, as on a normal end), so a client that opens its next stream at once is
+      // not refused by the one it just closed.
+      gate_->finished();
       this->Finish(std::move(status));
       return;
     }
@@ -242,7 +279,7 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
     }
     if (input_closed_ && in_flight_ == 0) {
       finished_ = true;
-      status = final_status();
+      status = grpc::Status::OK;  // every request read and answered
       return Step::kFinish;
     }
     if (reading_ || input_closed_ || in_flight_ >= window_) return Step::kNone;

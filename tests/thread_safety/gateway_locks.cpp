@@ -31,6 +31,6 @@ class CheckReader final : public WindowedReader<v1::FilterUpdate, CheckOutcome> 
   std::uint64_t applied_ = 0;
 };
 
-[[maybe_unused]] void start_check_reader() { (new CheckReader(4))->start(); }
+[[maybe_unused]] void start_check_reader() { (new CheckReader(4, nullptr))->start(); }
 
 }  // namespace kvrelay::gateway
