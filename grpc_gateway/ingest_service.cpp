@@ -131,51 +131,80 @@ struct StreamSettings {
   StreamCredentials credentials;
 };
 
-// Why `request` ends its stream before it is handed on, if it does.
-template <class Request>
-std::optional<grpc::Status> ends_stream(const StreamSettings& settings, const Request& request) {
-  if (auto refused = settings.credentials.refused(settings.metrics)) return refused;
-  if (auto over = ingest_check::oversize(request, settings.limits)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused_oversize(settings.metrics, request, *over));
-  }
-  return std::nullopt;
-}
+// What both ingest streams share: a request refused on its own (its size, or credentials no
+// longer in force) is acknowledged at once and ends the stream; every other is answered with
+// an Outcome, which the derived reader counts in its response.
+template <class Request, class Outcome, class Requests = HeapRequests<Request>>
+class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>, Requests> {
+  using Ack = Acknowledgement<Outcome>;
 
-using BatchAck = Acknowledgement<BatchOutcome>;
-
-class EventBatchReader final
-    : public WindowedReader<ingest_v1::KvEventBatch, BatchAck, ArenaRequests<ingest_v1::KvEventBatch>> {
  public:
-  EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings,
-                   std::shared_ptr<StreamLimit::Permit> permit)
-      : WindowedReader(settings.read_window, std::move(permit)),
-        router_(std::move(router)),
-        response_(response),
+  IngestReader(StreamSettings settings, std::shared_ptr<StreamLimit::Permit> permit)
+      : WindowedReader<Request, Ack, Requests>(settings.read_window, std::move(permit)),
         settings_(std::move(settings)) {}
 
  protected:
-  void forward(EventBatchPtr batch) override {
-    const std::int64_t receipt_ns = steady_now_ns();
-    if (auto ended = ends_stream(settings_, *batch)) return gate()->acknowledge(BatchAck{{}, std::move(ended)});
-    if (auto problem = ingest_check::kv_event_batch(*batch)) {
-      rejected_input_log().warn("rejected KV event batch: " + *problem);
-      if (settings_.metrics != nullptr) settings_.metrics->batch(metrics::BatchResult::kMalformed);
-      return gate()->acknowledge(BatchAck{BatchOutcome{}, std::nullopt});
+  // One answer into the response. Runs under the reader's lock, as tally(): bookkeeping only.
+  virtual void count(const Outcome& outcome) = 0;
+  // Why the stream ends now though no request ended it. Runs under the reader's lock.
+  virtual std::optional<grpc::Status> failing() { return std::nullopt; }
+
+  // Whether `request` ends the stream (it is then answered so, and nothing is handed on).
+  bool ends_stream(const Request& request) {
+    std::optional<grpc::Status> ended = settings_.credentials.refused(settings_.metrics);
+    if (!ended) {
+      if (auto over = ingest_check::oversize(request, settings_.limits)) {
+        ended = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused_oversize(settings_.metrics, request, *over));
+      }
     }
-    // A batch nobody could answer (an actor on its way failed) comes back `lost`.
-    auto reply = std::make_shared<Reply<BatchOutcome>>(
-        [gate = gate()](const BatchOutcome& outcome) {
-          gate->acknowledge(BatchAck{outcome, std::nullopt});
-        },
-        BatchOutcome{.lost = true});
-    router_.route({std::move(batch), std::move(reply), receipt_ns, SourceTransport::kPush, {}});
+    if (ended) this->gate()->acknowledge(Ack{{}, std::move(ended)});
+    return ended.has_value();
   }
-  void tally(const BatchAck& ack) override {
+  void answer(const Outcome& outcome) { this->gate()->acknowledge(Ack{outcome, std::nullopt}); }
+  // What an actor answers through; `unanswered` goes back if it is dropped unanswered.
+  std::shared_ptr<Reply<Outcome>> reply(Outcome unanswered) {
+    return std::make_shared<Reply<Outcome>>(
+        [gate = this->gate()](const Outcome& outcome) {
+          gate->acknowledge(Ack{outcome, std::nullopt});
+        },
+        std::move(unanswered));
+  }
+  metrics::RelayMetrics* metrics() const { return settings_.metrics; }
+
+ private:
+  void tally(const Ack& ack) final {
     if (ack.ends_stream) {
       ending_ = ack.ends_stream;
       return;
     }
-    const BatchOutcome& outcome = ack.outcome;
+    count(ack.outcome);
+  }
+  std::optional<grpc::Status> early_status() final { return ending_ ? ending_ : failing(); }
+
+  StreamSettings settings_;
+  std::optional<grpc::Status> ending_;  // guarded like the response: tally runs under the reader's lock
+};
+
+class EventBatchReader final
+    : public IngestReader<ingest_v1::KvEventBatch, BatchOutcome, ArenaRequests<ingest_v1::KvEventBatch>> {
+ public:
+  EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings,
+                   std::shared_ptr<StreamLimit::Permit> permit)
+      : IngestReader(std::move(settings), std::move(permit)), router_(std::move(router)), response_(response) {}
+
+ protected:
+  void forward(EventBatchPtr batch) override {
+    const std::int64_t receipt_ns = steady_now_ns();
+    if (ends_stream(*batch)) return;
+    if (auto problem = ingest_check::kv_event_batch(*batch)) {
+      rejected_input_log().warn("rejected KV event batch: " + *problem);
+      if (metrics() != nullptr) metrics()->batch(metrics::BatchResult::kMalformed);
+      return answer(BatchOutcome{});
+    }
+    // A batch nobody could answer (an actor on its way failed) comes back `lost`.
+    router_.route({std::move(batch), reply(BatchOutcome{.lost = true}), receipt_ns, SourceTransport::kPush, {}});
+  }
+  void count(const BatchOutcome& outcome) override {
     if (outcome.lost) lost_ = true;
     if (outcome.applied) {
       response_->set_batches_applied(response_->batches_applied() + 1);
@@ -184,10 +213,9 @@ class EventBatchReader final
     }
     if (outcome.reset != SourceReset::kNone) response_->set_source_resets(response_->source_resets() + 1);
   }
-  // A batch that ends the stream, or a lost batch (an actor on the way failed and the relay is
-  // stopping): the stream ends at once rather than when the client closes it.
-  std::optional<grpc::Status> early_status() override {
-    if (ending_) return ending_;
+  // A lost batch (an actor on the way failed and the relay is stopping): the stream ends at
+  // once rather than when the client closes it.
+  std::optional<grpc::Status> failing() override {
     if (!lost_) return std::nullopt;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay could not apply every batch: it is failing");
   }
@@ -195,55 +223,36 @@ class EventBatchReader final
  private:
   BatchRouter router_;
   ingest_v1::PublishKvEventsResponse* response_;
-  StreamSettings settings_;
-  // Guarded like the response: tally and early_status run under the reader's lock.
-  bool lost_ = false;
-  std::optional<grpc::Status> ending_;
+  bool lost_ = false;  // guarded like the response
 };
 
-using LoadAck = Acknowledgement<LoadOutcome>;
-
-class LoadReportReader final : public WindowedReader<ingest_v1::LoadReport, LoadAck> {
+class LoadReportReader final : public IngestReader<ingest_v1::LoadReport, LoadOutcome> {
  public:
   LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, StreamSettings settings,
                    std::shared_ptr<StreamLimit::Permit> permit)
-      : WindowedReader(settings.read_window, std::move(permit)),
-        load_(std::move(load)),
-        response_(response),
-        settings_(std::move(settings)) {}
+      : IngestReader(std::move(settings), std::move(permit)), load_(std::move(load)), response_(response) {}
 
  protected:
   void forward(ingest_v1::LoadReport report) override {
-    if (auto ended = ends_stream(settings_, report)) return gate()->acknowledge(LoadAck{{}, std::move(ended)});
+    if (ends_stream(report)) return;
     if (auto problem = ingest_check::load_report(report)) {
       rejected_input_log().warn("rejected load report: " + *problem);
-      if (settings_.metrics != nullptr) settings_.metrics->load_reports(metrics::LoadReportResult::kMalformed, 1);
-      return gate()->acknowledge(LoadAck{LoadOutcome{0, 1}, std::nullopt});
+      if (metrics() != nullptr) metrics()->load_reports(metrics::LoadReportResult::kMalformed, 1);
+      return answer(LoadOutcome{0, 1});
     }
     LoadReportBatch batch;
     batch.reports.push_back(std::move(report));
-    batch.reply = std::make_shared<Reply<LoadOutcome>>(
-        [gate = gate()](const LoadOutcome& outcome) {
-          gate->acknowledge(LoadAck{outcome, std::nullopt});
-        },
-        LoadOutcome{0, 1});
+    batch.reply = reply(LoadOutcome{0, 1});
     caf::anon_send(load_, atoms::report_atom_v, std::move(batch));
   }
-  void tally(const LoadAck& ack) override {
-    if (ack.ends_stream) {
-      ending_ = ack.ends_stream;
-      return;
-    }
-    response_->set_reports_applied(response_->reports_applied() + ack.outcome.applied);
-    response_->set_reports_rejected(response_->reports_rejected() + ack.outcome.rejected);
+  void count(const LoadOutcome& outcome) override {
+    response_->set_reports_applied(response_->reports_applied() + outcome.applied);
+    response_->set_reports_rejected(response_->reports_rejected() + outcome.rejected);
   }
-  std::optional<grpc::Status> early_status() override { return ending_; }
 
  private:
   LoadWindowActor load_;
   ingest_v1::ReportLoadResponse* response_;
-  StreamSettings settings_;
-  std::optional<grpc::Status> ending_;  // guarded like the response
 };
 
 }  // namespace

@@ -160,31 +160,30 @@ grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext
   return reactor;
 }
 
-RawStream* RelayService::WatchKvPoolCatalog(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-  using Message = CatalogBroadcast;
-  constexpr auto rpc = metrics::Rpc::kWatchKvPoolCatalog;
-  v1::WatchKvPoolCatalogRequest request;
-  if (auto* refused = read_request(context, rpc, *bytes, request)) return refused;
+template <class Message, class Request, class Source>
+RawStream* RelayService::open_latest(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
+                                     metrics::Rpc rpc, StreamLimit& limit, const Source& source, std::string_view plane,
+                                     std::chrono::milliseconds heartbeat, metrics::ActorKind stream_kind) {
+  Request request;
+  if (auto* refused = read_request(context, rpc, bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit(context, rpc, catalog_streams_, permit)) return refused;
+  if (auto* refused = admit(context, rpc, limit, permit)) return refused;
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, peers_.catalog, latest_value_stream<Message>, std::string("catalog"),
-                             config_.catalog_heartbeat,
-                             metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kCatalogStream));
+                             context, source, latest_value_stream<Message>, std::string(plane), heartbeat,
+                             metrics::mailbox_gauge(config_.metrics, stream_kind));
+}
+
+RawStream* RelayService::WatchKvPoolCatalog(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  return open_latest<CatalogBroadcast, v1::WatchKvPoolCatalogRequest>(
+      context, *bytes, metrics::Rpc::kWatchKvPoolCatalog, catalog_streams_, peers_.catalog, "catalog",
+      config_.catalog_heartbeat, metrics::ActorKind::kCatalogStream);
 }
 
 RawStream* RelayService::SubscribeServingReadiness(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* bytes) {
-  using Message = ReadinessBroadcast;
-  constexpr auto rpc = metrics::Rpc::kSubscribeServingReadiness;
-  v1::SubscribeServingReadinessRequest request;
-  if (auto* refused = read_request(context, rpc, *bytes, request)) return refused;
-  std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit(context, rpc, readiness_streams_, permit)) return refused;
-  return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, peers_.topology, latest_value_stream<Message>, std::string("readiness"),
-                             config_.readiness_heartbeat,
-                             metrics::mailbox_gauge(config_.metrics, metrics::ActorKind::kReadinessStream));
+  return open_latest<ReadinessBroadcast, v1::SubscribeServingReadinessRequest>(
+      context, *bytes, metrics::Rpc::kSubscribeServingReadiness, readiness_streams_, peers_.topology, "readiness",
+      config_.readiness_heartbeat, metrics::ActorKind::kReadinessStream);
 }
 
 template <class Message, class Request, class Source>

@@ -82,6 +82,12 @@ class RelayService final : public RawStreamingService {
                    std::shared_ptr<StreamLimit::Permit>& permit);
   RawStream* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
                     std::string result = {});
+  // A stream of `source`'s latest value, each superseding the one before; `heartbeat` repeats it
+  // when nothing changed (0: never).
+  template <class Message, class Request, class Source>
+  RawStream* open_latest(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
+                         StreamLimit& limit, const Source& source, std::string_view plane,
+                         std::chrono::milliseconds heartbeat, metrics::ActorKind stream_kind);
   // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
   template <class Message, class Request, class Source>
   RawStream* open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
