@@ -170,7 +170,9 @@ render all-on -f "$all_on"
 render hostname-id --set instanceId.source=hostname
 render fixed-id --set instanceId.source=value --set instanceId.value=4242
 render metrics-off --set metrics.enabled=false --set serviceMonitor.enabled=true --set prometheusRule.enabled=true
-render mtls-clusterip --set mtls.enabled=true --set mtls.secretName=wan-tls --set 'relay.drain_timeout_ms=2500'
+# The mTLS sidecar, admitting the routers' addresses.
+mtls=(--set mtls.enabled=true --set mtls.secretName=wan-tls --set 'networkPolicy.wanFrom[0].ipBlock.cidr=203.0.113.0/24')
+render mtls-clusterip "${mtls[@]}" --set 'relay.drain_timeout_ms=2500'
 render topology-file --set-file topology=deploy/demo/topology.yaml
 # The ingest token without the pod-index variable: the container's env holds only the token file.
 render ingest-auth --set ingestAuth.existingSecret=kv-relay-ingest-token --set instanceId.source=hostname
@@ -179,7 +181,11 @@ render engine-replicas --set replicaCount=2 --set-file topology=deploy/demo/topo
 render plaintext-lb --set wanService.type=LoadBalancer --set wanService.allowUnauthenticated=true \
   --set networkPolicy.wanFrom=null
 # IPv6-only clusters: Envoy takes the address without brackets, the relay's flags with them.
-render ipv6 --set 'bindAddress=[::]' --set mtls.enabled=true --set mtls.secretName=wan-tls
+render ipv6 --set 'bindAddress=[::]' "${mtls[@]}"
+# Envoy's message limit follows the relay's.
+render envoy-message-limit "${mtls[@]}" --set relay.max-message-bytes=16777216
+grep -q 'per_connection_buffer_limit_bytes: 16777216' "$work/rendered/envoy-message-limit.yaml" ||
+  die "helm template: Envoy's buffer limit does not follow relay.max-message-bytes"
 # A memory limit in plain bytes from a values file (YAML gives Helm a float).
 printf 'resources:\n  limits:\n    memory: 2147483648\n' >"$work/memory-bytes-values.yaml"
 render memory-bytes -f "$work/memory-bytes-values.yaml"
@@ -225,6 +231,8 @@ refuse "needs mtls.secretName" --set mtls.enabled=true
 refuse "same instance id" --set instanceId.source=value --set instanceId.value=1 --set replicaCount=2
 refuse "instanceId.source must be" --set instanceId.source=random
 refuse "relayLoopback must differ" --set mtls.enabled=true --set mtls.secretName=s --set ports.relayLoopback=50051
+refuse "admits only a separate mTLS proxy" --set mtls.enabled=true --set mtls.secretName=s
+refuse "must equal the relay's --max-message-bytes (8388608)" "${mtls[@]}" --set mtls.maxMessageBytes=4194304
 sed 's/"7587888435464773378"/7587888435464773378/g' "$work/topology-values.yaml" >"$work/topology-unquoted.yaml"
 refuse "topology.endpoints\[0\].* is past 2^53" -f "$work/topology-unquoted.yaml"
 printf 'instanceId:\n  source: value\n  value: 7587888435464773378\n' >"$work/instance-unquoted.yaml"

@@ -186,6 +186,12 @@ as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --
 {{- end }}
 {{- end -}}
 
+{{/* The relay's --max-message-bytes, which Envoy's message limit follows. */}}
+{{- define "kv-relay.maxMessageBytes" -}}
+{{- $relay := index .Values.relay "max-message-bytes" -}}
+{{- if kindIs "invalid" $relay }}8388608{{ else }}{{ include "kv-relay.scalar" $relay }}{{ end -}}
+{{- end -}}
+
 {{/* The relay container's memory limit in bytes, or "" without one: the memory budget is 80 %
 of it (docs/protocol/capacity.md#budget). Kubernetes quantities: plain or decimal numbers of
 bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
@@ -241,6 +247,16 @@ bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 {{- end -}}
 {{- if and .Values.mtls.enabled (eq (int .Values.ports.relayLoopback) (int .Values.ports.wan)) -}}
 {{- fail "ports.relayLoopback must differ from ports.wan (Envoy listens on ports.wan)" -}}
+{{- end -}}
+{{- if and .Values.mtls.enabled (not (kindIs "invalid" .Values.mtls.maxMessageBytes)) -}}
+{{- $envoy := include "kv-relay.scalar" .Values.mtls.maxMessageBytes -}}
+{{- if ne $envoy (include "kv-relay.maxMessageBytes" .) -}}
+{{- fail (printf "mtls.maxMessageBytes (%s) must equal the relay's --max-message-bytes (%s): leave it null to follow it" $envoy (include "kv-relay.maxMessageBytes" .)) -}}
+{{- end -}}
+{{- end -}}
+{{- $proxyOnly := list (dict "podSelector" (dict "matchLabels" (dict "app.kubernetes.io/name" "kv-relay-mtls-proxy"))) -}}
+{{- if and .Values.mtls.enabled .Values.networkPolicy.enabled (eq (toJson .Values.networkPolicy.wanFrom) (toJson $proxyOnly)) -}}
+{{- fail "mtls.enabled with the default networkPolicy.wanFrom admits only a separate mTLS proxy, not the routers Envoy now serves: set networkPolicy.wanFrom to their addresses (ipBlocks) or the load balancer's" -}}
 {{- end -}}
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) -}}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" -}}
