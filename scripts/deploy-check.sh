@@ -222,6 +222,8 @@ refuse "dcId must be a string" --set dcId=0
 refuse "set by the chart" --set relay.listen=0.0.0.0:1
 refuse "set by the chart" --set relay.dc_id=x
 refuse "set by the chart" --set relay.ingest-token-file=/etc/token
+refuse "relay.max-mesage-bytes is not a kv-relay flag" --set relay.max-mesage-bytes=1
+refuse "relay.crash_membership_for_test is not a kv-relay flag" --set relay.crash_membership_for_test=true
 refuse "needs ingestAuth.key" --set ingestAuth.existingSecret=kv-relay-ingest-token --set ingestAuth.key=
 refuse "must be above the drain timeout" --set terminationGracePeriodSeconds=5
 refuse "must be above the drain timeout" --set terminationGracePeriodSeconds=6  # the drain's last second
@@ -342,6 +344,15 @@ for name in sorted(os.listdir(os.path.join(work, "rendered"))):
         command_lines += 1
         if run.returncode != 0:
             problems.append(f"{where}: kv-relay refuses the chart's command line: {run.stderr.strip()}")
+
+# The chart's list of the flags relay: may name is kv-relay's own.
+with open(os.path.join(os.path.dirname(image_config), "..", "helm", "kv-relay", "templates", "_helpers.tpl")) as f:
+    listed = re.search(r'define "kv-relay.flags" -\}\}\n(.*?)\n\{\{- end', f.read(), re.S)
+listed = set(listed.group(1).split()) if listed else set()
+operator_flags = known - {"version"} - {flag for flag in known if flag.endswith("-for-test")}
+for flag in sorted(operator_flags ^ listed):
+    problems.append(f"--{flag}: {'missing from' if flag in operator_flags else 'not a kv-relay flag but in'} "
+                    "the chart's kv-relay.flags (templates/_helpers.tpl)")
 
 # Every relay flag is reachable through the chart, and ci/all-on-values.yaml sets it; test
 # hooks (--*-for-test) are never an operator's business and stay out of the chart.

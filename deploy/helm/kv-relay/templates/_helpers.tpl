@@ -72,12 +72,34 @@ would name another instance. (list VALUE PATH): walks maps and lists.
 {{- end -}}
 {{- end -}}
 
+{{/* Every flag of kv-relay --help but --version and the test hooks, those the chart sets
+included (they are refused by name below): a typo under relay: fails here, not in a crash
+loop. scripts/deploy-check.sh checks the list against the binary. */}}
+{{- define "kv-relay.flags" -}}
+config listen ingest-listen metrics-listen dc-id instance-id topology expected-unique-blocks
+expected-unique-blocks-fallback relayout-load relayout-min-interval-ms memory-budget-bytes
+publication-threshold publication-delay-ms pool-stream-frames-per-s load-window-ms
+stream-queue-frames stream-queue-bytes max-message-bytes max-catalog-subscribers
+max-readiness-subscribers max-load-subscribers max-serving-load-subscribers
+serving-load-freshness-ms serving-load-retention-ms max-pool-streams-total
+max-subscribers-per-pool max-initialized-pool-hubs snapshot-encoders
+snapshot-progress-timeout-ms pool-heartbeat-ms readiness-heartbeat-ms catalog-heartbeat-ms
+drain-timeout-ms ingest-token-file max-batch-events max-event-blocks max-event-tokens
+max-ingest-string-bytes max-engine-message-bytes max-serving-endpoints max-workers-per-endpoint
+max-kv-sources max-ingest-streams max-serving-load-sources max-serving-load-models ready-file
+log-level demo demo-events-per-second
+{{- end -}}
+
 {{/* The relay map with "_" spelled "-" and null entries dropped. */}}
 {{- define "kv-relay.relayValues" -}}
 {{- $out := dict -}}
+{{- $flags := include "kv-relay.flags" . | splitList "\n" | join " " | splitList " " -}}
 {{- range $key, $value := .Values.relay -}}
 {{- if not (kindIs "invalid" $value) -}}
 {{- $name := $key | replace "_" "-" -}}
+{{- if not (has $name $flags) -}}
+{{- fail (printf "relay.%s is not a kv-relay flag (kv-relay --help lists them)" $key) -}}
+{{- end -}}
 {{- if hasKey $out $name -}}
 {{- fail (printf "relay.%s is given twice (with - and with _)" $name) -}}
 {{- end -}}
