@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "grpc_gateway/ingest_service.hpp"
+#include "tests/gateway/loopback_server.hpp"
 
 namespace kvrelay::gateway {
 namespace {
@@ -83,14 +84,8 @@ TEST_CASE("ingest stream: a stream cut short keeps its permit until what it hand
   IngestServiceConfig service_config;
   service_config.max_streams = 1;
   IngestService service(peers, service_config, nullptr);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  const auto server = builder.BuildAndStart();
-  REQUIRE(server);
-  const auto stub = ingest_v1::RelayIngest::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  const auto loopback = serve_on_loopback(service);
+  const auto stub = ingest_v1::RelayIngest::NewStub(loopback.channel);
 
   {
     grpc::ClientContext context;
@@ -118,7 +113,7 @@ TEST_CASE("ingest stream: a stream cut short keeps its permit until what it hand
   writer->WritesDone();
   CHECK(writer->Finish().ok());
   CHECK(response.reports_applied() == 1);
-  server->Shutdown();
+  loopback.server->Shutdown();
 }
 
 }  // namespace kvrelay::gateway

@@ -14,6 +14,7 @@
 
 #include "actors/crash_report.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
+#include "tests/gateway/loopback_server.hpp"
 
 namespace kvrelay::gateway {
 namespace {
@@ -70,14 +71,8 @@ struct Ending {
 // reactor that never finishes its call, but the server's shutdown then still waits for that
 // reactor: such a regression is ended by CTest's timeout, not reported here.
 Ending watch_to_end(ScriptedService& service) {
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  const auto server = builder.BuildAndStart();
-  REQUIRE(server);
-  const auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
-  const auto stub = v1::KvEventRelay::NewStub(channel);
+  const auto loopback = serve_on_loopback(service);
+  const auto stub = v1::KvEventRelay::NewStub(loopback.channel);
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -91,7 +86,7 @@ Ending watch_to_end(ScriptedService& service) {
       it != trailers.end()) {
     ending.reason.assign(it->second.data(), it->second.size());
   }
-  server->Shutdown();
+  loopback.server->Shutdown();
   return ending;
 }
 
