@@ -404,7 +404,8 @@ while read -r topology; do
   env -i PATH=/usr/bin:/bin "$binary" --listen 127.0.0.1:0 --ingest-listen 127.0.0.1:0 --metrics-listen off \
     --topology "$topology" --dc-id dc-deploy-check --ready-file "$ready" --log-level warn >"$work/relay.log" 2>&1 &
   relay_pid=$!
-  for _ in $(seq 100); do
+  # Up to 90 s, as the C++ tests give a relay child: the loop ends as soon as it is ready.
+  for _ in $(seq 900); do
     [[ -s "$ready" ]] && break
     kill -0 "$relay_pid" 2>/dev/null || break
     sleep 0.1

@@ -52,7 +52,9 @@ TEST_CASE("catalog: an invalid envelope or ambiguous keys invalidate the whole p
   SECTION("protocol version") {
     auto update = catalog(6, {descriptor(1)});
     update.set_protocol_version(2);
-    CHECK(state.apply(update));
+    const auto fault = state.apply(update);
+    REQUIRE(fault);
+    CHECK(fault->kind == "ProtocolVersion");
   }
   SECTION("duplicate pool ids") {
     auto again = descriptor(1, "other");

@@ -150,7 +150,7 @@ TEST_CASE("engines: a gap is filled from the replay socket in order and nothing 
   CHECK(metrics.count("kv_relay_engine_source_replays_total", engine_source_labels()) == 1);
 }
 
-TEST_CASE("engines: every delta sent to a stream is timed from its events' arrival off the engine's socket",
+TEST_CASE("engines: every delta sent to a stream is timed from its events' receipt (engine batches carry one)",
           "[engines]") {
   FakeEngineProcess engine({});
   EngineWorkload workload(13, {});
