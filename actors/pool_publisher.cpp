@@ -436,7 +436,11 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
         self->state.growth_timer_armed = false;
         maybe_grow(self);
       },
-      [=](atoms::broken_sequence_atom, const PoolFrameSinkActor& detector, const std::string& reason) {
+      [=](atoms::broken_sequence_atom, const PoolFrameSinkActor& detector, std::uint64_t layout_generation,
+          const std::string& reason) {
+        // A stream of an earlier layout, ended by the re-layout before its report came, says
+        // nothing of this one.
+        if (layout_generation != self->state.config.spec.producer.layout_generation()) return;
         fence(self, reason, detector);
         publish_stats(self);
       },

@@ -68,7 +68,8 @@ using PoolPublisherActor = caf::typed_actor<
     caf::reacts_to<atoms::waiting_atom, PoolFrameSinkActor, std::uint64_t>,
     // a stream with its encoder permit, for the layout generation it was admitted to
     caf::reacts_to<atoms::attach_atom, PoolFrameSinkActor, std::uint64_t>,
-    caf::reacts_to<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>,  // fence, from a stream
+    // Fence, from a stream of that layout generation.
+    caf::reacts_to<atoms::broken_sequence_atom, PoolFrameSinkActor, std::uint64_t, std::string>,
     caf::replies_to<atoms::pool_state_atom>::with<PoolStateReport>,
     caf::reacts_to<atoms::retire_atom, RpcStatus>,               // end every stream with this status and stop
     caf::reacts_to<atoms::relayout_atom, v1::ProducerIdentity>,  // the owner granted a re-layout

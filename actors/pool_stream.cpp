@@ -71,9 +71,9 @@ void data_frame_sent(Self self) {
 // A frame that would break the contract is never forwarded: the stream reports it, and the
 // publisher fences the whole generation (this stream ends with INVALID_PUBLICATION, the
 // others with PUBLICATION_UNAVAILABLE).
-void fence(Self self, std::string reason) {
+void report_broken_sequence(Self self, std::string reason) {
   self->send(self->state.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(self),
-             std::move(reason));
+             self->state.spec.producer.layout_generation(), std::move(reason));
 }
 
 void release_permit(Self self) {
@@ -91,7 +91,7 @@ void write_chunk(Self self) {
   auto& state = self->state;
   const std::uint32_t index = state.next_chunk;
   auto chunk = encode_next_chunk(state);
-  if (!chunk) return fence(self, "a snapshot chunk could not be encoded");
+  if (!chunk) return report_broken_sequence(self, "a snapshot chunk could not be encoded");
   state.writer.write(std::move(chunk));
   data_frame_sent(self);
   if (snapshot_complete(state)) return release_permit(self);
@@ -140,10 +140,10 @@ void on_snapshot(Self self, const PoolSnapshotMsg& msg) {
 
 void on_delta(Self self, const PoolDeltaMsg& msg) {
   auto& state = self->state;
-  if (state.chunk_count == 0) return fence(self, "a delta before the snapshot");
+  if (state.chunk_count == 0) return report_broken_sequence(self, "a delta before the snapshot");
   if (msg.base_sequence != state.last_sequence || msg.sequence != msg.base_sequence + 1) {
-    return fence(self, fmt::format("delta {} -> {} does not continue sequence {}", msg.base_sequence, msg.sequence,
-                                   state.last_sequence));
+    return report_broken_sequence(self, fmt::format("delta {} -> {} does not continue sequence {}", msg.base_sequence,
+                                                    msg.sequence, state.last_sequence));
   }
   auto frame = frame_of(state, v1::FILTER_UPDATE_KIND_DELTA, msg.base_sequence, msg.sequence, msg.payload);
   if (!state.deltas.push(std::move(frame), msg.payload->size())) {

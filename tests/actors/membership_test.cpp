@@ -93,6 +93,7 @@ struct MembershipUnderTest {
     REQUIRE(pools.size() == 1);
     const caf::actor detector = spawn_recorder(fixture, std::make_shared<Inbox>());
     caf::anon_send(pools[0].publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(detector),
+                   pools[0].descriptor.producer().layout_generation(),
                    std::string("a delta that does not continue its sequence"));
     fixture.run();
   }

@@ -284,7 +284,7 @@ TEST_CASE("publisher actor: fencing ends the detector INVALID_PUBLICATION, the r
   auto [other, other_inbox] = under_test.attach();
 
   caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(detector),
-                 std::string("delta 1 -> 2 does not continue 0"));
+                 std::uint64_t{5}, std::string("delta 1 -> 2 does not continue 0"));
   fixture.run();
   REQUIRE(ending_of(*detector_inbox).has_value());
   CHECK(ending_of(*detector_inbox)->reason == v1::RELAY_ERROR_REASON_INVALID_PUBLICATION);
@@ -302,7 +302,7 @@ TEST_CASE("publisher actor: fencing ends the detector INVALID_PUBLICATION, the r
   CHECK(ending_of(*late_inbox)->reason == v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE);
   // A second report of the same fault tells membership nothing new.
   caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(other),
-                 std::string("again"));
+                 std::uint64_t{5}, std::string("again"));
   fixture.run();
   CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
 }
@@ -396,6 +396,20 @@ TEST_CASE("publisher actor: past the re-layout load it asks its owner once, then
   CHECK(fresh_inbox->messages[0].get_as<PoolSnapshotMsg>(0).image->words.size() == 2 * kBuckets);
   CHECK(under_test.sink->outcomes.size() == 2);  // no batch was refused, no source reset
   CHECK(under_test.sink->outcomes[1].applied);
+
+  // A stream of generation 5 that saw a broken sequence before the re-layout ended it: its late
+  // report fences nothing, a report from generation 6 does.
+  caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(stream),
+                 std::uint64_t{5}, std::string("a late report of generation 5"));
+  fixture.run();
+  CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 0);
+  CHECK(fresh_inbox->count<atoms::end_stream_atom, RpcStatus>() == 0);
+  caf::anon_send(under_test.publisher, atoms::broken_sequence_atom_v, caf::actor_cast<PoolFrameSinkActor>(fresh),
+                 std::uint64_t{6}, std::string("a report of generation 6"));
+  fixture.run();
+  CHECK(under_test.owner_inbox->count<atoms::generation_fenced_atom, std::uint64_t>() == 1);
+  REQUIRE(ending_of(*fresh_inbox).has_value());
+  CHECK(ending_of(*fresh_inbox)->reason == v1::RELAY_ERROR_REASON_INVALID_PUBLICATION);
 }
 
 TEST_CASE("publisher actor: a stream waiting for its encoder permit ends when its generation goes first",

@@ -166,7 +166,8 @@ TEST_CASE("pool stream actor: a delta that breaks the sequence is never written,
   caf::anon_send(under_test.stream, delta_from(6));  // the stream is at 5
   fixture.run();
   CHECK(under_test.sink->writes.size() == 1);
-  CHECK(under_test.publisher_inbox->count<atoms::broken_sequence_atom, PoolFrameSinkActor, std::string>() == 1);
+  CHECK(under_test.publisher_inbox
+            ->count<atoms::broken_sequence_atom, PoolFrameSinkActor, std::uint64_t, std::string>() == 1);
 }
 
 TEST_CASE("pool stream actor: heartbeats follow the complete snapshot after a quiet interval", "[actors][pool]") {
