@@ -34,7 +34,6 @@ class Outbox {
 
   bool empty() const { return frames_.empty(); }
   std::size_t size() const { return frames_.size(); }
-  std::size_t bytes() const { return bytes_; }
 
  private:
   struct Entry {

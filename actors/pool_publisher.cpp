@@ -19,10 +19,10 @@ RpcStatus publication_unavailable(std::string message) {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, std::move(message));
 }
 
-// Ends every stream with `status`, except `detector` (a stream that found the publication
-// broken), which ends with `detector_status`.
-void end_all_streams(Self self, const RpcStatus& status, const PoolFrameSinkActor& detector = {},
-                     const RpcStatus& detector_status = {}) {
+// Ends every attached stream with `status`, except `detector` (a stream that found the
+// publication broken), which ends with `detector_status`.
+void end_attached_streams(Self self, const RpcStatus& status, const PoolFrameSinkActor& detector = {},
+                          const RpcStatus& detector_status = {}) {
   for (const PoolFrameSinkActor& stream : self->state.streams) {
     self->demonitor(stream.address());
     self->send(stream, atoms::end_stream_atom_v, stream == detector ? detector_status : status);
@@ -31,8 +31,11 @@ void end_all_streams(Self self, const RpcStatus& status, const PoolFrameSinkActo
   self->state.hub_slot.reset();
 }
 
-// Ends the streams waiting to attach: the generation they were admitted to is gone.
-void end_waiting_streams(Self self, const RpcStatus& status) {
+// Ends every stream of the generation, attached or waiting to attach: the generation they were
+// admitted to is gone.
+void end_generation_streams(Self self, const RpcStatus& status, const PoolFrameSinkActor& detector = {},
+                            const RpcStatus& detector_status = {}) {
+  end_attached_streams(self, status, detector, detector_status);
   for (const PoolFrameSinkActor& stream : self->state.waiting) {
     self->demonitor(stream.address());
     self->send(stream, atoms::end_stream_atom_v, status);
@@ -50,8 +53,8 @@ void fence(Self self, const std::string& reason, const PoolFrameSinkActor& detec
   state.fenced = true;
   spdlog::error("pool generation {} fenced: {}", state.config.spec.producer.layout_generation(), reason);
   const RpcStatus fenced = publication_unavailable("the pool generation was fenced; resubscribe from the catalog");
-  end_all_streams(self, fenced, detector, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
-  end_waiting_streams(self, fenced);
+  end_generation_streams(self, fenced, detector,
+                         RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
   if (state.config.owner) {
     self->send(state.config.owner, atoms::generation_fenced_atom_v, state.config.spec.producer.layout_generation());
   }
@@ -106,7 +109,7 @@ void publish(Self self) {
   if (images.size() > cbi1::kMaxDeltaImages) {
     spdlog::warn("pool {}: a publication of {} bucket images exceeds one CBI1 frame; re-snapshotting",
                  state.config.spec.producer.layout_generation(), images.size());
-    return end_all_streams(self, publication_unavailable("publication too large for one delta; resubscribe"));
+    return end_attached_streams(self, publication_unavailable("publication too large for one delta; resubscribe"));
   }
   auto payload =
       cbi1::encode_delta(format_of(state.config.spec), state.config.spec.dc_id, base, state.sequence, images);
@@ -220,8 +223,7 @@ void relayout(Self self, const v1::ProducerIdentity& producer) {
   const RpcStatus relaid_out = publication_unavailable(
       fmt::format("the pool was re-laid out into generation {} ({} buckets); resubscribe from the catalog",
                   producer.layout_generation(), buckets));
-  end_all_streams(self, relaid_out);
-  end_waiting_streams(self, relaid_out);
+  end_generation_streams(self, relaid_out);
   state.config.spec.producer = producer;
   state.config.spec.bucket_count = buckets;
   state.sequence = 0;
@@ -446,8 +448,7 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
       },
       [=](atoms::pool_state_atom) { return state_report(self); },
       [=](atoms::retire_atom, const RpcStatus& status) {
-        end_all_streams(self, status);
-        end_waiting_streams(self, status);
+        end_generation_streams(self, status);
         self->quit();
       },
       [=](atoms::publish_atom) {

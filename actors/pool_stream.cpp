@@ -107,9 +107,8 @@ void write_next(Self self) {
   if (state.snapshot) return write_chunk(self);
   if (snapshot_complete(state) && !state.deltas.empty()) {
     auto frame = state.deltas.pop();
-    const bool data = frame->kind() != v1::FILTER_UPDATE_KIND_HEARTBEAT;
     state.writer.write(std::move(frame), !state.deltas.empty());
-    if (data) data_frame_sent(self);
+    data_frame_sent(self);
   }
 }
 
@@ -155,8 +154,9 @@ void on_delta(Self self, const PoolDeltaMsg& msg) {
 
 // Heartbeats never interleave with snapshot chunks; a data frame since the timer was set
 // pushes the next heartbeat back. A stream with a frame still on its way is not quiet: a
-// heartbeat queued behind it would take an outbox frame from the deltas, and a client that
-// stopped reading would lag on heartbeats alone (docs/protocol/rpcs.md#heartbeats).
+// heartbeat goes straight to an idle transport, never through the outbox, so it takes no room
+// from the deltas and a client that stopped reading never lags on heartbeats alone
+// (docs/protocol/rpcs.md#heartbeats).
 void on_heartbeat_due(Self self) {
   auto& state = self->state;
   state.heartbeat_armed = false;
@@ -165,10 +165,9 @@ void on_heartbeat_due(Self self) {
   const bool sending = !state.writer.ready() || !state.deltas.empty();
   if (!snapshot_complete(state) || sending) return arm_heartbeat(self, now + state.pacing.heartbeat);
   if (now < due) return arm_heartbeat(self, due);
-  auto frame = frame_of(state, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence);
-  if (!state.deltas.push(std::move(frame), 0)) return end_stream(self, state.writer, lagged_status());
+  state.writer.write(frame_of(state, v1::FILTER_UPDATE_KIND_HEARTBEAT, state.last_sequence, state.last_sequence),
+                     false);
   state.last_frame_at = now;
-  write_next(self);
   arm_heartbeat(self, now + state.pacing.heartbeat);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // The snapshot-encoding permits shared by every pool stream (--snapshot-encoders): a stream
-// holds one from its first snapshot chunk until its last is handed on. Requests wait in
+// holds one from its grant (before it attaches to its publisher) until its last snapshot chunk
+// is handed on. Requests wait in
 // arrival order; a stream that ends while waiting or holding (cancel, lag, retirement,
 // progress timeout) gives its place back, because the pool watches every requester.
 #include <caf/all.hpp>

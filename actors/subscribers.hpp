@@ -49,8 +49,6 @@ class Subscribers {
     closing_ = status;
   }
 
-  std::size_t size() const { return streams_.size(); }
-
  private:
   std::vector<Stream> streams_;
   std::optional<RpcStatus> closing_;  // set by end_all: the publisher takes no more streams
