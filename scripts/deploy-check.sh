@@ -183,7 +183,7 @@ render plaintext-lb --set wanService.type=LoadBalancer --set wanService.allowUna
 # IPv6-only clusters: Envoy takes the address without brackets, the relay's flags with them.
 render ipv6 --set 'bindAddress=[::]' "${mtls[@]}"
 # Envoy's message limit follows the relay's.
-render envoy-message-limit "${mtls[@]}" --set relay.max-message-bytes=16777216
+render envoy-message-limit "${mtls[@]}" --set relay.max_message_bytes=16777216
 grep -q 'per_connection_buffer_limit_bytes: 16777216' "$work/rendered/envoy-message-limit.yaml" ||
   die "helm template: Envoy's buffer limit does not follow relay.max-message-bytes"
 # A memory limit in plain bytes from a values file (YAML gives Helm a float).
@@ -235,6 +235,7 @@ refuse "instanceId.source must be" --set instanceId.source=random
 refuse "relayLoopback must differ" --set mtls.enabled=true --set mtls.secretName=s --set ports.relayLoopback=50051
 refuse "admits only a separate mTLS proxy" --set mtls.enabled=true --set mtls.secretName=s
 refuse "must equal the relay's --max-message-bytes (8388608)" "${mtls[@]}" --set mtls.maxMessageBytes=4194304
+refuse "of 1 GiB or more with mtls.enabled" "${mtls[@]}" --set relay.max-message-bytes=1073741824
 sed 's/"7587888435464773378"/7587888435464773378/g' "$work/topology-values.yaml" >"$work/topology-unquoted.yaml"
 refuse "topology.endpoints\[0\].* is past 2^53" -f "$work/topology-unquoted.yaml"
 printf 'instanceId:\n  source: value\n  value: 7587888435464773378\n' >"$work/instance-unquoted.yaml"

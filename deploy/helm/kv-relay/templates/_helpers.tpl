@@ -210,8 +210,8 @@ as "--name=value". scripts/deploy-check.sh checks every one against `kv-relay --
 
 {{/* The relay's --max-message-bytes, which Envoy's message limit follows. */}}
 {{- define "kv-relay.maxMessageBytes" -}}
-{{- $relay := index .Values.relay "max-message-bytes" -}}
-{{- if kindIs "invalid" $relay }}8388608{{ else }}{{ include "kv-relay.scalar" $relay }}{{ end -}}
+{{- $relay := include "kv-relay.relayValues" . | fromJson -}}
+{{- if hasKey $relay "max-message-bytes" }}{{ include "kv-relay.scalar" (index $relay "max-message-bytes") }}{{ else }}8388608{{ end -}}
 {{- end -}}
 
 {{/* The relay container's memory limit in bytes, or "" without one: the memory budget is 80 %
@@ -269,6 +269,9 @@ bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 {{- end -}}
 {{- if and .Values.mtls.enabled (eq (int .Values.ports.relayLoopback) (int .Values.ports.wan)) -}}
 {{- fail "ports.relayLoopback must differ from ports.wan (Envoy listens on ports.wan)" -}}
+{{- end -}}
+{{- if and .Values.mtls.enabled (gt (include "kv-relay.maxMessageBytes" . | int64) 1073741823) -}}
+{{- fail (printf "relay.max-message-bytes (%s) of 1 GiB or more with mtls.enabled: Envoy's HTTP/2 connection window (twice the message limit) would pass 2^31 - 1" (include "kv-relay.maxMessageBytes" .)) -}}
 {{- end -}}
 {{- if and .Values.mtls.enabled (not (kindIs "invalid" .Values.mtls.maxMessageBytes)) -}}
 {{- $envoy := include "kv-relay.scalar" .Values.mtls.maxMessageBytes -}}
