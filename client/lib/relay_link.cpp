@@ -506,10 +506,10 @@ PoolView RelayLink::pool_view(const PoolSlot& slot) const {
   view.subscriptions = slot.subscriptions;
   view.last_fault = slot.last_fault;
   view.last_frame = slot.last_frame;
+  view.readiness = base_readiness(slot.pool);  // its model's, whatever becomes of its replica
   // A quarantined pool's load goes with its replica (docs/consumer.md): no fallback.
   if (slot.status != ReplicaStatus::kQuarantined) {
     view.load = load_of(slot.pool.producer);
-    view.readiness = base_readiness(slot.pool);
     if (const auto* serving = serving_load_.find_pool(slot.pool.producer)) view.serving_load = *serving;
   }
   if (const auto* replica = slot.replica.get(); replica != nullptr && replica->installed()) {

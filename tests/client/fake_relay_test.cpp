@@ -263,6 +263,7 @@ TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEA
     return snapshot_script(request.expected_producer());
   });
   scenario.relay().push_load(load_window(1, {1}));
+  scenario.relay().push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
   scenario.start();
   const bool unsupported = code == grpc::StatusCode::FAILED_PRECONDITION;
   scenario.await_pool(unsupported ? ReplicaStatus::kQuarantined : ReplicaStatus::kWaiting);
@@ -272,8 +273,9 @@ TEST_CASE("fake relay: POOL_NOT_FOUND waits for a newer catalog, UNSUPPORTED_FEA
     CHECK(scenario.view().pools[0].status == ReplicaStatus::kQuarantined);
     CHECK(scenario.relay().pool_requests() == 1);
     CHECK(scenario.consumer().overlap("llama", prompt()).empty());  // a quarantined pool's names stop resolving
-    scenario.await([](const RelayView& relay) { return relay.load.valid; });
-    CHECK_FALSE(scenario.view().pools[0].load.has_value());  // its load goes with it
+    scenario.await([](const RelayView& relay) { return relay.load.valid && relay.readiness.valid; });
+    CHECK_FALSE(scenario.view().pools[0].load.has_value());                          // its load goes with it
+    CHECK(scenario.view().pools[0].readiness == v1::SERVING_READINESS_STATE_READY);  // its model's stays
   } else {
     scenario.await_pool(ReplicaStatus::kInstalled);
     CHECK(scenario.relay().pool_requests() == 2);

@@ -102,7 +102,8 @@ struct PoolView {
   // When this consumer last applied a frame of the pool's stream, heartbeats included.
   std::optional<std::chrono::steady_clock::time_point> last_frame;
   std::optional<LoadFacts> load;
-  // Its base model's readiness entry in the serving namespace; nullopt while there is none.
+  // Its base model's readiness entry in the serving namespace (a quarantined pool's too: it is
+  // the model's); nullopt while there is none.
   std::optional<dynamo::kvrelay::v1::ServingReadinessState> readiness;
   // This producer's entry in the latest serving-load window: its gauges are set exactly when its
   // load status is COMPLETE.
