@@ -57,9 +57,10 @@ void succeeded(Self self, const std::vector<engine_load::RankOccupancy>& ranks) 
   state.config.stats->last_success_ns.store(steady_now_ns(), std::memory_order_relaxed);
 }
 
-// The ranks it observed are unobserved again (docs/protocol/load.md).
+// The ranks it observed are unobserved again, unless another reporter (a scraper that replaced
+// this one) has reported them since (docs/protocol/load.md).
 void forget_load(Self self) {
-  self->send(self->state.config.load, atoms::forget_load_atom_v, self->state.config.endpoint,
+  self->send(self->state.config.load, atoms::forget_reports_atom_v, self->state.config.endpoint,
              self->state.config.worker_id);
 }
 

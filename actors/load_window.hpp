@@ -19,6 +19,9 @@ using LoadWindowActor = caf::typed_actor<
     caf::reacts_to<atoms::load_pools_atom, std::vector<LoadPool>>,
     caf::reacts_to<atoms::report_atom, LoadReportBatch>,                  // the outcome goes to the batch's reply
     caf::reacts_to<atoms::forget_load_atom, EndpointKey, std::uint64_t>,  // that worker's ranks: unobserved
+    // The same, if the sender made the latest report of that worker (an engine scraper that
+    // stops or keeps failing: its successor may have reported since).
+    caf::reacts_to<atoms::forget_reports_atom, EndpointKey, std::uint64_t>,
     caf::reacts_to<atoms::subscribe_atom, UpdateStreamActor<LoadBroadcast>>,
     caf::reacts_to<atoms::shutdown_atom, RpcStatus>,  // end every stream with this status
     caf::reacts_to<atoms::tick_atom>,                 // its window timer
@@ -34,6 +37,8 @@ struct LoadWindowState {
   v1::RelayIdentity relay;
   std::chrono::milliseconds window{1000};
   std::map<EndpointKey, Pool> pools;
+  // Who sent each worker's latest applied report (null: a call of the ingest API).
+  std::map<std::pair<EndpointKey, std::uint64_t>, caf::actor_addr> reporters;
   WindowFanout<LoadBroadcast> windows;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;

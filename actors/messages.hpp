@@ -231,6 +231,7 @@ CAF_ADD_ATOM(kvrelay, kvrelay::atoms, availability_atom, "avail")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, get_state_atom, "getstate")
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, report_atom, "report")             // load reports
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_load_atom, "forgetload")    // a worker's load is unknown again
+CAF_ADD_ATOM(kvrelay, kvrelay::atoms, forget_reports_atom, "forgetrep")  // what the sender reported is void
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frontend_load_atom, "feload")      // one frontend's serving-load report
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, scheduler_load_atom, "schedload")  // one router's scheduler report
 CAF_ADD_ATOM(kvrelay, kvrelay::atoms, frontends_atom, "frontends")       // a namespace's declared frontends

@@ -120,11 +120,42 @@ TEST_CASE("load window actor: forgetting a worker's load lowers the published co
   fixture.run();
   CHECK(pool.stats->observed_ranks.load() == 1);
 
-  // As the engine scraper sends it after a worker's scrapes keep failing.
+  // As membership sends it when the worker goes.
   caf::anon_send(window, atoms::forget_load_atom_v, pool.facts.endpoint, std::uint64_t{1});
   fixture.run();
   CHECK(pool.stats->observed_ranks.load() == 0);
   CHECK(pool.stats->expected_ranks.load() == 1);
+}
+
+TEST_CASE("load window actor: a reporter's forget voids only the reports it made last", "[actors][load]") {
+  ActorFixture fixture;
+  auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
+  LoadPool pool = one_pool();
+  pool.stats = std::make_shared<metrics::PoolStats>();
+  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{pool});
+  // Two engine scrapers of worker 1: the one its old page declared, and its replacement.
+  const caf::actor old_scraper = spawn_recorder(fixture, std::make_shared<Inbox>());
+  const caf::actor new_scraper = spawn_recorder(fixture, std::make_shared<Inbox>());
+  const auto report_from = [&](const caf::actor& scraper, std::uint64_t used_blocks) {
+    caf::send_as(scraper, window, atoms::report_atom_v,
+                 LoadReportBatch{{worker_1_report(used_blocks)},
+                                 std::make_shared<Reply<LoadOutcome>>([](const LoadOutcome&) {}, LoadOutcome{0, 1})});
+    fixture.run();
+  };
+  const auto forget_from = [&](const caf::actor& scraper) {
+    caf::send_as(scraper, window, atoms::forget_reports_atom_v, pool.facts.endpoint, std::uint64_t{1});
+    fixture.run();
+  };
+  report_from(old_scraper, 40);
+  report_from(new_scraper, 50);
+  forget_from(old_scraper);  // its last word, come after the new scraper's first report
+  CHECK(pool.stats->observed_ranks.load() == 1);
+  forget_from(new_scraper);
+  CHECK(pool.stats->observed_ranks.load() == 0);
+  report_from(new_scraper, 60);
+  caf::anon_send(window, atoms::forget_reports_atom_v, pool.facts.endpoint, std::uint64_t{1});  // no reporter
+  fixture.run();
+  CHECK(pool.stats->observed_ranks.load() == 1);
 }
 
 TEST_CASE("load window actor: window 0 holds the pools it was given before its first subscriber", "[actors][load]") {

@@ -54,6 +54,7 @@ LoadWindowActor::behavior_type holding_load_window(std::shared_ptr<HeldReports> 
       [](atoms::load_pools_atom, const std::vector<LoadPool>&) {},
       [held](atoms::report_atom, const LoadReportBatch& batch) { held->hold(batch); },
       [](atoms::forget_load_atom, const EndpointKey&, std::uint64_t) {},
+      [](atoms::forget_reports_atom, const EndpointKey&, std::uint64_t) {},
       [](atoms::subscribe_atom, const UpdateStreamActor<LoadBroadcast>&) {},
       [](atoms::shutdown_atom, const RpcStatus&) {},
       [](atoms::tick_atom) {},
