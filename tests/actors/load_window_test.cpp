@@ -43,6 +43,21 @@ ingest_v1::LoadReport worker_1_report(std::uint64_t used_blocks) {
   return report;
 }
 
+// worker_1_report(used_blocks) in a batch whose outcome nobody reads.
+LoadReportBatch worker_1_batch(std::uint64_t used_blocks) {
+  return LoadReportBatch{{worker_1_report(used_blocks)},
+                         std::make_shared<Reply<LoadOutcome>>([](const LoadOutcome&) {}, LoadOutcome{0, 1})};
+}
+
+// one_pool(), publishing its coverage to stats, handed to `window`.
+LoadPool pool_in(ActorFixture& fixture, const LoadWindowActor& window) {
+  LoadPool pool = one_pool();
+  pool.stats = std::make_shared<metrics::PoolStats>();
+  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{pool});
+  fixture.run();
+  return pool;
+}
+
 }  // namespace
 
 TEST_CASE("load window actor: one window per period, a late tick does not burst", "[actors][load]") {
@@ -106,17 +121,11 @@ TEST_CASE("load window actor: a report shows in the next window, with its covera
 TEST_CASE("load window actor: forgetting a worker's load lowers the published coverage", "[actors][load]") {
   ActorFixture fixture;
   auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
-  LoadPool pool = one_pool();
-  pool.stats = std::make_shared<metrics::PoolStats>();
-  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{pool});
-  fixture.run();
+  const LoadPool pool = pool_in(fixture, window);
   CHECK(pool.stats->expected_ranks.load() == 1);
   CHECK(pool.stats->observed_ranks.load() == 0);
 
-  const ingest_v1::LoadReport report = worker_1_report(40);
-  caf::anon_send(
-      window, atoms::report_atom_v,
-      LoadReportBatch{{report}, std::make_shared<Reply<LoadOutcome>>([](const LoadOutcome&) {}, LoadOutcome{0, 1})});
+  caf::anon_send(window, atoms::report_atom_v, worker_1_batch(40));
   fixture.run();
   CHECK(pool.stats->observed_ranks.load() == 1);
 
@@ -130,16 +139,12 @@ TEST_CASE("load window actor: forgetting a worker's load lowers the published co
 TEST_CASE("load window actor: a reporter's forget voids only the reports it made last", "[actors][load]") {
   ActorFixture fixture;
   auto window = fixture.spawn(load_window, v1::RelayIdentity{}, kWindow, nullptr);
-  LoadPool pool = one_pool();
-  pool.stats = std::make_shared<metrics::PoolStats>();
-  caf::anon_send(window, atoms::load_pools_atom_v, std::vector<LoadPool>{pool});
+  const LoadPool pool = pool_in(fixture, window);
   // Two engine scrapers of worker 1: the one its old page declared, and its replacement.
   const caf::actor old_scraper = spawn_recorder(fixture, std::make_shared<Inbox>());
   const caf::actor new_scraper = spawn_recorder(fixture, std::make_shared<Inbox>());
   const auto report_from = [&](const caf::actor& scraper, std::uint64_t used_blocks) {
-    caf::send_as(scraper, window, atoms::report_atom_v,
-                 LoadReportBatch{{worker_1_report(used_blocks)},
-                                 std::make_shared<Reply<LoadOutcome>>([](const LoadOutcome&) {}, LoadOutcome{0, 1})});
+    caf::send_as(scraper, window, atoms::report_atom_v, worker_1_batch(used_blocks));
     fixture.run();
   };
   const auto forget_from = [&](const caf::actor& scraper) {
