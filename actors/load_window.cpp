@@ -57,19 +57,25 @@ void replace_pools(Self self, const std::vector<LoadPool>& pools) {
     publish_coverage(slot);
   }
   self->state.pools = std::move(next);
-  std::erase_if(self->state.reporters,
-                [&](const auto& entry) { return !self->state.pools.contains(entry.first.first); });
 }
 
-void forget_worker(Self self, const EndpointKey& endpoint, std::uint64_t worker_id) {
-  self->state.reporters.erase({endpoint, worker_id});
-  if (const auto pool = self->state.pools.find(endpoint); pool != self->state.pools.end()) {
-    pool->second.load.forget_worker(worker_id);
-    publish_coverage(pool->second);
+// The worker's ranks are unobserved again; `only_from`, if set, must have made its latest report.
+void forget_load(Self self, const EndpointKey& endpoint, std::uint64_t worker_id,
+                 std::optional<caf::actor_addr> only_from = std::nullopt) {
+  const auto pool = self->state.pools.find(endpoint);
+  if (pool == self->state.pools.end()) return;
+  auto& reporters = pool->second.reporters;
+  if (only_from) {
+    const auto reporter = reporters.find(worker_id);
+    if (reporter == reporters.end() || reporter->second != *only_from) return;
   }
+  reporters.erase(worker_id);
+  pool->second.load.forget_worker(worker_id);
+  publish_coverage(pool->second);
 }
 
 void apply_reports(Self self, const LoadReportBatch& batch) {
+  const auto reporter = caf::actor_cast<caf::actor_addr>(self->current_sender());
   std::uint64_t applied = 0;
   for (const ingest_v1::LoadReport& report : batch.reports) {
     const EndpointKey endpoint{report.endpoint().namespace_(), report.endpoint().component(),
@@ -79,7 +85,7 @@ void apply_reports(Self self, const LoadReportBatch& batch) {
         pool->second.load.observe({report.worker_id(), report.dp_rank()}, report.kv_used_blocks())) {
       ++applied;
       publish_coverage(pool->second);
-      self->state.reporters[{endpoint, report.worker_id()}] = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      pool->second.reporters[report.worker_id()] = reporter;
     }
   }
   const std::uint64_t rejected = batch.reports.size() - applied;
@@ -111,13 +117,10 @@ LoadWindowActor::behavior_type load_window(Self self, v1::RelayIdentity relay, s
       [=](atoms::load_pools_atom, const std::vector<LoadPool>& pools) { replace_pools(self, pools); },
       [=](atoms::report_atom, const LoadReportBatch& batch) { apply_reports(self, batch); },
       [=](atoms::forget_load_atom, const EndpointKey& endpoint, std::uint64_t worker_id) {
-        forget_worker(self, endpoint, worker_id);
+        forget_load(self, endpoint, worker_id);
       },
       [=](atoms::forget_reports_atom, const EndpointKey& endpoint, std::uint64_t worker_id) {
-        const auto reporter = self->state.reporters.find({endpoint, worker_id});
-        if (reporter == self->state.reporters.end()) return;
-        if (reporter->second != caf::actor_cast<caf::actor_addr>(self->current_sender())) return;
-        forget_worker(self, endpoint, worker_id);
+        forget_load(self, endpoint, worker_id, caf::actor_cast<caf::actor_addr>(self->current_sender()));
       },
       [=](atoms::subscribe_atom, const UpdateStreamActor<LoadBroadcast>& stream) {
         self->state.windows.subscribe(self, stream);

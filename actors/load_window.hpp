@@ -33,12 +33,12 @@ struct LoadWindowState {
     std::uint64_t lineage = 0;  // PoolFacts::lineage
     PoolLoad load;
     std::shared_ptr<metrics::PoolStats> stats;  // where its coverage is published, or none
+    // Who sent each worker's latest applied report (null: a call of the ingest API).
+    std::map<std::uint64_t, caf::actor_addr> reporters;
   };
   v1::RelayIdentity relay;
   std::chrono::milliseconds window{1000};
   std::map<EndpointKey, Pool> pools;
-  // Who sent each worker's latest applied report (null: a call of the ingest API).
-  std::map<std::pair<EndpointKey, std::uint64_t>, caf::actor_addr> reporters;
   WindowFanout<LoadBroadcast> windows;
   metrics::RelayMetrics* metrics = nullptr;
   MailboxSampler mailbox;

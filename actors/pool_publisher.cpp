@@ -305,9 +305,13 @@ std::shared_ptr<const SnapshotImage> take_snapshot_image(Self self) {
 }
 
 // Why a stream admitted to `layout_generation` cannot join this one, if it cannot.
+bool current_generation(const PoolPublisherState& state, std::uint64_t layout_generation) {
+  return layout_generation == state.config.spec.producer.layout_generation();
+}
+
 std::optional<RpcStatus> generation_refusal(const PoolPublisherState& state, std::uint64_t layout_generation) {
   if (state.fenced) return publication_unavailable("the pool generation was fenced");
-  if (layout_generation != state.config.spec.producer.layout_generation()) {  // re-laid out since admission
+  if (!current_generation(state, layout_generation)) {  // re-laid out since admission
     return publication_unavailable("the pool was re-laid out; resubscribe from the catalog");
   }
   return std::nullopt;
@@ -442,7 +446,7 @@ PoolPublisherActor::behavior_type pool_publisher(Self self, PublisherConfig conf
           const std::string& reason) {
         // A stream of an earlier layout, ended by the re-layout before its report came, says
         // nothing of this one.
-        if (layout_generation != self->state.config.spec.producer.layout_generation()) return;
+        if (!current_generation(self->state, layout_generation)) return;
         fence(self, reason, detector);
         publish_stats(self);
       },

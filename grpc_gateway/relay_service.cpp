@@ -160,57 +160,47 @@ grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext
   return reactor;
 }
 
-template <class Message, class Request, class Source>
-RawStream* RelayService::open_latest(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
-                                     metrics::Rpc rpc, StreamLimit& limit, const Source& source, std::string_view plane,
-                                     std::chrono::milliseconds heartbeat, metrics::ActorKind stream_kind) {
+template <class Message, class Request, class Source, class Behavior, class Setting>
+RawStream* RelayService::open_plane(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
+                                    metrics::Rpc rpc, StreamLimit& limit, const Source& source, std::string_view plane,
+                                    metrics::ActorKind stream_kind, Behavior behavior, Setting setting) {
   Request request;
   if (auto* refused = read_request(context, rpc, bytes, request)) return refused;
   std::shared_ptr<StreamLimit::Permit> permit;
   if (auto* refused = admit(context, rpc, limit, permit)) return refused;
   return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, source, latest_value_stream<Message>, std::string(plane), heartbeat,
+                             context, source, behavior, std::string(plane), setting,
                              metrics::mailbox_gauge(config_.metrics, stream_kind));
 }
 
 RawStream* RelayService::WatchKvPoolCatalog(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-  return open_latest<CatalogBroadcast, v1::WatchKvPoolCatalogRequest>(
+  return open_plane<CatalogBroadcast, v1::WatchKvPoolCatalogRequest>(
       context, *bytes, metrics::Rpc::kWatchKvPoolCatalog, catalog_streams_, peers_.catalog, "catalog",
-      config_.catalog_heartbeat, metrics::ActorKind::kCatalogStream);
+      metrics::ActorKind::kCatalogStream, latest_value_stream<CatalogBroadcast>, config_.catalog_heartbeat);
 }
 
 RawStream* RelayService::SubscribeServingReadiness(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* bytes) {
-  return open_latest<ReadinessBroadcast, v1::SubscribeServingReadinessRequest>(
+  return open_plane<ReadinessBroadcast, v1::SubscribeServingReadinessRequest>(
       context, *bytes, metrics::Rpc::kSubscribeServingReadiness, readiness_streams_, peers_.topology, "readiness",
-      config_.readiness_heartbeat, metrics::ActorKind::kReadinessStream);
+      metrics::ActorKind::kReadinessStream, latest_value_stream<ReadinessBroadcast>, config_.readiness_heartbeat);
 }
 
-template <class Message, class Request, class Source>
-RawStream* RelayService::open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes,
-                                      metrics::Rpc rpc, StreamLimit& limit, const Source& source,
-                                      std::string_view plane, metrics::ActorKind stream_kind) {
-  Request request;
-  if (auto* refused = read_request(context, rpc, bytes, request)) return refused;
-  std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit(context, rpc, limit, permit)) return refused;
-  // A window stream lags when more than load_outbox_windows windows wait for the client.
-  const OutboxLimits limits{config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
-  return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, source, bounded_stream<Message>, std::string(plane), limits,
-                             metrics::mailbox_gauge(config_.metrics, stream_kind));
+// A window stream lags when more than load_outbox_windows windows wait for the client.
+OutboxLimits RelayService::window_outbox() const {
+  return {config_.load_outbox_windows, std::numeric_limits<std::size_t>::max() / 2};
 }
 
 RawStream* RelayService::SubscribeKvPoolLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-  return open_windows<LoadBroadcast, v1::SubscribeKvPoolLoadRequest>(
+  return open_plane<LoadBroadcast, v1::SubscribeKvPoolLoadRequest>(
       context, *bytes, metrics::Rpc::kSubscribeKvPoolLoad, load_streams_, peers_.load, "load",
-      metrics::ActorKind::kLoadStream);
+      metrics::ActorKind::kLoadStream, bounded_stream<LoadBroadcast>, window_outbox());
 }
 
 RawStream* RelayService::SubscribeServingLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
-  return open_windows<ServingLoadBroadcast, v1::SubscribeServingLoadRequest>(
+  return open_plane<ServingLoadBroadcast, v1::SubscribeServingLoadRequest>(
       context, *bytes, metrics::Rpc::kSubscribeServingLoad, serving_load_streams_, peers_.serving_load, "serving load",
-      metrics::ActorKind::kServingLoadStream);
+      metrics::ActorKind::kServingLoadStream, bounded_stream<ServingLoadBroadcast>, window_outbox());
 }
 
 RawStream* RelayService::SubscribeKvPool(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {

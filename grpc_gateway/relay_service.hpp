@@ -82,17 +82,13 @@ class RelayService final : public RawStreamingService {
                    std::shared_ptr<StreamLimit::Permit>& permit);
   RawStream* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
                     std::string result = {});
-  // A stream of `source`'s latest value, each superseding the one before; `heartbeat` repeats it
-  // when nothing changed (0: never).
-  template <class Message, class Request, class Source>
-  RawStream* open_latest(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
-                         StreamLimit& limit, const Source& source, std::string_view plane,
-                         std::chrono::milliseconds heartbeat, metrics::ActorKind stream_kind);
-  // A stream of complete windows from `source`, ended as lagged when load_outbox_windows wait.
-  template <class Message, class Request, class Source>
-  RawStream* open_windows(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
-                          StreamLimit& limit, const Source& source, std::string_view plane,
-                          metrics::ActorKind stream_kind);
+  // A catalog, readiness or load stream: its request read and admitted under `limit`, then a
+  // stream actor (`behavior`, given `setting`: a heartbeat or outbox limits) fed by `source`.
+  template <class Message, class Request, class Source, class Behavior, class Setting>
+  RawStream* open_plane(grpc::CallbackServerContext* context, const grpc::ByteBuffer& bytes, metrics::Rpc rpc,
+                        StreamLimit& limit, const Source& source, std::string_view plane,
+                        metrics::ActorKind stream_kind, Behavior behavior, Setting setting);
+  OutboxLimits window_outbox() const;
   RawStream* open_pool_stream(grpc::CallbackServerContext* context, const v1::SubscribeKvPoolRequest& request);
   StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
                          std::vector<std::shared_ptr<StreamLimit::Permit>> permits);

@@ -244,11 +244,11 @@ say "the chart refuses $refusals invalid configurations"
 
 # ---- 3 + 4. read the manifests: embedded YAML out, flags checked ----------------------
 
-"$python" - "$work" "$binary" deploy/docker/config.yaml docs/metrics.md <<'PY'
+"$python" - "$work" "$binary" deploy/docker/config.yaml docs/metrics.md "$chart" <<'PY'
 import json, os, re, subprocess, sys
 import yaml
 
-work, binary, image_config, metrics_doc = sys.argv[1:5]
+work, binary, image_config, metrics_doc, chart = sys.argv[1:6]
 help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, check=True).stdout
 known = set(re.findall(r"^  --([a-z0-9][a-z0-9-]*)", help_text, re.M))
 if len(known) < 10:
@@ -347,17 +347,17 @@ for name in sorted(os.listdir(os.path.join(work, "rendered"))):
             problems.append(f"{where}: kv-relay refuses the chart's command line: {run.stderr.strip()}")
 
 # The chart's list of the flags relay: may name is kv-relay's own.
-with open(os.path.join(os.path.dirname(image_config), "..", "helm", "kv-relay", "templates", "_helpers.tpl")) as f:
+with open(os.path.join(chart, "templates", "_helpers.tpl")) as f:
     listed = re.search(r'define "kv-relay.flags" -\}\}\n(.*?)\n\{\{- end', f.read(), re.S)
 listed = set(listed.group(1).split()) if listed else set()
-operator_flags = known - {"version"} - {flag for flag in known if flag.endswith("-for-test")}
+# Test hooks (--*-for-test) are never an operator's business and stay out of the chart.
+test_hooks = {flag for flag in known if flag.endswith("-for-test")}
+operator_flags = known - {"version"} - test_hooks
 for flag in sorted(operator_flags ^ listed):
     problems.append(f"--{flag}: {'missing from' if flag in operator_flags else 'not a kv-relay flag but in'} "
                     "the chart's kv-relay.flags (templates/_helpers.tpl)")
 
-# Every relay flag is reachable through the chart, and ci/all-on-values.yaml sets it; test
-# hooks (--*-for-test) are never an operator's business and stay out of the chart.
-test_hooks = {flag for flag in known if flag.endswith("-for-test")}
+# Every relay flag is reachable through the chart, and ci/all-on-values.yaml sets it.
 for flag in sorted(known - checked - {"config", "version"} - test_hooks):
     problems.append(f"--{flag} (kv-relay --help) is not passed by any render: add it to relay: in "
                     "values.yaml (null, with its default in a comment) and to ci/all-on-values.yaml")

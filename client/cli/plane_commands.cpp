@@ -152,8 +152,7 @@ void print_load(const std::string& target, const v1::KvPoolLoadUpdate& update) {
               update.pools_size());
   Table table({"POOL", "GENERATION", "USED", "TOTAL", "RANKS", "AUTHORITATIVE"});
   for (const auto& pool : update.pools()) {
-    const client::LoadFacts facts{pool.kv_used_blocks(), pool.total_kv_blocks(), pool.kv_observed_ranks(),
-                                  pool.kv_expected_ranks()};
+    const client::LoadFacts facts = client::load_facts(pool);
     table.add({pool_label(pool.producer().pool_id()), std::to_string(pool.producer().layout_generation()),
                std::to_string(pool.kv_used_blocks()), std::to_string(pool.total_kv_blocks()),
                fmt::format("{}/{}", pool.kv_observed_ranks(), pool.kv_expected_ranks()),

@@ -20,6 +20,10 @@ std::string_view to_string(ReplicaStatus status) {
   return "unknown";
 }
 
+LoadFacts load_facts(const dynamo::kvrelay::v1::KvPoolLoadEntry& entry) {
+  return {entry.kv_used_blocks(), entry.total_kv_blocks(), entry.kv_observed_ranks(), entry.kv_expected_ranks()};
+}
+
 std::string endpoint_name(const dynamo::kvrelay::v1::DynamoEndpointId& endpoint) {
   return fmt::format("{}/{}/{}", endpoint.namespace_(), endpoint.component(), endpoint.endpoint());
 }

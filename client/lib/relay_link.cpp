@@ -27,13 +27,14 @@ bool retries(const Reaction& reaction) {
 }
 
 Reaction reaction_to(Plane plane, const StreamEnd& end) {
-  return end.fault ? react_to_fault(*end.fault) : react(plane, end.status, end.reason);
+  return end.fault ? react_to_fault(*end.fault) : react(plane, end.status, end.reason());
 }
 
 }  // namespace
 
 std::string StreamEnd::describe() const {
   if (fault) return fmt::format("local fault {}: {}", fault->kind, fault->detail);
+  const auto reason = this->reason();
   const auto reason_name = reason                ? v1::RelayErrorReason_Name(*reason)
                            : reason_text.empty() ? std::string("no reason")
                                                  : fmt::format("{}, unknown to this client", reason_text);
@@ -146,7 +147,6 @@ StreamEnd RelayLink::read_stream(StreamControl& control, PlaneStats* stats,
   backoff.attempt_ended(usable_since, std::chrono::steady_clock::now());
   control.detach();
   end.reason_text = reason_trailer(context);
-  end.reason = parse_reason(end.reason_text);
   return end;
 }
 
@@ -440,8 +440,7 @@ bool RelayLink::settle_pool_stream(const std::shared_ptr<Subscription>& subscrip
 std::optional<LoadFacts> RelayLink::load_of(const wire::ProducerKey& producer) const {
   const auto* entry = load_.find_pool(producer);
   if (entry == nullptr) return std::nullopt;
-  return LoadFacts{entry->kv_used_blocks(), entry->total_kv_blocks(), entry->kv_observed_ranks(),
-                   entry->kv_expected_ranks()};
+  return load_facts(*entry);
 }
 
 // Readiness is keyed by the serving namespace and the base model; a LoRA binding reads its

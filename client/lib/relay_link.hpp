@@ -43,9 +43,9 @@ struct Consumer::Notifier {
 // How a stream ended: the relay's status and reason, or a local fault that made us cancel it.
 struct StreamEnd {
   grpc::Status status;
-  std::optional<v1::RelayErrorReason> reason;
   std::string reason_text;  // the trailer as sent: named in describe() also when this client does not know it
   std::optional<Fault> fault;
+  std::optional<v1::RelayErrorReason> reason() const { return parse_reason(reason_text); }
   std::string describe() const;
 };
 

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 #include <sstream>
 
@@ -18,8 +17,6 @@ using namespace kvrelay::test;
 namespace ingest_v1 = ::kvrelay::ingest::v1;
 
 namespace {
-
-const std::string kTmp = KVRELAY_TEST_TMP_DIR;
 
 // The relay on the demo deployment fed by push (no generated workload: the test sends the events).
 class DemoRelay {
@@ -38,12 +35,6 @@ class DemoRelay {
   RelayChild relay_;
   std::string wan_, ingest_;
 };
-
-std::string write_file(const std::string& name, const std::string& content) {
-  const std::string path = kTmp + "/" + name;
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
-}
 
 // The whitespace-separated cells of every line of a table.
 using Row = std::vector<std::string>;

@@ -237,4 +237,11 @@ class RelayChild {
   std::thread log_reader_;
 };
 
+// Writes `content` to `name` in the test build's scratch folder and returns its path.
+inline std::string write_file(const std::string& name, const std::string& content) {
+  const std::string path = std::string(KVRELAY_TEST_TMP_DIR) + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
 }  // namespace kvrelay::test

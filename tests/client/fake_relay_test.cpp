@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 
@@ -49,6 +48,11 @@ StreamScript<v1::FilterUpdate> snapshot_script(const v1::ProducerIdentity& ident
   return script;
 }
 
+// Every pool stream answers with a snapshot and stays open.
+void serve_snapshots(FakeRelay& relay) {
+  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+}
+
 client::ConsumerOptions options_for(const FakeRelay& relay) {
   client::ConsumerOptions options;
   options.targets = {relay.address()};
@@ -70,10 +74,7 @@ class Scenario {
   FakeRelay& relay() { return relay_; }
   client::Consumer& consumer() { return consumer_; }
   void start() { consumer_.start(); }
-  // Every pool stream answers with a snapshot and stays open.
-  void serve_snapshots() {
-    relay_.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
-  }
+  void serve_snapshots() { ::serve_snapshots(relay_); }
   RelayView view() const { return consumer_.view().relays.at(0); }
   void await(const std::function<bool(const RelayView&)>& done) {
     REQUIRE(consumer_.await([&](const client::ConsumerView& view) { return done(view.relays.at(0)); }, kAwaitFake));
@@ -505,7 +506,7 @@ TEST_CASE("fake relay: a pool thread held in its tap does not hold up the catalo
     gate_changed.wait(lock, [&] { return gate_open; });
   };
   relay.push_catalog(catalog(1, {descriptor(1)}));
-  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  serve_snapshots(relay);
   client::Consumer consumer(options);
   consumer.start();
   {
@@ -652,11 +653,10 @@ TEST_CASE("kvrelay-cli: overlap names the plane a relay refused and answers from
   relay.push_readiness(
       StreamEndScript{grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_UNSUPPORTED_FEATURE"});
   relay.push_load(load_window(1, {1}));
-  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  serve_snapshots(relay);
   std::string tokens;
   for (auto token : prompt()) tokens += std::to_string(token) + " ";
-  const std::string tokens_file = std::string(KVRELAY_TEST_TMP_DIR) + "/refused-readiness-tokens.txt";
-  std::ofstream(tokens_file) << tokens;
+  const std::string tokens_file = write_file("refused-readiness-tokens.txt", tokens);
   // A timeout the suite's own would end first: the answer must not wait it out.
   const auto [output, exit_code] =
       run_to_end(KVRELAY_CLI, {"overlap", "--model", "llama", "--tokens", tokens_file, "--target", relay.address(),
@@ -816,7 +816,7 @@ TEST_CASE("fake relay: a relay that does not serve SubscribeServingLoad leaves t
   relay.push_catalog(catalog(1, {descriptor(1)}));
   relay.push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
   relay.push_load(load_window(1, {1}));
-  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  serve_snapshots(relay);
   scenario.start();
   scenario.await([](const RelayView& view) {
     return view.serving_load.unavailable && view.readiness.valid && view.load.valid && view.pools.size() == 1 &&
@@ -910,7 +910,7 @@ TEST_CASE("kvrelay-cli: top shows each pool's serving load and each model's requ
   relay.push_catalog(catalog(1, {descriptor(1), descriptor(2, "qwen")}));
   relay.push_readiness(readiness(1, {topology_entry("llama", v1::SERVING_READINESS_STATE_READY)}));
   relay.push_load(load_window(1, {1, 2}));
-  relay.set_pool_script([](const auto& request, int) { return snapshot_script(request.expected_producer()); });
+  serve_snapshots(relay);
   const std::vector<std::string> top{"top", "--target", relay.address(), "--iterations", "1", "--timeout-ms", "30000"};
 
   SECTION("a window") {

@@ -4,7 +4,6 @@
 // docs/protocol/decisions.md#d6).
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>

@@ -84,6 +84,9 @@ struct LoadFacts {
   bool authoritative() const { return expected_ranks > 0 && observed_ranks == expected_ranks && total_blocks > 0; }
 };
 
+// A load window's entry for one pool, as LoadFacts.
+LoadFacts load_facts(const dynamo::kvrelay::v1::KvPoolLoadEntry& entry);
+
 // "namespace/component/endpoint", as PoolView::endpoint and PoolMatch::endpoint name a pool.
 std::string endpoint_name(const dynamo::kvrelay::v1::DynamoEndpointId& endpoint);
 

@@ -93,7 +93,7 @@ log-level demo demo-events-per-second
 {{/* The relay map with "_" spelled "-" and null entries dropped. */}}
 {{- define "kv-relay.relayValues" -}}
 {{- $out := dict -}}
-{{- $flags := include "kv-relay.flags" . | splitList "\n" | join " " | splitList " " -}}
+{{- $flags := include "kv-relay.flags" . | replace "\n" " " | splitList " " -}}
 {{- range $key, $value := .Values.relay -}}
 {{- if not (kindIs "invalid" $value) -}}
 {{- $name := $key | replace "_" "-" -}}
@@ -270,18 +270,21 @@ bytes, k/M/G/T, Ki/Mi/Gi/Ti (1.5Gi). */}}
 {{- if and .Values.mtls.enabled (eq (int .Values.ports.relayLoopback) (int .Values.ports.wan)) -}}
 {{- fail "ports.relayLoopback must differ from ports.wan (Envoy listens on ports.wan)" -}}
 {{- end -}}
-{{- if and .Values.mtls.enabled (gt (include "kv-relay.maxMessageBytes" . | int64) 1073741823) -}}
-{{- fail (printf "relay.max-message-bytes (%s) of 1 GiB or more with mtls.enabled: Envoy's HTTP/2 connection window (twice the message limit) would pass 2^31 - 1" (include "kv-relay.maxMessageBytes" .)) -}}
+{{- if .Values.mtls.enabled -}}
+{{- $relayLimit := include "kv-relay.maxMessageBytes" . -}}
+{{- if gt ($relayLimit | int64) 1073741823 -}}
+{{- fail (printf "relay.max-message-bytes (%s) of 1 GiB or more with mtls.enabled: Envoy's HTTP/2 connection window (twice the message limit) would pass 2^31 - 1" $relayLimit) -}}
 {{- end -}}
-{{- if and .Values.mtls.enabled (not (kindIs "invalid" .Values.mtls.maxMessageBytes)) -}}
+{{- if not (kindIs "invalid" .Values.mtls.maxMessageBytes) -}}
 {{- $envoy := include "kv-relay.scalar" .Values.mtls.maxMessageBytes -}}
-{{- if ne $envoy (include "kv-relay.maxMessageBytes" .) -}}
-{{- fail (printf "mtls.maxMessageBytes (%s) must equal the relay's --max-message-bytes (%s): leave it null to follow it" $envoy (include "kv-relay.maxMessageBytes" .)) -}}
+{{- if ne $envoy $relayLimit -}}
+{{- fail (printf "mtls.maxMessageBytes (%s) must equal the relay's --max-message-bytes (%s): leave it null to follow it" $envoy $relayLimit) -}}
 {{- end -}}
 {{- end -}}
 {{- $proxyOnly := list (dict "podSelector" (dict "matchLabels" (dict "app.kubernetes.io/name" "kv-relay-mtls-proxy"))) -}}
-{{- if and .Values.mtls.enabled .Values.networkPolicy.enabled (eq (toJson .Values.networkPolicy.wanFrom) (toJson $proxyOnly)) -}}
+{{- if and .Values.networkPolicy.enabled (eq (toJson .Values.networkPolicy.wanFrom) (toJson $proxyOnly)) -}}
 {{- fail "mtls.enabled with the default networkPolicy.wanFrom admits only a separate mTLS proxy, not the routers Envoy now serves: set networkPolicy.wanFrom to their addresses (ipBlocks) or the load balancer's" -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.podDisruptionBudget.maxUnavailable)) -}}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" -}}
