@@ -26,6 +26,7 @@
 #include "core/ingest_validation.hpp"
 #include "core/xxh3.hpp"
 #include "grpc_gateway/ingest_service.hpp"
+#include "grpc_gateway/protobuf_log.hpp"
 #include "grpc_gateway/reflection_service.hpp"
 #include "grpc_gateway/relay_service.hpp"
 #include "metrics/metrics.hpp"
@@ -297,6 +298,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
         "--dc-id is required: this data center's id, hashed into every PoolId (give each data center its own, "
         "and keep it across restarts)");
   }
+  gateway::route_protobuf_log();  // before any request is parsed
   const auto dc_id = identity::stable_dc_id(options.dc_id);
   if (!dc_id) return std::unexpected("--dc-id: " + std::string(identity::to_string(dc_id.error())));
   for (const auto& [flag, blocks] :

@@ -160,9 +160,9 @@ Throughput publisher_apply_rate(std::size_t batches, int events, int blocks, boo
     auto reply = std::make_shared<Reply<BatchOutcome>>(
         [sink](const BatchOutcome& outcome) { sink->batch_done(outcome); }, BatchOutcome{.lost = true});
     // Handed on as the ingest gateway hands a batch it read: parsed into an arena of its own.
-    gateway::ArenaRequests<ingest_v1::KvEventBatch> request;
-    request.target()->CopyFrom(batch);
-    caf::anon_send(actor, atoms::apply_batch_atom_v, EventBatchPtr(request.take()), SourceReset::kNone,
+    auto request = gateway::make_arena_message<ingest_v1::KvEventBatch>();
+    request->CopyFrom(batch);
+    caf::anon_send(actor, atoms::apply_batch_atom_v, EventBatchPtr(std::move(request)), SourceReset::kNone,
                    std::move(reply), steady_now_ns());
   }
   sink->wait();
@@ -266,29 +266,36 @@ Throughput ingest_apply_rate(std::size_t batches, int events, int blocks, bool d
 // ---- the transport alone ----
 // A PublishKvEvents server that parses each batch into an arena of its own, as the ingest
 // gateway does, and drops it: what gRPC carries on these cores with nothing applied.
-class ReadOnlyIngest final : public ingest_v1::RelayIngest::CallbackService {
-  class Reader final : public grpc::ServerReadReactor<ingest_v1::KvEventBatch> {
+class ReadOnlyIngest final
+    : public ingest_v1::RelayIngest::WithRawCallbackMethod_PublishKvEvents<ingest_v1::RelayIngest::CallbackService> {
+  class Reader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
    public:
-    explicit Reader(std::atomic<std::size_t>& batches_read) : batches_read_(batches_read) {
+    Reader(std::atomic<std::size_t>& batches_read, grpc::ByteBuffer* response)
+        : batches_read_(batches_read), response_(response) {
       StartRead(request_.target());
     }
     void OnReadDone(bool ok) override {
-      if (!ok) return Finish(grpc::Status::OK);
-      request_.take();
-      ++batches_read_;
+      if (!ok) {
+        bool own_buffer = false;
+        (void)grpc::SerializationTraits<ingest_v1::PublishKvEventsResponse>::Serialize(
+            ingest_v1::PublishKvEventsResponse{}, response_, &own_buffer);
+        return Finish(grpc::Status::OK);
+      }
+      if (request_.take() != nullptr) ++batches_read_;
       StartRead(request_.target());
     }
     void OnDone() override { delete this; }
 
    private:
     std::atomic<std::size_t>& batches_read_;
-    gateway::ArenaRequests<ingest_v1::KvEventBatch> request_;
+    grpc::ByteBuffer* response_;
+    gateway::ParsedRequests<ingest_v1::KvEventBatch> request_;
   };
 
  public:
-  grpc::ServerReadReactor<ingest_v1::KvEventBatch>* PublishKvEvents(grpc::CallbackServerContext*,
-                                                                    ingest_v1::PublishKvEventsResponse*) override {
-    return new Reader(batches_read);
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PublishKvEvents(grpc::CallbackServerContext*,
+                                                             grpc::ByteBuffer* response) override {
+    return new Reader(batches_read, response);
   }
   std::atomic<std::size_t> batches_read{0};
 };

@@ -133,15 +133,16 @@ struct StreamSettings {
 
 // What both ingest streams share: a request refused on its own (its size, or credentials no
 // longer in force) is acknowledged at once and ends the stream; every other is answered with
-// an Outcome, which the derived reader counts in its response.
-template <class Request, class Outcome, class Requests = HeapRequests<Request>>
-class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>, Requests> {
+// an Outcome, which the derived reader counts in its Response.
+template <class Request, class Outcome, class Response>
+class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>> {
   using Ack = Acknowledgement<Outcome>;
 
  public:
-  IngestReader(StreamSettings settings, std::shared_ptr<StreamLimit::Permit> permit)
-      : WindowedReader<Request, Ack, Requests>(settings.read_window, std::move(permit)),
-        settings_(std::move(settings)) {}
+  IngestReader(grpc::ByteBuffer* wire_response, StreamSettings settings, std::shared_ptr<StreamLimit::Permit> permit)
+      : WindowedReader<Request, Ack>(settings.read_window, std::move(permit)),
+        settings_(std::move(settings)),
+        wire_response_(wire_response) {}
 
  protected:
   // One answer into the response. Runs under the reader's lock, as tally(): bookkeeping only.
@@ -149,16 +150,23 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>, Re
   // Why the stream ends now though no request ended it. Runs under the reader's lock.
   virtual std::optional<grpc::Status> failing() { return std::nullopt; }
 
-  // Whether `request` ends the stream (it is then answered so, and nothing is handed on).
-  bool ends_stream(const Request& request) {
+  // Whether `request` (null: it did not parse) ends the stream; it is then answered so, and
+  // nothing is handed on.
+  bool ends_stream(const Request* request) {
     std::optional<grpc::Status> ended = settings_.credentials.refused(settings_.metrics);
-    if (!ended) {
-      if (auto over = ingest_check::oversize(request, settings_.limits)) {
-        ended = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused_oversize(settings_.metrics, request, *over));
+    if (!ended && request != nullptr) {
+      if (auto over = ingest_check::oversize(*request, settings_.limits)) {
+        ended = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused_oversize(settings_.metrics, *request, *over));
       }
     }
     if (ended) this->gate()->acknowledge(Ack{{}, std::move(ended)});
     return ended.has_value();
+  }
+  // What is wrong with `request` on its own (null: it did not parse), by `structure` if it parsed.
+  static ingest_check::Problem malformed(const Request* request, ingest_check::Problem (*structure)(const Request&)) {
+    if (request != nullptr) return structure(*request);
+    return "it does not parse as a " + Request::descriptor()->full_name() +
+           " (a string field that is not valid UTF-8, or the bytes of another message)";
   }
   void answer(const Outcome& outcome) { this->gate()->acknowledge(Ack{outcome, std::nullopt}); }
   // What an actor answers through; `unanswered` goes back if it is dropped unanswered.
@@ -170,6 +178,8 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>, Re
         std::move(unanswered));
   }
   metrics::RelayMetrics* metrics() const { return settings_.metrics; }
+  // Written by count(), under the reader's lock.
+  Response& response() { return response_; }
 
  private:
   void tally(const Ack& ack) final {
@@ -180,23 +190,30 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>, Re
     count(ack.outcome);
   }
   std::optional<grpc::Status> early_status() final { return ending_ ? ending_ : failing(); }
+  void respond() final {
+    bool own_buffer = false;
+    (void)grpc::SerializationTraits<Response>::Serialize(response_, wire_response_, &own_buffer);
+  }
 
   StreamSettings settings_;
-  std::optional<grpc::Status> ending_;  // guarded like the response: tally runs under the reader's lock
+  grpc::ByteBuffer* wire_response_;  // the call's, written once as the stream ends OK
+  // Guarded like the response: tally runs under the reader's lock.
+  Response response_;
+  std::optional<grpc::Status> ending_;
 };
 
 class EventBatchReader final
-    : public IngestReader<ingest_v1::KvEventBatch, BatchOutcome, ArenaRequests<ingest_v1::KvEventBatch>> {
+    : public IngestReader<ingest_v1::KvEventBatch, BatchOutcome, ingest_v1::PublishKvEventsResponse> {
  public:
-  EventBatchReader(BatchRouter router, ingest_v1::PublishKvEventsResponse* response, StreamSettings settings,
+  EventBatchReader(BatchRouter router, grpc::ByteBuffer* response, StreamSettings settings,
                    std::shared_ptr<StreamLimit::Permit> permit)
-      : IngestReader(std::move(settings), std::move(permit)), router_(std::move(router)), response_(response) {}
+      : IngestReader(response, std::move(settings), std::move(permit)), router_(std::move(router)) {}
 
  protected:
   void forward(EventBatchPtr batch) override {
     const std::int64_t receipt_ns = steady_now_ns();
-    if (ends_stream(*batch)) return;
-    if (auto problem = ingest_check::kv_event_batch(*batch)) {
+    if (ends_stream(batch.get())) return;
+    if (auto problem = malformed(batch.get(), &ingest_check::kv_event_batch)) {
       rejected_input_log().warn("rejected KV event batch: " + *problem);
       if (metrics() != nullptr) metrics()->batch(metrics::BatchResult::kMalformed);
       return answer(BatchOutcome{});
@@ -206,12 +223,13 @@ class EventBatchReader final
   }
   void count(const BatchOutcome& outcome) override {
     if (outcome.lost) lost_ = true;
+    auto& counts = response();
     if (outcome.applied) {
-      response_->set_batches_applied(response_->batches_applied() + 1);
+      counts.set_batches_applied(counts.batches_applied() + 1);
     } else {
-      response_->set_batches_rejected(response_->batches_rejected() + 1);
+      counts.set_batches_rejected(counts.batches_rejected() + 1);
     }
-    if (outcome.reset != SourceReset::kNone) response_->set_source_resets(response_->source_resets() + 1);
+    if (outcome.reset != SourceReset::kNone) counts.set_source_resets(counts.source_resets() + 1);
   }
   // A lost batch (an actor on the way failed and the relay is stopping): the stream ends at
   // once rather than when the client closes it.
@@ -222,37 +240,36 @@ class EventBatchReader final
 
  private:
   BatchRouter router_;
-  ingest_v1::PublishKvEventsResponse* response_;
   bool lost_ = false;  // guarded like the response
 };
 
-class LoadReportReader final : public IngestReader<ingest_v1::LoadReport, LoadOutcome> {
+class LoadReportReader final : public IngestReader<ingest_v1::LoadReport, LoadOutcome, ingest_v1::ReportLoadResponse> {
  public:
-  LoadReportReader(LoadWindowActor load, ingest_v1::ReportLoadResponse* response, StreamSettings settings,
+  LoadReportReader(LoadWindowActor load, grpc::ByteBuffer* response, StreamSettings settings,
                    std::shared_ptr<StreamLimit::Permit> permit)
-      : IngestReader(std::move(settings), std::move(permit)), load_(std::move(load)), response_(response) {}
+      : IngestReader(response, std::move(settings), std::move(permit)), load_(std::move(load)) {}
 
  protected:
-  void forward(ingest_v1::LoadReport report) override {
-    if (ends_stream(report)) return;
-    if (auto problem = ingest_check::load_report(report)) {
+  void forward(std::shared_ptr<const ingest_v1::LoadReport> report) override {
+    if (ends_stream(report.get())) return;
+    if (auto problem = malformed(report.get(), &ingest_check::load_report)) {
       rejected_input_log().warn("rejected load report: " + *problem);
       if (metrics() != nullptr) metrics()->load_reports(metrics::LoadReportResult::kMalformed, 1);
       return answer(LoadOutcome{0, 1});
     }
     LoadReportBatch batch;
-    batch.reports.push_back(std::move(report));
+    batch.reports.push_back(*report);
     batch.reply = reply(LoadOutcome{0, 1});
     caf::anon_send(load_, atoms::report_atom_v, std::move(batch));
   }
   void count(const LoadOutcome& outcome) override {
-    response_->set_reports_applied(response_->reports_applied() + outcome.applied);
-    response_->set_reports_rejected(response_->reports_rejected() + outcome.rejected);
+    auto& counts = response();
+    counts.set_reports_applied(counts.reports_applied() + outcome.applied);
+    counts.set_reports_rejected(counts.reports_rejected() + outcome.rejected);
   }
 
  private:
   LoadWindowActor load_;
-  ingest_v1::ReportLoadResponse* response_;
 };
 
 }  // namespace
@@ -404,10 +421,10 @@ grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerConte
       atoms::schedulers_atom_v, *request);
 }
 
-grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents(
-    grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* IngestService::PublishKvEvents(grpc::CallbackServerContext* context,
+                                                                          grpc::ByteBuffer* response) {
   auto permit = admit_stream(*context);
-  if (!permit) return new Refused<grpc::ServerReadReactor<ingest_v1::KvEventBatch>>(std::move(permit.error()));
+  if (!permit) return new Refused<grpc::ServerReadReactor<grpc::ByteBuffer>>(std::move(permit.error()));
   auto* reader = new EventBatchReader(
       peers_.batches, response,
       StreamSettings{config_.limits, config_.read_window, metrics_, StreamCredentials(config_.auth, *context)},
@@ -416,10 +433,10 @@ grpc::ServerReadReactor<ingest_v1::KvEventBatch>* IngestService::PublishKvEvents
   return reader;
 }
 
-grpc::ServerReadReactor<ingest_v1::LoadReport>* IngestService::ReportLoad(grpc::CallbackServerContext* context,
-                                                                          ingest_v1::ReportLoadResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* IngestService::ReportLoad(grpc::CallbackServerContext* context,
+                                                                     grpc::ByteBuffer* response) {
   auto permit = admit_stream(*context);
-  if (!permit) return new Refused<grpc::ServerReadReactor<ingest_v1::LoadReport>>(std::move(permit.error()));
+  if (!permit) return new Refused<grpc::ServerReadReactor<grpc::ByteBuffer>>(std::move(permit.error()));
   auto* reader = new LoadReportReader(
       peers_.load, response,
       StreamSettings{config_.limits, config_.read_window, metrics_, StreamCredentials(config_.auth, *context)},

@@ -6,11 +6,11 @@
 // applies: against the size limits (core/ingest_limits), then structurally
 // (core/ingest_validation). A unary call that fails either answers INVALID_ARGUMENT naming the
 // field; on a stream, a request above a size limit ends the stream with INVALID_ARGUMENT, and
-// a malformed one is counted while the stream goes on. Every call gets an answer: a unary call
-// whose answer cannot come (membership gone, or silent past its deadline) fails with
-// UNAVAILABLE, and so does a stream whose batches cannot be answered. A call that would pass a
-// count limit is refused with RESOURCE_EXHAUSTED (actors/ingest_refusal.hpp): PutWorker and
-// SetAvailability by membership, the four serving-load calls by the serving-load window.
+// a malformed one (or one that does not parse) is counted while the stream goes on. Every call gets an answer: a unary
+// call whose answer cannot come (membership gone, or silent past its deadline) fails with UNAVAILABLE, and so does a
+// stream whose batches cannot be answered. A call that would pass a count limit is refused with RESOURCE_EXHAUSTED
+// (actors/ingest_refusal.hpp): PutWorker and SetAvailability by membership, the four serving-load calls by the
+// serving-load window.
 #include <caf/all.hpp>
 
 #include <atomic>
@@ -46,7 +46,13 @@ struct IngestServiceConfig {
   std::size_t read_window = 64;      // a stream's requests read ahead of their acknowledgements
 };
 
-class IngestService final : public ingest_v1::RelayIngest::CallbackService {
+// The two client streams are read as bytes and parsed by their readers
+// (grpc_gateway/windowed_reader.hpp), so that a request that does not parse is refused on its
+// own instead of ending the stream as if the client had closed it.
+using IngestCallbacks = ingest_v1::RelayIngest::WithRawCallbackMethod_PublishKvEvents<
+    ingest_v1::RelayIngest::WithRawCallbackMethod_ReportLoad<ingest_v1::RelayIngest::CallbackService>>;
+
+class IngestService final : public IngestCallbacks {
  public:
   // `metrics` (may be null) counts the inputs refused or rejected here, before any actor sees them.
   IngestService(IngestPeers peers, IngestServiceConfig config, metrics::RelayMetrics* metrics)
@@ -65,10 +71,12 @@ class IngestService final : public ingest_v1::RelayIngest::CallbackService {
                                             ingest_v1::SetAvailabilityResponse* response) override;
   grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context, const ingest_v1::GetStateRequest* request,
                                      ingest_v1::RelayState* response) override;
-  grpc::ServerReadReactor<ingest_v1::KvEventBatch>* PublishKvEvents(
-      grpc::CallbackServerContext* context, ingest_v1::PublishKvEventsResponse* response) override;
-  grpc::ServerReadReactor<ingest_v1::LoadReport>* ReportLoad(grpc::CallbackServerContext* context,
-                                                             ingest_v1::ReportLoadResponse* response) override;
+  // KvEventBatch requests, a PublishKvEventsResponse.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PublishKvEvents(grpc::CallbackServerContext* context,
+                                                             grpc::ByteBuffer* response) override;
+  // LoadReport requests, a ReportLoadResponse.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* ReportLoad(grpc::CallbackServerContext* context,
+                                                        grpc::ByteBuffer* response) override;
 
   grpc::ServerUnaryReactor* ReportFrontendLoad(grpc::CallbackServerContext* context,
                                                const ingest_v1::FrontendLoadReport* request,

@@ -19,40 +19,35 @@
 
 namespace kvrelay::gateway {
 
-// Where gRPC parses each request of a WindowedReader, and what forward() receives.
-// HeapRequests: a plain message, moved on.
-template <class Request>
-class HeapRequests {
- public:
-  using Handed = Request;
-  Request* target() { return &incoming_; }
-  Handed take() { return std::exchange(incoming_, Request{}); }
+// A message in an arena of its own, handed on shared: releasing a batch of a few hundred
+// submessages (on whichever actor thread drops it last) is a few block frees, not one per
+// submessage.
+template <class Message>
+std::shared_ptr<Message> make_arena_message() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 4096;
+  auto arena = std::make_shared<google::protobuf::Arena>(options);
+  Message* message = google::protobuf::Arena::CreateMessage<Message>(arena.get());
+  return std::shared_ptr<Message>(std::move(arena), message);
+}
 
- private:
-  Request incoming_;
-};
-
-// ArenaRequests: each request parsed into an arena of its own and handed on shared, so that
-// releasing a batch of a few hundred submessages (on whichever actor thread drops it last) is
-// a few block frees, not one per submessage.
+// Where a WindowedReader's read lands: the request's bytes, parsed here rather than by gRPC.
+// gRPC reports a request that does not parse (a string field that is not UTF-8, bytes of
+// another schema) exactly as the client's end of the stream, so a stream would end OK with the
+// rest of its requests unread; parsed here, that request is one the reader can refuse.
 template <class Request>
-class ArenaRequests {
+class ParsedRequests {
  public:
-  using Handed = std::shared_ptr<const Request>;
-  Request* target() {
-    if (message_ == nullptr) {
-      google::protobuf::ArenaOptions options;
-      options.start_block_size = 4096;
-      arena_ = std::make_shared<google::protobuf::Arena>(options);
-      message_ = google::protobuf::Arena::CreateMessage<Request>(arena_.get());
-    }
-    return message_;
+  using Handed = std::shared_ptr<const Request>;  // null: the bytes did not parse
+  grpc::ByteBuffer* target() { return &bytes_; }
+  Handed take() {
+    auto request = make_arena_message<Request>();
+    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes_, request.get()).ok()) return nullptr;
+    return request;
   }
-  Handed take() { return Handed(std::move(arena_), std::exchange(message_, nullptr)); }
 
  private:
-  std::shared_ptr<google::protobuf::Arena> arena_;
-  Request* message_ = nullptr;  // on arena_
+  grpc::ByteBuffer bytes_;
 };
 
 // Threads. start() comes from the RPC method handler, once, before it returns the reactor.
@@ -92,8 +87,8 @@ class ArenaRequests {
 //
 // Order: `reading_` stays set until forward() returns, so the next read starts only after the
 // previous request was forwarded, and requests reach the actor in the order they were read.
-template <class Request, class Outcome, class Requests = HeapRequests<Request>>
-class WindowedReader : public grpc::ServerReadReactor<Request> {
+template <class Request, class Outcome>
+class WindowedReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   class Gate {
    public:
@@ -207,12 +202,17 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
   }
 
  protected:
-  // Hands `request` on; exactly one acknowledgement (through gate()) must follow. Runs
-  // without the reader's lock and may acknowledge before it returns.
+  using Requests = ParsedRequests<Request>;
+  // Hands `request` on (null: it did not parse); exactly one acknowledgement (through gate())
+  // must follow. Runs without the reader's lock and may acknowledge before it returns.
   virtual void forward(typename Requests::Handed request) = 0;
   // Every request read and acknowledged: record the outcome in the response. Runs under the
   // reader's lock: bookkeeping only.
   virtual void tally(const Outcome& outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
+  // The stream ends OK: write the response of every tally() into `response` (the call's,
+  // serialized here as its requests are parsed here). Runs under the reader's lock, after
+  // the last tally().
+  virtual void respond() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
   // A status that ends the stream now, without waiting for the client to close its side
   // (an outcome showed that nothing more can be applied). Runs under the reader's lock after
   // every tally(): bookkeeping only. A read still outstanding then is dropped when it completes.
@@ -280,6 +280,7 @@ class WindowedReader : public grpc::ServerReadReactor<Request> {
     if (input_closed_ && in_flight_ == 0) {
       finished_ = true;
       status = grpc::Status::OK;  // every request read and answered
+      respond();
       return Step::kFinish;
     }
     if (reading_ || input_closed_ || in_flight_ >= window_) return Step::kNone;

@@ -118,10 +118,13 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
   relay.put_worker(put_worker_request(kBackend, 1, shape));
   relay.set_availability(kBackend, {1});
   const auto producer = await_single_pool(*catalog);
-  // One accepted, one for an undeclared rank, one without an endpoint.
+  // One that does not parse (a namespace that is not UTF-8), one accepted after it, one for an
+  // undeclared rank, one without an endpoint.
+  ingest_v1::LoadReport not_utf8 = load_report(endpoint_ref("\xc3\x28", "backend"), 0);
   ingest_v1::LoadReport malformed;
-  const auto load = relay.report_load({load_report(kBackend, 0), load_report(kBackend, 5), malformed});
+  const auto load = relay.report_load({not_utf8, load_report(kBackend, 0), load_report(kBackend, 5), malformed});
   CHECK(load.reports_applied() == 1);
+  CHECK(load.reports_rejected() == 3);
   auto readiness = watch_readiness(relay, "readiness");  // left open: the drain ends it
   REQUIRE(readiness
               ->until([](const v1::ServingReadinessUpdate& u) {
@@ -137,7 +140,7 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
     CHECK(s.value("kv_relay_pool_load_observed_ranks", {{"pool", kPool}}) == 1);
     CHECK(s.value("kv_relay_load_reports_total", {{"result", "accepted"}}) == 1);
     CHECK(s.value("kv_relay_load_reports_total", {{"result", "unknown_rank"}}) == 1);
-    CHECK(s.value("kv_relay_load_reports_total", {{"result", "malformed"}}) == 1);
+    CHECK(s.value("kv_relay_load_reports_total", {{"result", "malformed"}}) == 2);
     CHECK(s.value("kv_relay_readiness_entries", {{"state", "READY"}}) == 1);
     CHECK(s.value("kv_relay_readiness_entries", {{"state", "UNKNOWN"}}) == 0);
     CHECK(s.count("kv_relay_frames_sent_total", {{"kind", "readiness"}}) >= 1);
@@ -258,10 +261,13 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
   // ---- rejected and resetting batches, a refused subscription ----
   ingest_v1::KvEventBatch no_data = stored_batch(kBackend, 1, 0, 1, 67, {{1, 1}});
   no_data.add_events();  // an event without data: the whole batch is malformed
-  const auto tally = relay.publish({no_data, stored_batch(endpoint_ref("prod", "nowhere"), 9, 0, 1, 0, {{1, 1}}),
-                                    stored_batch(kBackend, 1, 0, 1, 0, {{2, 2}}),      // sequence 0 again: stale
-                                    stored_batch(kBackend, 1, 0, 1, 100, {{3, 3}})});  // a gap: reset, applied
-  CHECK(tally.batches_rejected() == 3);
+  // Read by the relay, not by gRPC: gRPC would end the stream there, as if the feeder had closed it.
+  ingest_v1::KvEventBatch unparsable = stored_batch(endpoint_ref("prod", "\xff"), 1, 0, 1, 67, {{1, 1}});
+  const auto tally =
+      relay.publish({unparsable, no_data, stored_batch(endpoint_ref("prod", "nowhere"), 9, 0, 1, 0, {{1, 1}}),
+                     stored_batch(kBackend, 1, 0, 1, 0, {{2, 2}}),      // sequence 0 again: stale
+                     stored_batch(kBackend, 1, 0, 1, 100, {{3, 3}})});  // a gap: reset, applied
+  CHECK(tally.batches_rejected() == 4);
   CHECK(tally.batches_applied() == 1);
   auto moved_on = producer;
   moved_on.set_layout_generation(producer.layout_generation() + 1);
@@ -275,7 +281,7 @@ TEST_CASE("metrics: a scripted scenario is reflected in /metrics", "[metrics]") 
       return s.value("kv_relay_ingest_batches_total", labels);
     };
     CHECK(result("accepted") == 68);
-    CHECK(result("malformed") == 1);
+    CHECK(result("malformed") == 2);
     CHECK(result("unknown_source") == 1);
     CHECK(result("stale_sequence") == 1);
     CHECK(s.value("kv_relay_ingest_events_total", {{"kind", "stored"}, {"result", "accepted"}}) == 68);

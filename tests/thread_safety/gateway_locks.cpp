@@ -24,11 +24,13 @@ class CheckReader final : public WindowedReader<v1::FilterUpdate, CheckOutcome> 
   using WindowedReader::WindowedReader;
 
  protected:
-  void forward(v1::FilterUpdate) override { gate()->acknowledge(CheckOutcome{1}); }
+  void forward(std::shared_ptr<const v1::FilterUpdate>) override { gate()->acknowledge(CheckOutcome{1}); }
   void tally(const CheckOutcome& outcome) override { applied_ += outcome.applied; }
+  void respond() override { responded_ = applied_; }
 
  private:
   std::uint64_t applied_ = 0;
+  std::uint64_t responded_ = 0;
 };
 
 [[maybe_unused]] void start_check_reader() { (new CheckReader(4, nullptr))->start(); }
