@@ -7,6 +7,8 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/unknown_field_set.h>
 
 namespace kvrelay::wire {
 namespace {
@@ -313,7 +315,56 @@ Status check_unique_producers(const google::protobuf::RepeatedPtrField<Entry>& e
   return std::nullopt;
 }
 
+// ---- requests that do not parse ----
+
+// The first string field of `fields` (read as a `descriptor` message) that is not UTF-8; fields
+// the schema does not name are skipped. Every request's strings are top-level fields.
+std::optional<std::string> first_invalid_utf8(const google::protobuf::UnknownFieldSet& fields,
+                                              const google::protobuf::Descriptor& descriptor) {
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& field = fields.field(i);
+    if (field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const google::protobuf::FieldDescriptor* named = descriptor.FindFieldByNumber(field.number());
+    if (named == nullptr || named->type() != google::protobuf::FieldDescriptor::TYPE_STRING) continue;
+    if (!decode_utf8(field.length_delimited())) return named->name();
+  }
+  return std::nullopt;
+}
+
+// The last contract_marker of `fields` (the one a parse keeps: a fixed32), or 0.
+std::uint32_t contract_marker_of(const google::protobuf::UnknownFieldSet& fields,
+                                 const google::protobuf::Descriptor& descriptor) {
+  const google::protobuf::FieldDescriptor* marker = descriptor.FindFieldByName("contract_marker");
+  std::uint32_t value = 0;
+  if (marker == nullptr) return value;
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& field = fields.field(i);
+    if (field.number() == marker->number() && field.type() == google::protobuf::UnknownField::TYPE_FIXED32) {
+      value = field.fixed32();
+    }
+  }
+  return value;
+}
+
 }  // namespace
+
+Error unparsable_request(std::string_view bytes, const google::protobuf::Descriptor& descriptor) {
+  const std::string whole = fmt::format("the request is not a {}", descriptor.name());
+  google::protobuf::UnknownFieldSet fields;
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return malformed(ErrorCode::kUnparsable, "", whole);
+  }
+  if (auto error = check_request_marker(contract_marker_of(fields, descriptor))) return std::move(*error);
+  if (auto field = first_invalid_utf8(fields, descriptor)) {
+    if (*field == "subscriber_id") {
+      return malformed(ErrorCode::kSubscriberIdInvalidUtf8, *field, "subscriber_id is not UTF-8");
+    }
+    std::string message = fmt::format("{} is not UTF-8", *field);
+    return malformed(ErrorCode::kInvalidText, std::move(*field), std::move(message));
+  }
+  return malformed(ErrorCode::kUnparsable, "", whole);
+}
 
 // ---- names ----
 
@@ -399,6 +450,8 @@ std::string_view to_string(ErrorCode code) {
       return "DataStatus";
     case ErrorCode::kLoadViewField:
       return "LoadViewField";
+    case ErrorCode::kUnparsable:
+      return "Unparsable";
   }
   return "Unknown";
 }

@@ -99,6 +99,8 @@ enum class ErrorCode {
   // serving load (docs/protocol/rpcs.md#validate-load)
   kDataStatus,     // UNSPECIFIED malformed, unknown values unsupported
   kLoadViewField,  // an optional gauge set/unset against the presence rules
+  // a request that does not parse as its message (unparsable_request)
+  kUnparsable,
 };
 
 std::string_view to_string(ErrorCode code);
@@ -120,6 +122,12 @@ using Status = std::optional<Error>;
 // (docs/protocol/errors.md#reason-table, docs/protocol/rpcs.md#request-validation): a wrong marker
 // is a contract mismatch, an unsupported value UNSUPPORTED_FEATURE, anything else INVALID_REQUEST.
 v1::RelayErrorReason request_error_reason(const Error& error);
+
+// Why a request that does not parse as a `descriptor` message is refused, judged in the order of
+// the checks it could not reach (docs/protocol/decisions.md#d46): a contract_marker that is not
+// kContractMarker first (absent reads as 0), then the first string field that is not UTF-8
+// (subscriber_id as check_subscriber_id names it), else the bytes as a whole.
+Error unparsable_request(std::string_view bytes, const google::protobuf::Descriptor& descriptor);
 
 // ---- text ----
 

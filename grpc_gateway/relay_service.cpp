@@ -20,6 +20,15 @@ RpcStatus rejection(const wire::Error& error) {
                                 error.field.empty() ? error.message : error.field + ": " + error.message);
 }
 
+// A request's bytes in one piece, to be read again when they did not parse.
+std::string flatten(const grpc::ByteBuffer& bytes) {
+  std::vector<grpc::Slice> slices;
+  std::string whole;
+  if (!bytes.Dump(&slices).ok()) return whole;
+  for (const grpc::Slice& slice : slices) whole.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return whole;
+}
+
 RpcStatus draining_status() {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the relay is shutting down");
 }
@@ -77,9 +86,7 @@ RawStream* RelayService::read_request(grpc::CallbackServerContext* context, metr
                                       const grpc::ByteBuffer& bytes, Request& request) {
   grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
   if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) {
-    return refuse(context, rpc,
-                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_REQUEST,
-                                         "the request is not a " + std::string(Request::descriptor()->name())));
+    return refuse(context, rpc, rejection(wire::unparsable_request(flatten(bytes), *Request::descriptor())));
   }
   if (auto error = wire::check_request(request)) return refuse(context, rpc, rejection(*error));
   return nullptr;

@@ -185,14 +185,34 @@ TEST_CASE("SubscribeKvPool: identity checks, unknown pools and stale generations
 
 // The stream RPCs are raw methods that parse their own request
 // (docs/architecture.md#one-serialization-per-frame): bytes that are no request are refused
-// like any malformed request, and the relay goes on serving.
+// like any malformed request, judged as far as they can be (docs/protocol/decisions.md#d46),
+// and the relay goes on serving.
 TEST_CASE("A stream request that does not parse is an invalid request", "[contract]") {
   TestRelay relay;
   const std::string method = GENERATE("WatchKvPoolCatalog", "SubscribeKvPool", "SubscribeServingReadiness",
                                       "SubscribeKvPoolLoad", "SubscribeServingLoad");
   INFO(method);
-  const char truncated[] = {0x0A, 0x05, 'a'};  // field 1 says 5 bytes follow; 1 does
-  grpc::Slice slice(truncated, sizeof truncated);
+  // subscriber_id (field 1) of one byte that is not UTF-8, then contract_marker (field 127, fixed32).
+  const auto not_utf8 = [](std::uint32_t marker) {
+    std::string bytes = {0x0A, 0x01, '\xff', '\xfd', 0x07};
+    for (int shift = 0; shift < 32; shift += 8) bytes += static_cast<char>((marker >> shift) & 0xFF);
+    return bytes;
+  };
+  struct Case {
+    std::string bytes;
+    grpc::StatusCode code;
+    std::string reason;
+    std::string message;
+  };
+  const Case refused = GENERATE_COPY(
+      Case{std::string{0x0A, 0x05, 'a'},  // field 1 says 5 bytes follow; 1 does
+           grpc::StatusCode::INVALID_ARGUMENT, "RELAY_ERROR_REASON_INVALID_REQUEST", "the request is not a"},
+      Case{not_utf8(0x4B565231), grpc::StatusCode::INVALID_ARGUMENT, "RELAY_ERROR_REASON_INVALID_REQUEST",
+           "subscriber_id: subscriber_id is not UTF-8"},
+      Case{not_utf8(7), grpc::StatusCode::FAILED_PRECONDITION, "RELAY_ERROR_REASON_CONTRACT_MISMATCH",
+           "contract_marker"});
+  INFO(refused.message);
+  grpc::Slice slice(refused.bytes.data(), refused.bytes.size());
   const grpc::ByteBuffer request(&slice, 1);
   grpc::ClientContext context;
   const std::string path = "/dynamo.kvrelay.v1.KvEventRelay/" + method;  // RpcMethod keeps the pointer
@@ -202,11 +222,12 @@ TEST_CASE("A stream request that does not parse is an invalid request", "[contra
   grpc::ByteBuffer frame;
   CHECK_FALSE(reader->Read(&frame));
   const grpc::Status status = reader->Finish();
-  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(status.error_code() == refused.code);
+  CHECK_THAT(status.error_message(), Catch::Contains(refused.message));
   const auto& trailers = context.GetServerTrailingMetadata();
   const auto reason = trailers.find("kv-relay-error-reason");
   REQUIRE(reason != trailers.end());
-  CHECK(std::string(reason->second.data(), reason->second.size()) == "RELAY_ERROR_REASON_INVALID_REQUEST");
+  CHECK(std::string(reason->second.data(), reason->second.size()) == refused.reason);
 
   auto catalog = watch_catalog(relay);  // still serving
   CHECK(catalog->next().has_value());

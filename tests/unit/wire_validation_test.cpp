@@ -599,6 +599,25 @@ TEST_CASE("stream and info requests: marker first, then subscriber_id", "[wire]"
   exercise(v1::SubscribeServingLoadRequest{});
 }
 
+TEST_CASE("a request that does not parse: marker first, then the string that is not UTF-8", "[wire]") {
+  const auto& descriptor = *v1::WatchKvPoolCatalogRequest::descriptor();
+  const auto judged = [&](const std::string& bytes) {
+    const Error error = unparsable_request(bytes, descriptor);
+    return std::string(to_string(error.code)) + " @ " + error.field + ": " + error.message;
+  };
+  // subscriber_id (field 1) of one byte that is not UTF-8, then contract_marker (field 127, fixed32).
+  const auto not_utf8 = [](std::uint32_t marker) {
+    std::string bytes = {0x0A, 0x01, '\xff', '\xfd', 0x07};
+    for (int shift = 0; shift < 32; shift += 8) bytes += static_cast<char>((marker >> shift) & 0xFF);
+    return bytes;
+  };
+  CHECK(judged(not_utf8(kContractMarker)) == "SubscriberIdInvalidUtf8 @ subscriber_id: subscriber_id is not UTF-8");
+  CHECK(judged(not_utf8(7)) == "ContractMarker @ contract_marker: contract marker 0x00000007, expected 0x4b565231");
+  CHECK(judged({0x0A, 0x05, 'a'}) == "Unparsable @ : the request is not a WatchKvPoolCatalogRequest");
+  CHECK(judged({0x0A, 0x01, '\xff'}) ==  // no marker reads as 0
+        "ContractMarker @ contract_marker: contract marker 0x00000000, expected 0x4b565231");
+}
+
 // =================================== descriptor pieces (docs/protocol/rpcs.md#validate-descriptor)
 
 TEST_CASE("endpoint id: namespace, component and endpoint are valid text", "[wire]") {
