@@ -16,6 +16,7 @@
 #include <system_error>
 #include <thread>
 
+#include "app/log_format.hpp"
 #include "app/options.hpp"
 #include "app/relay_runtime.hpp"
 #include "core/build_info.hpp"
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   // about 1 % of the relay's CPU under fan-out load (docs/benchmarks.md). kv-relay's own
   // locking is checked at build time instead (clang -Wthread-safety, tests/thread_safety/).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  spdlog::set_formatter(kvrelay::one_line_formatter());
   auto options = kvrelay::parse_options({argv + 1, argv + argc}, kvrelay::process_environment());
   if (!options) return fail(options.error());
   if (options->help) {

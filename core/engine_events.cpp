@@ -499,10 +499,6 @@ std::size_t complete_blocks(std::size_t blocks, std::size_t tokens, std::uint32_
   return std::min(blocks, (tokens - width) / stride + 1);
 }
 
-std::size_t window_width(const DecoderConfig& config) {
-  return config.block_size + (config.format == hashing::HashFormat::kEagle ? 1 : 0);
-}
-
 }  // namespace
 
 std::string_view to_string(EventRejection rejection) {
@@ -602,8 +598,9 @@ class EventDecoder::EventReader {
     if (!stored) return std::unexpected(stored.error());
     const std::span<const std::uint64_t> hashes = decoder_.hashes_;
     if (hashes.empty()) return {};
-    const std::size_t blocks = complete_blocks(hashes.size(), decoder_.tokens_.size(), decoder_.config_.block_size,
-                                               window_width(decoder_.config_));
+    const std::size_t blocks =
+        complete_blocks(hashes.size(), decoder_.tokens_.size(), decoder_.config_.block_size,
+                        hashing::window_tokens(decoder_.config_.block_size, decoder_.config_.format));
     if (blocks < hashes.size()) ++result_.truncated;
     if (blocks == 0) return {};
     const ingest_v1::BlocksStored& emitted = emit_stored(*stored, hashes.first(blocks));
@@ -652,7 +649,7 @@ class EventDecoder::EventReader {
     stored.set_lora_name(std::string(event.lora_name));
     stored.set_cache_namespace(std::string(cache_namespace_of(event)));
     stored.mutable_blocks()->Reserve(static_cast<int>(hashes.size()));
-    const std::size_t width = window_width(decoder_.config_);
+    const std::size_t width = hashing::window_tokens(decoder_.config_.block_size, decoder_.config_.format);
     for (std::size_t i = 0; i < hashes.size(); ++i) {
       ingest_v1::StoredBlock& block = *stored.add_blocks();
       block.set_block_hash(hashes[i]);

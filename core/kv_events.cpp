@@ -8,10 +8,6 @@ namespace ingest_v1 = ::kvrelay::ingest::v1;
 
 namespace {
 
-std::size_t window_width(const QuerySemantics& semantics) {
-  return semantics.kv_block_size + (semantics.format == hashing::HashFormat::kEagle ? 1 : 0);
-}
-
 EventResult rejected(std::string detail) { return {EventDisposition::kRejected, std::nullopt, std::move(detail)}; }
 
 EventResult applied(std::optional<EventError> error) {
@@ -25,13 +21,14 @@ EventResult applied(std::optional<EventError> error) {
 
 EventResult KvEventApplier::apply_stored(PoolIndex& index, SourceKey source, const ingest_v1::BlocksStored& stored) {
   const std::uint64_t seed = hashing::block_hash_seed(stored.lora_name(), stored.cache_namespace());
+  const std::size_t window = hashing::window_tokens(semantics_.kv_block_size, semantics_.format);
   blocks_.clear();
   for (const ingest_v1::StoredBlock& block : stored.blocks()) {
     if (block.has_tokens()) {
       const auto& tokens = block.tokens().token_ids();
-      if (static_cast<std::size_t>(tokens.size()) != window_width(semantics_)) {
-        return rejected(fmt::format("a token block of {} tokens; the pool hashes windows of {}", tokens.size(),
-                                    window_width(semantics_)));
+      if (static_cast<std::size_t>(tokens.size()) != window) {
+        return rejected(
+            fmt::format("a token block of {} tokens; the pool hashes windows of {}", tokens.size(), window));
       }
       const auto& mm = block.tokens().mm_hashes();
       blocks_.push_back(

@@ -36,7 +36,7 @@ std::vector<std::uint64_t> block_hashes(std::span<const std::uint32_t> tokens, c
   const std::size_t stride = options.kv_block_size;
   if (stride == 0) return hashes;
   // Eagle windows are one token wider, so adjacent windows share a token.
-  const std::size_t width = stride + (options.format == HashFormat::kEagle ? 1 : 0);
+  const std::size_t width = window_tokens(options.kv_block_size, options.format);
   for (std::size_t start = 0, block = 0; start + width <= tokens.size(); start += stride, ++block) {
     std::span<const std::uint64_t> mm;
     if (block < options.multimodal.size() && options.multimodal[block]) {

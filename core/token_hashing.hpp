@@ -2,6 +2,7 @@
 // Token-block hashing and the rolling sequence hash (docs/protocol/cbi1-ckf.md#hashing): the query
 // side of the filter. A consumer hashes a prompt with a pool's KvQuerySemantics and the
 // request's LoRA / cache-namespace salt, then probes each sequence hash.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -13,6 +14,12 @@ namespace kvrelay::hashing {
 inline constexpr std::uint64_t kChainSeed = 1337;
 
 enum class HashFormat : std::uint8_t { kStandard = 1, kEagle = 2 };
+
+// The tokens one block's hash reads: its block size, and under Eagle the next block's first
+// token too. Counted wide: a block size of 2^32 - 1 under Eagle is a window of 2^32, not 0.
+inline std::size_t window_tokens(std::uint32_t kv_block_size, HashFormat format) {
+  return std::size_t{kv_block_size} + (format == HashFormat::kEagle ? 1 : 0);
+}
 
 // Seed of every block hash: 1337 plus the salts of a non-empty LoRA name and cache namespace.
 std::uint64_t block_hash_seed(std::string_view lora_name, std::string_view cache_namespace);

@@ -225,3 +225,23 @@ TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason
   CHECK_THAT(log, Catch::Contains("relay stopped"));
   close(child.output);
 }
+
+TEST_CASE("kv-relay logs a name with a line break inside on one line", "[binary]") {
+  // Valid text (a name only may not begin or end with whitespace), meant to forge a log line.
+  const std::string topology = write_file("forging-name.yaml", R"(
+version: 1
+endpoints:
+  - endpoint: {namespace: "prod\n[2026-01-01 00:00:00.000] [error] forged", component: backend, endpoint: generate}
+    workers:
+      - workerId: 7
+        card: {displayName: m, kvCacheBlockSize: 16, workerType: WORKER_TYPE_AGGREGATED,
+               runtimeConfig: {totalKvBlocks: 100}}
+        kvSources: [{dpRank: 0, push: {}}]
+    liveWorkers: {workerIds: [7]}
+)");
+  RelayChild relay("forging-name", {"--metrics-listen", "off", "--dc-id", "dc-binary-test", "--topology", topology});
+  CHECK(relay.stop() == 0);
+  const std::string log = relay.wait_for_output("relay stopped");
+  CHECK_THAT(log, Catch::Contains("pool materialized: endpoint=prod\\x0a[2026-01-01 00:00:00.000] [error] forged"));
+  CHECK_THAT(log, !Catch::Contains("\n[2026-01-01 00:00:00.000] [error] forged"));
+}

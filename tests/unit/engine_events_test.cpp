@@ -2,6 +2,7 @@
 
 #include <concepts>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -890,4 +891,17 @@ TEST_CASE("decoded events canonicalise to the query-side sequence hashes of the 
     CHECK(index.lineage_entries(source) == 3);
     CHECK(index.unique_blocks() == 3);
   }
+}
+
+TEST_CASE("pushed token blocks: the largest block size under Eagle wants 2^32 tokens, not 0", "[events]") {
+  PoolIndex index({*ckf::bucket_count_for(1024)});
+  KvEventApplier events({std::numeric_limits<std::uint32_t>::max(), hashing::HashFormat::kEagle});
+  ingest_v1::KvEvent event;
+  auto* block = event.mutable_stored()->add_blocks();
+  block->set_block_hash(1);
+  block->mutable_tokens();  // a token block of no tokens
+  const EventResult result = events.apply(index, SourceKey{1, 0}, event);
+  CHECK(result.disposition == EventDisposition::kRejected);
+  CHECK_THAT(result.detail, Catch::Contains("windows of 4294967296"));
+  CHECK(index.unique_blocks() == 0);
 }
