@@ -24,10 +24,13 @@ constexpr const char* kInvalidCredentials =
     "the ingest credentials are not valid: 'authorization' must be 'Bearer <token>' with the token of the relay's "
     "--ingest-token-file";
 
-// How long a unary call waits for its actor's answer before it fails with UNAVAILABLE.
+// How long a unary call waits for its actor's answer before it fails with UNAVAILABLE. GetState's
+// two rounds start when membership takes the request: a membership that takes it within the
+// 2 s left over answers in part rather than the call failing (a backlog longer than that, as
+// in a storm of PutWorker calls, still fails it).
 constexpr auto kAnswerDeadline = std::chrono::seconds(10);
-static_assert(2 * kStateRoundDeadline < kAnswerDeadline,
-              "GetState's two rounds end in time for a partial answer, not an UNAVAILABLE call");
+static_assert(2 * kStateRoundDeadline + std::chrono::seconds(2) <= kAnswerDeadline,
+              "GetState's two rounds leave membership time to take the request");
 
 // An actor's error answer: a refusal by a count limit, or an actor that could not answer.
 RpcStatus status_of(const caf::error& error) {
