@@ -11,6 +11,7 @@
 #include <absl/synchronization/mutex.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>  // SerializationTraits of a protobuf message
 
 #include <cstddef>
 #include <memory>
