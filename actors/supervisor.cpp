@@ -12,18 +12,24 @@ SupervisorActor::behavior_type supervisor(SupervisorActor::stateful_pointer<Supe
   for (const SupervisedActor& watched_actor : self->state.watched) self->monitor(watched_actor.actor);
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& state = self->state;
-    if (state.draining || !state.on_failure) return;
     const auto gone = std::ranges::find_if(state.watched, [&](const SupervisedActor& watched_actor) {
       return watched_actor.actor.address() == down.source;
     });
-    const std::string name = gone == state.watched.end() ? "an unknown actor" : gone->name;
-    auto report = std::exchange(state.on_failure, nullptr);
-    report(name + " exited: " + caf::to_string(down.reason));
+    ++state.down;
+    // While draining, an actor that stops as asked (shutdown, or the runtime's user_shutdown)
+    // is no failure; one that stops with any other reason still is.
+    const bool asked_to = down.reason == caf::exit_reason::normal || down.reason == caf::exit_reason::user_shutdown;
+    if (state.on_failure && !(state.draining && asked_to)) {
+      const std::string name = gone == state.watched.end() ? "an unknown actor" : gone->name;
+      auto report = std::exchange(state.on_failure, nullptr);
+      report(name + " exited: " + caf::to_string(down.reason));
+    }
+    if (state.draining && state.down == state.watched.size()) self->quit();
   });
   return {
       [=](atoms::shutdown_atom, const RpcStatus&) {
         self->state.draining = true;
-        self->quit();
+        if (self->state.down == self->state.watched.size()) self->quit();
       },
   };
 }

@@ -23,7 +23,7 @@ class OneLineMessage final : public spdlog::custom_flag_formatter {
 
 std::unique_ptr<spdlog::formatter> one_line_formatter() {
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<OneLineMessage>('*').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %*");
+  formatter->add_flag<OneLineMessage>('*').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %*");
   return formatter;
 }
 

@@ -8,7 +8,8 @@
 
 namespace kvrelay {
 
-// spdlog's default line, "[time] [level] message", with the message's control bytes escaped
+// spdlog's default line, "[time] [level] message" (the level coloured on a terminal), with the
+// message's control bytes escaped
 // as core/quoted_text.hpp's one_line() escapes them.
 std::unique_ptr<spdlog::formatter> one_line_formatter();
 

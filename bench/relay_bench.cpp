@@ -276,9 +276,7 @@ class ReadOnlyIngest final
     }
     void OnReadDone(bool ok) override {
       if (!ok) {
-        bool own_buffer = false;
-        (void)grpc::SerializationTraits<ingest_v1::PublishKvEventsResponse>::Serialize(
-            ingest_v1::PublishKvEventsResponse{}, response_, &own_buffer);
+        gateway::write_response(ingest_v1::PublishKvEventsResponse{}, response_);
         return Finish(grpc::Status::OK);
       }
       if (request_.take() != nullptr) ++batches_read_;

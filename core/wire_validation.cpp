@@ -8,7 +8,8 @@
 
 #include <fmt/format.h>
 #include <google/protobuf/descriptor.h>
-#include <google/protobuf/unknown_field_set.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 
 namespace kvrelay::wire {
 namespace {
@@ -317,53 +318,51 @@ Status check_unique_producers(const google::protobuf::RepeatedPtrField<Entry>& e
 
 // ---- requests that do not parse ----
 
-// The first string field of `fields` (read as a `descriptor` message) that is not UTF-8; fields
-// the schema does not name are skipped. Every request's strings are top-level fields.
-std::optional<std::string> first_invalid_utf8(const google::protobuf::UnknownFieldSet& fields,
-                                              const google::protobuf::Descriptor& descriptor) {
-  for (int i = 0; i < fields.field_count(); ++i) {
-    const google::protobuf::UnknownField& field = fields.field(i);
-    if (field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
-    const google::protobuf::FieldDescriptor* named = descriptor.FindFieldByNumber(field.number());
-    if (named == nullptr || named->type() != google::protobuf::FieldDescriptor::TYPE_STRING) continue;
-    if (!decode_utf8(field.length_delimited())) return named->name();
-  }
-  return std::nullopt;
-}
+// What a request that did not parse still tells: its last contract_marker (absent: 0) and its
+// last subscriber_id, read off the wire without a schema. Nothing when the bytes are not even
+// well-formed protobuf.
+struct WireFacts {
+  std::uint32_t contract_marker = 0;
+  std::optional<std::string> subscriber_id;
+};
 
-// The last contract_marker of `fields` (the one a parse keeps: a fixed32), or 0.
-std::uint32_t contract_marker_of(const google::protobuf::UnknownFieldSet& fields,
-                                 const google::protobuf::Descriptor& descriptor) {
+std::optional<WireFacts> read_wire_facts(std::string_view bytes, const google::protobuf::Descriptor& descriptor) {
+  using google::protobuf::internal::WireFormatLite;
   const google::protobuf::FieldDescriptor* marker = descriptor.FindFieldByName("contract_marker");
-  std::uint32_t value = 0;
-  if (marker == nullptr) return value;
-  for (int i = 0; i < fields.field_count(); ++i) {
-    const google::protobuf::UnknownField& field = fields.field(i);
-    if (field.number() == marker->number() && field.type() == google::protobuf::UnknownField::TYPE_FIXED32) {
-      value = field.fixed32();
+  const google::protobuf::FieldDescriptor* subscriber = descriptor.FindFieldByName("subscriber_id");
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) return std::nullopt;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  WireFacts facts;
+  while (const std::uint32_t tag = in.ReadTag()) {
+    const int number = static_cast<int>(WireFormatLite::GetTagFieldNumber(tag));
+    const auto wire_type = WireFormatLite::GetTagWireType(tag);
+    if (marker != nullptr && number == marker->number() && wire_type == WireFormatLite::WIRETYPE_FIXED32) {
+      if (!in.ReadLittleEndian32(&facts.contract_marker)) return std::nullopt;
+    } else if (subscriber != nullptr && number == subscriber->number() &&
+               wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      std::string id;
+      if (!WireFormatLite::ReadBytes(&in, &id)) return std::nullopt;
+      facts.subscriber_id = std::move(id);
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return std::nullopt;
     }
   }
-  return value;
+  if (!in.ConsumedEntireMessage()) return std::nullopt;
+  return facts;
 }
 
 }  // namespace
 
 Error unparsable_request(std::string_view bytes, const google::protobuf::Descriptor& descriptor) {
-  const std::string whole = fmt::format("the request is not a {}", descriptor.name());
-  google::protobuf::UnknownFieldSet fields;
-  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
-      !fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return malformed(ErrorCode::kUnparsable, "", whole);
-  }
-  if (auto error = check_request_marker(contract_marker_of(fields, descriptor))) return std::move(*error);
-  if (auto field = first_invalid_utf8(fields, descriptor)) {
-    if (*field == "subscriber_id") {
-      return malformed(ErrorCode::kSubscriberIdInvalidUtf8, *field, "subscriber_id is not UTF-8");
+  const auto facts = read_wire_facts(bytes, descriptor);
+  if (facts) {
+    if (auto error = check_request_marker(facts->contract_marker)) return std::move(*error);
+    if (facts->subscriber_id) {
+      if (auto error = check_subscriber_id(*facts->subscriber_id)) return std::move(*error);
     }
-    std::string message = fmt::format("{} is not UTF-8", *field);
-    return malformed(ErrorCode::kInvalidText, std::move(*field), std::move(message));
   }
-  return malformed(ErrorCode::kUnparsable, "", whole);
+  return malformed(ErrorCode::kUnparsable, "", fmt::format("the request is not a {}", descriptor.name()));
 }
 
 // ---- names ----

@@ -125,8 +125,9 @@ v1::RelayErrorReason request_error_reason(const Error& error);
 
 // Why a request that does not parse as a `descriptor` message is refused, judged in the order of
 // the checks it could not reach (docs/protocol/decisions.md#d46): a contract_marker that is not
-// kContractMarker first (absent reads as 0), then the first string field that is not UTF-8
-// (subscriber_id as check_subscriber_id names it), else the bytes as a whole.
+// kContractMarker first (absent reads as 0), then its subscriber_id as check_subscriber_id
+// judges it (length first: not UTF-8 is what makes a parse fail), else the bytes as a whole.
+// Reads the bytes once, keeping only the subscriber_id.
 Error unparsable_request(std::string_view bytes, const google::protobuf::Descriptor& descriptor);
 
 // ---- text ----

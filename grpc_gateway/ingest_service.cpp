@@ -193,10 +193,7 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>> {
     count(ack.outcome);
   }
   std::optional<grpc::Status> early_status() final { return ending_ ? ending_ : failing(); }
-  void respond() final {
-    bool own_buffer = false;
-    (void)grpc::SerializationTraits<Response>::Serialize(response_, wire_response_, &own_buffer);
-  }
+  void respond() final { write_response(response_, wire_response_); }
 
   StreamSettings settings_;
   grpc::ByteBuffer* wire_response_;  // the call's, written once as the stream ends OK

@@ -12,8 +12,10 @@ namespace {
 
 void log_protobuf_report(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
   static RateLimitedLog reports;
-  if (level == google::protobuf::LOGLEVEL_INFO) return spdlog::debug("libprotobuf ({}:{}): {}", file, line, message);
-  // libprotobuf stops the process after a fatal report: it is never held back.
+  if (level == google::protobuf::LOGLEVEL_INFO) {
+    return spdlog::debug("libprotobuf ({}:{}): {}", file, line, one_line(message));
+  }
+  // libprotobuf throws after a fatal report: it is never held back.
   if (level == google::protobuf::LOGLEVEL_FATAL) {
     return spdlog::critical("libprotobuf ({}:{}): {}", file, line, one_line(message));
   }

@@ -7,8 +7,8 @@
 namespace kvrelay::gateway {
 
 // Process-wide and idempotent; call it before serving (libprotobuf's handler is not
-// thread-safe to replace). A fatal report, after which libprotobuf stops the process, is
-// logged critical and never held back.
+// thread-safe to replace). A fatal report (libprotobuf then throws FatalException) is logged
+// critical and never held back.
 void route_protobuf_log();
 
 }  // namespace kvrelay::gateway

@@ -32,6 +32,14 @@ std::shared_ptr<Message> make_arena_message() {
   return std::shared_ptr<Message>(std::move(arena), message);
 }
 
+// `response` serialized into a raw method's response buffer: what a client stream answers
+// when it ends OK.
+template <class Response>
+void write_response(const Response& response, grpc::ByteBuffer* buffer) {
+  bool own_buffer = false;
+  (void)grpc::SerializationTraits<Response>::Serialize(response, buffer, &own_buffer);
+}
+
 // Where a WindowedReader's read lands: the request's bytes, parsed here rather than by gRPC.
 // gRPC reports a request that does not parse (a string field that is not UTF-8, bytes of
 // another schema) exactly as the client's end of the stream, so a stream would end OK with the
@@ -46,6 +54,8 @@ class ParsedRequests {
     if (!grpc::SerializationTraits<Request>::Deserialize(&bytes_, request.get()).ok()) return nullptr;
     return request;
   }
+  // A read the reader will not apply: dropped unparsed.
+  void discard() { bytes_.Clear(); }
 
  private:
   grpc::ByteBuffer bytes_;
@@ -66,9 +76,10 @@ class ParsedRequests {
 //    released; detach() (OnDone, just before `delete this`) clears the pointer and waits until
 //    none is inside. So no acknowledgement reaches a deleted reader, and a late one is
 //    dropped, though still counted. What the stream holds is let go outside the lock.
-//  * mutex_ guards the window state (annotated below). tally() and early_status() run under
-//    it: they only bookkeep in the response, and an override must keep it that way (no
-//    blocking, no call back into the reader, no gRPC call). forward() runs without it.
+//  * mutex_ guards the window state (annotated below). tally(), early_status() and respond()
+//    run under it: they only bookkeep in the response (respond() serializes it into the
+//    call's buffer), and an override must keep it that way (no blocking, no call back into the
+//    reader, no call into a gRPC call object). forward() runs without it.
 //  `requests_` is not under mutex_: it belongs to the outstanding read (see below).
 //
 // Calls into gRPC (StartRead, Finish) are decided under mutex_ and made after unlocking, by
@@ -173,7 +184,7 @@ class WindowedReader : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       absl::MutexLock lock(&mutex_);
       if (finished_) {
         // Read before the stream finished, completed after: the stream applies nothing more.
-        requests_.take();
+        requests_.discard();
         return;
       }
       ++in_flight_;         // before forward(), which may acknowledge synchronously

@@ -614,6 +614,11 @@ TEST_CASE("a request that does not parse: marker first, then the string that is 
   CHECK(judged(not_utf8(kContractMarker)) == "SubscriberIdInvalidUtf8 @ subscriber_id: subscriber_id is not UTF-8");
   CHECK(judged(not_utf8(7)) == "ContractMarker @ contract_marker: contract marker 0x00000007, expected 0x4b565231");
   CHECK(judged({0x0A, 0x05, 'a'}) == "Unparsable @ : the request is not a WatchKvPoolCatalogRequest");
+  // Judged as a parsed request's subscriber_id is: too long before not UTF-8.
+  std::string long_id = {0x0A, static_cast<char>(0xC8), 0x01};  // 200 bytes follow
+  long_id += std::string(200, '\xff');
+  CHECK(judged(long_id + not_utf8(kContractMarker).substr(3)) ==
+        "SubscriberIdTooLong @ subscriber_id: subscriber_id has 200 bytes, at most 128 allowed");
   CHECK(judged({0x0A, 0x01, '\xff'}) ==  // no marker reads as 0
         "ContractMarker @ contract_marker: contract marker 0x00000000, expected 0x4b565231");
 }
