@@ -36,6 +36,7 @@
 #include "core/token_hashing.hpp"
 #include "dynamo/kvrelay/v1/relay.grpc.pb.h"
 #include "grpc_gateway/ingest_service.hpp"
+#include "grpc_gateway/status.hpp"
 #include "grpc_gateway/windowed_reader.hpp"
 #include "kvrelay/ingest/v1/ingest.grpc.pb.h"
 

@@ -117,6 +117,13 @@ class StreamCredentials {
   std::string peer_;
 };
 
+// Why bytes that do not parse as a Request are refused.
+template <class Request>
+std::string unparsable() {
+  return "the request does not parse as a " + Request::descriptor()->full_name() +
+         " (a string field that is not valid UTF-8, or the bytes of another message)";
+}
+
 // What a stream's reader is told of one request: the outcome its actor answered, or the status
 // that ends the stream unanswered: a request above a size limit (INVALID_ARGUMENT: the feeder
 // sends what this relay does not take, and going on would only turn the loss into a sequence
@@ -168,8 +175,7 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>> {
   // What is wrong with `request` on its own (null: it did not parse), by `structure` if it parsed.
   static ingest_check::Problem malformed(const Request* request, ingest_check::Problem (*structure)(const Request&)) {
     if (request != nullptr) return structure(*request);
-    return "it does not parse as a " + Request::descriptor()->full_name() +
-           " (a string field that is not valid UTF-8, or the bytes of another message)";
+    return unparsable<Request>();
   }
   void answer(const Outcome& outcome) { this->gate()->acknowledge(Ack{outcome, std::nullopt}); }
   // What an actor answers through; `unanswered` goes back if it is dropped unanswered.
@@ -299,14 +305,24 @@ std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService:
 }
 
 template <class Request>
-ingest_check::Problem IngestService::checked(metrics::IngestCall call, const Request& request,
+ingest_check::Problem IngestService::parsed(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
+  if (grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) return std::nullopt;
+  return invalid(call, unparsable<Request>());
+}
+
+template <class Request>
+ingest_check::Problem IngestService::checked(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request,
                                              ingest_check::Problem (*structure)(const Request&)) {
+  if (auto problem = parsed(call, bytes, request)) return problem;
   if (auto over = ingest_check::oversize(request, config_.limits)) return refused_oversize(metrics_, request, *over);
-  auto problem = structure(request);
-  if (problem) {
-    rejected_input_log().warn(fmt::format("rejected {}: {}", metrics::label(call), *problem));
-    if (metrics_ != nullptr) metrics_->ingest_request_invalid(call);
-  }
+  if (auto problem = structure(request)) return invalid(call, std::move(*problem));
+  return std::nullopt;
+}
+
+ingest_check::Problem IngestService::invalid(metrics::IngestCall call, std::string problem) {
+  rejected_input_log().warn(fmt::format("rejected {}: {}", metrics::label(call), problem));
+  if (metrics_ != nullptr) metrics_->ingest_request_invalid(call);
   return problem;
 }
 
@@ -316,11 +332,13 @@ ingest_check::Problem IngestService::checked_report(metrics::ServingLoadSource s
   return problem;
 }
 
-// Asks `target` (membership, the serving-load window) from a short-lived actor: its answer, or
-// the error when it cannot answer (gone, or past the deadline) or refuses, finishes the RPC.
-template <class Response, class Target, class Check, class... Message>
+// Asks `target` (membership, the serving-load window) from a short-lived actor with the
+// message make_message() builds once `check` passed: its answer (serialized as the call's
+// Response), or the error when it cannot answer (gone, or past the deadline) or refuses,
+// finishes the RPC.
+template <class Response, class Target, class Check, class MakeMessage>
 grpc::ServerUnaryReactor* IngestService::unary(grpc::CallbackServerContext* context, const Target& target,
-                                               Response* response, Check check, Message... message) {
+                                               grpc::ByteBuffer* response, Check check, MakeMessage make_message) {
   auto* reactor = context->DefaultReactor();
   if (auto refused = refusal(*context)) {
     reactor->Finish(std::move(*refused));
@@ -333,11 +351,11 @@ grpc::ServerUnaryReactor* IngestService::unary(grpc::CallbackServerContext* cont
   // The handle is an argument, not a capture: CAF 0.17 dereferences a null argument tuple
   // when a function actor takes none (UBSan reports it).
   peers_.system->spawn(
-      [=](caf::event_based_actor* self, const Target& asked) {
-        self->request(asked, kAnswerDeadline, message...)
+      [=, message = make_message()](caf::event_based_actor* self, const Target& asked) {
+        std::apply([&](const auto&... parts) { return self->request(asked, kAnswerDeadline, parts...); }, message)
             .then(
-                [=](Response& answer) {
-                  *response = std::move(answer);
+                [=](const Response& answer) {
+                  write_response(answer, response);
                   reactor->Finish(grpc::Status::OK);
                 },
                 [=](const caf::error& error) { reactor->Finish(to_grpc(context, status_of(error))); });
@@ -348,77 +366,84 @@ grpc::ServerUnaryReactor* IngestService::unary(grpc::CallbackServerContext* cont
 
 // ---- calls ----
 
-grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context,
-                                                   const ingest_v1::PutWorkerRequest* request,
-                                                   ingest_v1::PutWorkerResponse* response) {
-  return unary(
+grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
+                                                   grpc::ByteBuffer* response) {
+  ingest_v1::PutWorkerRequest request;
+  return unary<ingest_v1::PutWorkerResponse>(
       context, peers_.membership, response,
-      [&] { return checked(metrics::IngestCall::kPutWorker, *request, &ingest_check::put_worker); },
-      atoms::put_worker_atom_v, *request);
+      [&] { return checked(metrics::IngestCall::kPutWorker, *bytes, request, &ingest_check::put_worker); },
+      [&] { return std::make_tuple(atoms::put_worker_atom_v, request); });
 }
 
 grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
-                                                      const ingest_v1::RemoveWorkerRequest* request,
-                                                      ingest_v1::RemoveWorkerResponse* response) {
-  return unary(
+                                                      const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
+  ingest_v1::RemoveWorkerRequest request;
+  return unary<ingest_v1::RemoveWorkerResponse>(
       context, peers_.membership, response,
-      [&] { return checked(metrics::IngestCall::kRemoveWorker, *request, &ingest_check::remove_worker); },
-      atoms::remove_worker_atom_v, *request);
+      [&] { return checked(metrics::IngestCall::kRemoveWorker, *bytes, request, &ingest_check::remove_worker); },
+      [&] { return std::make_tuple(atoms::remove_worker_atom_v, request); });
 }
 
 grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
-                                                         const ingest_v1::SetAvailabilityRequest* request,
-                                                         ingest_v1::SetAvailabilityResponse* response) {
-  return unary(
+                                                         const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
+  ingest_v1::SetAvailabilityRequest request;
+  return unary<ingest_v1::SetAvailabilityResponse>(
       context, peers_.membership, response,
-      [&] { return checked(metrics::IngestCall::kSetAvailability, *request, &ingest_check::set_availability); },
-      atoms::availability_atom_v, *request);
+      [&] { return checked(metrics::IngestCall::kSetAvailability, *bytes, request, &ingest_check::set_availability); },
+      [&] { return std::make_tuple(atoms::availability_atom_v, request); });
 }
 
-grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context,
-                                                  const ingest_v1::GetStateRequest*, ingest_v1::RelayState* response) {
-  return unary(
-      context, peers_.membership, response, [] { return ingest_check::Problem{}; }, atoms::get_state_atom_v);
+grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
+                                                  grpc::ByteBuffer* response) {
+  ingest_v1::GetStateRequest request;
+  return unary<ingest_v1::RelayState>(
+      context, peers_.membership, response, [&] { return parsed(metrics::IngestCall::kGetState, *bytes, request); },
+      [&] { return std::make_tuple(atoms::get_state_atom_v); });
 }
 
 grpc::ServerUnaryReactor* IngestService::ReportFrontendLoad(grpc::CallbackServerContext* context,
-                                                            const ingest_v1::FrontendLoadReport* request,
-                                                            ingest_v1::ReportFrontendLoadResponse* response) {
-  const auto check = [&] {
-    return checked_report(
-        metrics::ServingLoadSource::kFrontend,
-        checked(metrics::IngestCall::kReportFrontendLoad, *request, &ingest_check::frontend_load_report));
-  };
-  return unary(context, peers_.serving_load, response, check, atoms::frontend_load_atom_v, *request);
+                                                            const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
+  ingest_v1::FrontendLoadReport request;
+  return unary<ingest_v1::ReportFrontendLoadResponse>(
+      context, peers_.serving_load, response,
+      [&] {
+        return checked_report(
+            metrics::ServingLoadSource::kFrontend,
+            checked(metrics::IngestCall::kReportFrontendLoad, *bytes, request, &ingest_check::frontend_load_report));
+      },
+      [&] { return std::make_tuple(atoms::frontend_load_atom_v, request); });
 }
 
 grpc::ServerUnaryReactor* IngestService::ReportSchedulerLoad(grpc::CallbackServerContext* context,
-                                                             const ingest_v1::SchedulerLoadReport* request,
-                                                             ingest_v1::ReportSchedulerLoadResponse* response) {
-  const auto check = [&] {
-    return checked_report(
-        metrics::ServingLoadSource::kScheduler,
-        checked(metrics::IngestCall::kReportSchedulerLoad, *request, &ingest_check::scheduler_load_report));
-  };
-  return unary(context, peers_.serving_load, response, check, atoms::scheduler_load_atom_v, *request);
+                                                             const grpc::ByteBuffer* bytes,
+                                                             grpc::ByteBuffer* response) {
+  ingest_v1::SchedulerLoadReport request;
+  return unary<ingest_v1::ReportSchedulerLoadResponse>(
+      context, peers_.serving_load, response,
+      [&] {
+        return checked_report(
+            metrics::ServingLoadSource::kScheduler,
+            checked(metrics::IngestCall::kReportSchedulerLoad, *bytes, request, &ingest_check::scheduler_load_report));
+      },
+      [&] { return std::make_tuple(atoms::scheduler_load_atom_v, request); });
 }
 
 grpc::ServerUnaryReactor* IngestService::SetFrontends(grpc::CallbackServerContext* context,
-                                                      const ingest_v1::SetFrontendsRequest* request,
-                                                      ingest_v1::SetFrontendsResponse* response) {
-  return unary(
+                                                      const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
+  ingest_v1::SetFrontendsRequest request;
+  return unary<ingest_v1::SetFrontendsResponse>(
       context, peers_.serving_load, response,
-      [&] { return checked(metrics::IngestCall::kSetFrontends, *request, &ingest_check::set_frontends); },
-      atoms::frontends_atom_v, *request);
+      [&] { return checked(metrics::IngestCall::kSetFrontends, *bytes, request, &ingest_check::set_frontends); },
+      [&] { return std::make_tuple(atoms::frontends_atom_v, request); });
 }
 
 grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerContext* context,
-                                                       const ingest_v1::SetSchedulersRequest* request,
-                                                       ingest_v1::SetSchedulersResponse* response) {
-  return unary(
+                                                       const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
+  ingest_v1::SetSchedulersRequest request;
+  return unary<ingest_v1::SetSchedulersResponse>(
       context, peers_.serving_load, response,
-      [&] { return checked(metrics::IngestCall::kSetSchedulers, *request, &ingest_check::set_schedulers); },
-      atoms::schedulers_atom_v, *request);
+      [&] { return checked(metrics::IngestCall::kSetSchedulers, *bytes, request, &ingest_check::set_schedulers); },
+      [&] { return std::make_tuple(atoms::schedulers_atom_v, request); });
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* IngestService::PublishKvEvents(grpc::CallbackServerContext* context,

@@ -46,11 +46,17 @@ struct IngestServiceConfig {
   std::size_t read_window = 64;      // a stream's requests read ahead of their acknowledgements
 };
 
-// The two client streams are read as bytes and parsed by their readers
-// (grpc_gateway/windowed_reader.hpp), so that a request that does not parse is refused on its
-// own instead of ending the stream as if the client had closed it.
-using IngestCallbacks = ingest_v1::RelayIngest::WithRawCallbackMethod_PublishKvEvents<
-    ingest_v1::RelayIngest::WithRawCallbackMethod_ReportLoad<ingest_v1::RelayIngest::CallbackService>>;
+// Every method is registered raw: its requests are read as bytes and parsed here, so that a
+// request that does not parse (a string field that is not UTF-8) is refused with
+// INVALID_ARGUMENT saying so, counted and logged, rather than answered UNIMPLEMENTED by gRPC
+// (a unary call) or taken for the client's end (a stream, grpc_gateway/windowed_reader.hpp).
+using ingest_rpc = ingest_v1::RelayIngest;
+using IngestCallbacks = ingest_rpc::WithRawCallbackMethod_PutWorker<
+    ingest_rpc::WithRawCallbackMethod_RemoveWorker<ingest_rpc::WithRawCallbackMethod_SetAvailability<
+        ingest_rpc::WithRawCallbackMethod_PublishKvEvents<ingest_rpc::WithRawCallbackMethod_ReportLoad<
+            ingest_rpc::WithRawCallbackMethod_GetState<ingest_rpc::WithRawCallbackMethod_ReportFrontendLoad<
+                ingest_rpc::WithRawCallbackMethod_ReportSchedulerLoad<ingest_rpc::WithRawCallbackMethod_SetFrontends<
+                    ingest_rpc::WithRawCallbackMethod_SetSchedulers<ingest_rpc::Service>>>>>>>>>>;
 
 class IngestService final : public IngestCallbacks {
  public:
@@ -61,16 +67,18 @@ class IngestService final : public IngestCallbacks {
         metrics_(metrics),
         streams_("ingest stream", config_.max_streams) {}
 
-  grpc::ServerUnaryReactor* PutWorker(grpc::CallbackServerContext* context, const ingest_v1::PutWorkerRequest* request,
-                                      ingest_v1::PutWorkerResponse* response) override;
-  grpc::ServerUnaryReactor* RemoveWorker(grpc::CallbackServerContext* context,
-                                         const ingest_v1::RemoveWorkerRequest* request,
-                                         ingest_v1::RemoveWorkerResponse* response) override;
-  grpc::ServerUnaryReactor* SetAvailability(grpc::CallbackServerContext* context,
-                                            const ingest_v1::SetAvailabilityRequest* request,
-                                            ingest_v1::SetAvailabilityResponse* response) override;
-  grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context, const ingest_v1::GetStateRequest* request,
-                                     ingest_v1::RelayState* response) override;
+  // A PutWorkerRequest, a PutWorkerResponse.
+  grpc::ServerUnaryReactor* PutWorker(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // A RemoveWorkerRequest, a RemoveWorkerResponse.
+  grpc::ServerUnaryReactor* RemoveWorker(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  // A SetAvailabilityRequest, a SetAvailabilityResponse.
+  grpc::ServerUnaryReactor* SetAvailability(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
+  // A GetStateRequest, a RelayState.
+  grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   // KvEventBatch requests, a PublishKvEventsResponse.
   grpc::ServerReadReactor<grpc::ByteBuffer>* PublishKvEvents(grpc::CallbackServerContext* context,
                                                              grpc::ByteBuffer* response) override;
@@ -78,18 +86,18 @@ class IngestService final : public IngestCallbacks {
   grpc::ServerReadReactor<grpc::ByteBuffer>* ReportLoad(grpc::CallbackServerContext* context,
                                                         grpc::ByteBuffer* response) override;
 
-  grpc::ServerUnaryReactor* ReportFrontendLoad(grpc::CallbackServerContext* context,
-                                               const ingest_v1::FrontendLoadReport* request,
-                                               ingest_v1::ReportFrontendLoadResponse* response) override;
-  grpc::ServerUnaryReactor* ReportSchedulerLoad(grpc::CallbackServerContext* context,
-                                                const ingest_v1::SchedulerLoadReport* request,
-                                                ingest_v1::ReportSchedulerLoadResponse* response) override;
-  grpc::ServerUnaryReactor* SetFrontends(grpc::CallbackServerContext* context,
-                                         const ingest_v1::SetFrontendsRequest* request,
-                                         ingest_v1::SetFrontendsResponse* response) override;
-  grpc::ServerUnaryReactor* SetSchedulers(grpc::CallbackServerContext* context,
-                                          const ingest_v1::SetSchedulersRequest* request,
-                                          ingest_v1::SetSchedulersResponse* response) override;
+  // A FrontendLoadReport, a ReportFrontendLoadResponse.
+  grpc::ServerUnaryReactor* ReportFrontendLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) override;
+  // A SchedulerLoadReport, a ReportSchedulerLoadResponse.
+  grpc::ServerUnaryReactor* ReportSchedulerLoad(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) override;
+  // A SetFrontendsRequest, a SetFrontendsResponse.
+  grpc::ServerUnaryReactor* SetFrontends(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  // A SetSchedulersRequest, a SetSchedulersResponse.
+  grpc::ServerUnaryReactor* SetSchedulers(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
 
   // From now on every new call is refused with UNAVAILABLE.
   void begin_drain() { draining_ = true; }
@@ -104,16 +112,22 @@ class IngestService final : public IngestCallbacks {
   // A client stream's permit, or the status that refuses it.
   std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> admit_stream(
       const grpc::CallbackServerContext& context);
-  // The size limits, then `structure`: the first problem, counted and logged (a size one as
-  // a limit refusal, a structural one as an invalid request of `call`).
+  // `bytes` parsed into `request`, or the problem that they do not parse (counted and logged as
+  // an invalid request of `call`).
   template <class Request>
-  ingest_check::Problem checked(metrics::IngestCall call, const Request& request,
+  ingest_check::Problem parsed(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request);
+  // parsed(), the size limits, then `structure`: the first problem, counted and logged (a size
+  // one as a limit refusal, the others as an invalid request of `call`).
+  template <class Request>
+  ingest_check::Problem checked(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request,
                                 ingest_check::Problem (*structure)(const Request&));
+  ingest_check::Problem invalid(metrics::IngestCall call, std::string problem);
   ingest_check::Problem checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem);
-  // Admits the call, checks it with `check`, then asks `target` and finishes with its answer.
-  template <class Response, class Target, class Check, class... Message>
-  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const Target& target, Response* response,
-                                  Check check, Message... message);
+  // Admits the call, checks it with `check`, then asks `target` with make_message() and
+  // finishes with its answer, serialized as Response.
+  template <class Response, class Target, class Check, class MakeMessage>
+  grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const Target& target,
+                                  grpc::ByteBuffer* response, Check check, MakeMessage make_message);
 
   IngestPeers peers_;
   IngestServiceConfig config_;

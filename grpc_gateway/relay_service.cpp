@@ -52,6 +52,16 @@ RawStream* open_watch(caf::actor_system& system, StreamRelease release, metrics:
   return reactor;
 }
 
+// The request as the typed API would have parsed it, then validated: what is wrong with it.
+template <class Request>
+wire::Status parse_request(const grpc::ByteBuffer& bytes, Request& request) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
+  if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) {
+    return wire::unparsable_request(flatten(bytes), *Request::descriptor());
+  }
+  return wire::check_request(request);
+}
+
 }  // namespace
 
 RelayService::RelayService(caf::actor_system& system, RelayServiceConfig config, RelayServicePeers peers)
@@ -80,15 +90,10 @@ void RelayService::await_streams_ended(std::chrono::system_clock::time_point dea
   }
 }
 
-// The request as the typed API would have parsed it, then validated.
 template <class Request>
 RawStream* RelayService::read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
                                       const grpc::ByteBuffer& bytes, Request& request) {
-  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
-  if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) {
-    return refuse(context, rpc, rejection(wire::unparsable_request(flatten(bytes), *Request::descriptor())));
-  }
-  if (auto error = wire::check_request(request)) return refuse(context, rpc, rejection(*error));
+  if (auto error = parse_request(bytes, request)) return refuse(context, rpc, rejection(*error));
   return nullptr;
 }
 
@@ -152,16 +157,19 @@ StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscr
 }
 
 grpc::ServerUnaryReactor* RelayService::GetRelayInfo(grpc::CallbackServerContext* context,
-                                                     const v1::RelayInfoRequest* request, v1::RelayInfo* response) {
+                                                     const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
   auto* reactor = context->DefaultReactor();
+  v1::RelayInfoRequest request;
   if (draining_) {
     reactor->Finish(to_grpc(context, draining_status()));
-  } else if (auto error = wire::check_request(*request)) {
+  } else if (auto error = parse_request(*bytes, request)) {
     reactor->Finish(to_grpc(context, rejection(*error)));
   } else {
-    response->set_protocol_version(wire::kProtocolVersion);
-    *response->mutable_relay() = config_.relay;
-    response->set_contract_marker(wire::kContractMarker);
+    v1::RelayInfo info;
+    info.set_protocol_version(wire::kProtocolVersion);
+    *info.mutable_relay() = config_.relay;
+    info.set_contract_marker(wire::kContractMarker);
+    write_response(info, response);
     reactor->Finish(grpc::Status::OK);
   }
   return reactor;

@@ -45,20 +45,22 @@ struct RelayServicePeers {
   ServingLoadWindowActor serving_load;
 };
 
-// Every stream RPC is a raw method: its frames go out as bytes serialized once and shared by
-// its streams (grpc_gateway/wire_write.hpp), and its request is parsed here.
-using RawStreamingService =
+// Every RPC is a raw method: a stream's frames go out as bytes serialized once and shared by
+// its streams (grpc_gateway/wire_write.hpp), and every request is parsed here, so that one that
+// does not parse is judged and answered as the contract's errors are (decisions.md#d46).
+using RawService = v1::KvEventRelay::WithRawCallbackMethod_GetRelayInfo<
     v1::KvEventRelay::WithRawCallbackMethod_WatchKvPoolCatalog<v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPool<
         v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingReadiness<
             v1::KvEventRelay::WithRawCallbackMethod_SubscribeKvPoolLoad<
-                v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingLoad<v1::KvEventRelay::CallbackService>>>>>;
+                v1::KvEventRelay::WithRawCallbackMethod_SubscribeServingLoad<v1::KvEventRelay::Service>>>>>>;
 
-class RelayService final : public RawStreamingService {
+class RelayService final : public RawService {
  public:
   RelayService(caf::actor_system& system, RelayServiceConfig config, RelayServicePeers peers);
 
-  grpc::ServerUnaryReactor* GetRelayInfo(grpc::CallbackServerContext* context, const v1::RelayInfoRequest* request,
-                                         v1::RelayInfo* response) override;
+  // A RelayInfoRequest, a RelayInfo.
+  grpc::ServerUnaryReactor* GetRelayInfo(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   RawStream* WatchKvPoolCatalog(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   RawStream* SubscribeKvPool(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   RawStream* SubscribeServingReadiness(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;

@@ -1,7 +1,8 @@
 #pragma once
-// RpcStatus -> grpc::Status, with the reason in the `kv-relay-error-reason` trailer; a call
-// refused before it started.
+// What a call ends with: RpcStatus -> grpc::Status, with the reason in the
+// `kv-relay-error-reason` trailer; a raw method's response; a call refused before it started.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 
 #include "core/rpc_status.hpp"
 
@@ -13,6 +14,13 @@ inline grpc::Status to_grpc(grpc::ServerContextBase* context, const RpcStatus& s
     context->AddTrailingMetadata(std::string(kErrorReasonTrailer), std::string(reason_name(*status.reason)));
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message);
+}
+
+// `response` serialized into a raw method's response buffer, before the call finishes OK.
+template <class Response>
+void write_response(const Response& response, grpc::ByteBuffer* buffer) {
+  bool own_buffer = false;
+  (void)grpc::SerializationTraits<Response>::Serialize(response, buffer, &own_buffer);
 }
 
 // A call refused before it started: trailers-only, with `status`. No shared state: Finish is

@@ -32,14 +32,6 @@ std::shared_ptr<Message> make_arena_message() {
   return std::shared_ptr<Message>(std::move(arena), message);
 }
 
-// `response` serialized into a raw method's response buffer: what a client stream answers
-// when it ends OK.
-template <class Response>
-void write_response(const Response& response, grpc::ByteBuffer* buffer) {
-  bool own_buffer = false;
-  (void)grpc::SerializationTraits<Response>::Serialize(response, buffer, &own_buffer);
-}
-
 // Where a WindowedReader's read lands: the request's bytes, parsed here rather than by gRPC.
 // gRPC reports a request that does not parse (a string field that is not UTF-8, bytes of
 // another schema) exactly as the client's end of the stream, so a stream would end OK with the

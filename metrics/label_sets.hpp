@@ -145,14 +145,15 @@ KVRELAY_LABEL_SET(AuthFailure, "reason", KVRELAY_AUTH_FAILURES);
 KVRELAY_LABEL_SET(IngestLimit, "limit", KVRELAY_INGEST_LIMITS);
 
 // The unary ingest RPCs whose requests are checked before anything of them applies.
-#define KVRELAY_CHECKED_INGEST_CALLS(X)        \
-  X(kPutWorker, "PutWorker")                   \
-  X(kRemoveWorker, "RemoveWorker")             \
-  X(kSetAvailability, "SetAvailability")       \
-  X(kSetFrontends, "SetFrontends")             \
-  X(kSetSchedulers, "SetSchedulers")           \
-  X(kReportFrontendLoad, "ReportFrontendLoad") \
-  X(kReportSchedulerLoad, "ReportSchedulerLoad")
+#define KVRELAY_CHECKED_INGEST_CALLS(X)          \
+  X(kPutWorker, "PutWorker")                     \
+  X(kRemoveWorker, "RemoveWorker")               \
+  X(kSetAvailability, "SetAvailability")         \
+  X(kSetFrontends, "SetFrontends")               \
+  X(kSetSchedulers, "SetSchedulers")             \
+  X(kReportFrontendLoad, "ReportFrontendLoad")   \
+  X(kReportSchedulerLoad, "ReportSchedulerLoad") \
+  X(kGetState, "GetState")
 KVRELAY_LABEL_SET(IngestCall, "rpc", KVRELAY_CHECKED_INGEST_CALLS);
 
 // The kind of a KV event of an accepted batch.

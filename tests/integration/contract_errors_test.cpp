@@ -1,5 +1,6 @@
 // docs/protocol/rpcs.md#request-validation: every request error, with its status code and
 // trailer (docs/protocol/errors.md#reason-table).
+#include <grpcpp/impl/client_unary_call.h>
 #include <catch2/catch.hpp>
 
 #include "tests/integration/harness.hpp"
@@ -231,4 +232,24 @@ TEST_CASE("A stream request that does not parse is an invalid request", "[contra
 
   auto catalog = watch_catalog(relay);  // still serving
   CHECK(catalog->next().has_value());
+}
+
+// GetRelayInfo is a raw method too: gRPC would answer a request it cannot parse UNIMPLEMENTED.
+TEST_CASE("A GetRelayInfo request that does not parse is an invalid request", "[contract]") {
+  TestRelay relay;
+  const char truncated[] = {0x0A, 0x05, 'a'};  // field 1 says 5 bytes follow; 1 does
+  grpc::Slice slice(truncated, sizeof truncated);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  const grpc::internal::RpcMethod rpc("/dynamo.kvrelay.v1.KvEventRelay/GetRelayInfo",
+                                      grpc::internal::RpcMethod::NORMAL_RPC);
+  const grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      relay.wan_channel().get(), rpc, &context, request, &response);
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(), Catch::Contains("the request is not a RelayInfoRequest"));
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto reason = trailers.find("kv-relay-error-reason");
+  REQUIRE(reason != trailers.end());
+  CHECK(std::string(reason->second.data(), reason->second.size()) == "RELAY_ERROR_REASON_INVALID_REQUEST");
 }

@@ -87,6 +87,12 @@ TEST_CASE("malformed unary calls answer INVALID_ARGUMENT naming the field", "[in
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(), Catch::Contains("card.needs[0].all_of[0]"));
   }
+  SECTION("a name that is not UTF-8: the request does not parse (gRPC itself answered UNIMPLEMENTED)") {
+    request.mutable_endpoint()->set_namespace_("pro\xff");
+    const auto status = relay.put_worker_status(request);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("does not parse as a kvrelay.ingest.v1.PutWorkerRequest"));
+  }
   SECTION("availability without an endpoint") {
     rpc = "SetAvailability";
     grpc::ClientContext context;
