@@ -142,7 +142,8 @@ using ScrapeCollector = KeyedCollector<ScrapeStats>;
   X(ingest_limit_refusals_, Counter, "kv_relay_ingest_limit_refusals_total",                                         \
     "Ingest requests and streams refused by an ingest limit, by limit", IngestLimit)                                 \
   X(ingest_invalid_requests_, Counter, "kv_relay_ingest_invalid_requests_total",                                     \
-    "Unary ingest requests refused INVALID_ARGUMENT by their structural check, by RPC", IngestCall)                  \
+    "Unary ingest requests refused INVALID_ARGUMENT: they do not parse, or by their structural check, by RPC",       \
+    IngestCall)                                                                                                      \
   X(readiness_entries_, Gauge, "kv_relay_readiness_entries",                                                         \
     "Serving readiness entries of the current revision, by state", ReadinessLabel)                                   \
   X(mailbox_depth_, Gauge, "kv_relay_mailbox_depth",                                                                 \

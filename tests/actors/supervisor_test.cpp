@@ -11,15 +11,17 @@ using namespace kvrelay::test;
 
 namespace {
 
-// A stand-in for a core actor: it ends when told to quit (exit reason normal).
-caf::behavior core_actor(caf::event_based_actor* self) {
+// A stand-in for a core actor: it ends when told to quit (exit reason normal). It takes an
+// argument it does not need: CAF 0.17 dereferences a null argument tuple when a function actor
+// takes none (UBSan reports it).
+caf::behavior core_actor(caf::event_based_actor* self, const std::string& /*name*/) {
   return {[self](atoms::shutdown_atom, const RpcStatus&) { self->quit(); }};
 }
 
 struct Watched {
   ActorFixture fixture;
-  caf::actor membership = fixture.spawn(core_actor);
-  caf::actor catalog = fixture.spawn(core_actor);
+  caf::actor membership = fixture.spawn(core_actor, "membership");
+  caf::actor catalog = fixture.spawn(core_actor, "catalog");
   std::vector<std::string> failures;
   bool supervisor_ended = false;
   SupervisorActor supervisor;
