@@ -127,7 +127,11 @@ int main(int argc, char** argv) {
   if (options->metrics_listen != "off") options->relay.metrics_listen = options->metrics_listen;
   remove_ready_file(options->ready_file);
   auto relay = kvrelay::RelayRuntime::start(options->relay);
-  if (!relay) return fail(relay.error());
+  if (!relay && relay.error().core_failure) {
+    spdlog::critical("the relay did not start: {}", relay.error().message);
+    return kCoreFailure;
+  }
+  if (!relay) return fail(relay.error().message);
   // The demo's engines outlive the drain, as a fleet's would: closing them first disconnected
   // every source mid-drain, and its pool with it.
   auto stop_relay = [&](std::optional<std::chrono::milliseconds> drain) {

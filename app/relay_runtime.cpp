@@ -273,13 +273,19 @@ void stop_actors(RelayRuntime::Impl& impl) {
 
 // A start that fails once the actors run: a listener already open closes and the actors are
 // stopped. Left to the actor system's destructor, they would be waited for, and the load
-// windows' and samplers' timers keep them alive for ever: the start would never return.
-std::unexpected<std::string> abandon_start(RelayRuntime::Impl& impl, std::string error) {
+// windows' and samplers' timers keep them alive for ever: the start would never return. Once
+// every actor is done the supervisor has judged every end, so a core actor that failed meanwhile
+// (the cause of `error`, or not) makes it a core failure.
+std::unexpected<StartError> abandon_start(RelayRuntime::Impl& impl, std::string error) {
   if (impl.ingest_server) impl.ingest_server->Shutdown(std::chrono::system_clock::now());
   caf::anon_send(impl.supervisor, atoms::shutdown_atom_v,
                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "relay start failed"));
   stop_actors(impl);
-  return std::unexpected(std::move(error));
+  std::lock_guard lock(impl.stop_mutex);
+  if (impl.stop_reason && impl.stop_reason->failed) {
+    return std::unexpected(StartError{"core actor failed: " + impl.stop_reason->why + " (" + error + ")", true});
+  }
+  return std::unexpected(StartError{std::move(error)});
 }
 
 }  // namespace
@@ -291,12 +297,12 @@ void configure_actor_scheduler(caf::actor_system_config& config, std::size_t thr
   config.set("scheduler.policy", caf::atom("sharing"));
 }
 
-std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(const RelayOptions& options) {
+std::expected<std::unique_ptr<RelayRuntime>, StartError> RelayRuntime::start(const RelayOptions& options) {
   auto impl = std::make_unique<Impl>();
   if (options.dc_id.empty()) {
-    return std::unexpected(
+    return std::unexpected(std::string(
         "--dc-id is required: this data center's id, hashed into every PoolId (give each data center its own, "
-        "and keep it across restarts)");
+        "and keep it across restarts)"));
   }
   gateway::route_protobuf_log();  // before any request is parsed
   const auto dc_id = identity::stable_dc_id(options.dc_id);
@@ -322,7 +328,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
   impl->relay.set_relay_incarnation(fresh_incarnation());
 
   if (options.max_message_bytes < kMinMessageBytes) {
-    return std::unexpected("--max-message-bytes must hold one full CBI1 frame plus envelope (>= 4259904)");
+    return std::unexpected(std::string("--max-message-bytes must hold one full CBI1 frame plus envelope (>= 4259904)"));
   }
   impl->metrics->set_identity(impl->dc_id, impl->relay.relay_incarnation(), impl->relay.drt_instance_id());
   if (options.metrics_listen) {
@@ -381,6 +387,7 @@ std::expected<std::unique_ptr<RelayRuntime>, std::string> RelayRuntime::start(co
                                    {"serving-load window", caf::actor_cast<caf::actor>(impl->serving_load)},
                                    {"snapshot encoders", caf::actor_cast<caf::actor>(impl->encoders)}},
       [raw = impl.get()](const std::string& failure) { core_actor_failed(*raw, failure); });
+  if (options.crash_membership_at_start_for_test) caf::anon_send(impl->membership, atoms::crash_atom_v);
   if (options.topology) {
     if (auto loaded = load_topology(system, *options.topology, impl->membership, impl->serving_load); !loaded) {
       return abandon_start(*impl, loaded.error());

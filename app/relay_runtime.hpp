@@ -70,6 +70,17 @@ struct RelayOptions {
   std::size_t max_ingest_streams = 4'096;
   std::size_t actor_threads = kDefaultActorThreads;
   std::optional<::kvrelay::ingest::v1::TopologyFile> topology;
+  bool crash_membership_at_start_for_test = false;  // test hook: membership fails before the topology loads
+};
+
+// Why a relay did not start: a bad configuration (a value, the topology, a port taken), or a
+// core actor that failed while it started (as after any core failure, the owner exits as a
+// failed relay rather than as a misconfigured one).
+struct StartError {
+  StartError(std::string why) : message(std::move(why)) {}  // NOLINT: a bad configuration, as most are
+  StartError(std::string why, bool core_failed) : message(std::move(why)), core_failure(core_failed) {}
+  std::string message;
+  bool core_failure = false;
 };
 
 // The actor scheduler a relay runs on: `threads` workers sharing one queue. Benchmarks of its
@@ -79,7 +90,7 @@ void configure_actor_scheduler(caf::actor_system_config& config, std::size_t thr
 class RelayRuntime {
  public:
   // Starts everything and binds both listeners (port 0 binds an ephemeral port).
-  static std::expected<std::unique_ptr<RelayRuntime>, std::string> start(const RelayOptions& options);
+  static std::expected<std::unique_ptr<RelayRuntime>, StartError> start(const RelayOptions& options);
 
   ~RelayRuntime();
   RelayRuntime(const RelayRuntime&) = delete;

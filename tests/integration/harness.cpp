@@ -91,7 +91,7 @@ RelayOptions loopback_options() {
 
 TestRelay::TestRelay(RelayOptions options) {
   auto runtime = RelayRuntime::start(options);
-  INFO((runtime ? std::string() : runtime.error()));
+  INFO((runtime ? std::string() : runtime.error().message));
   REQUIRE(runtime.has_value());
   runtime_ = std::move(*runtime);
   wan_channel_ = channel_to(runtime_->wan_address());

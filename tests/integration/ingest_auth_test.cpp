@@ -201,9 +201,9 @@ TEST_CASE("ingest auth: a relay whose token file is missing or empty does not st
   TokenFile token("unusable");
   auto missing = kvrelay::RelayRuntime::start(options_with(token));
   REQUIRE_FALSE(missing.has_value());
-  CHECK_THAT(missing.error(), Catch::StartsWith("--ingest-token-file: cannot read " + token.path()));
+  CHECK_THAT(missing.error().message, Catch::StartsWith("--ingest-token-file: cannot read " + token.path()));
   token.write(" \n");
   auto empty = kvrelay::RelayRuntime::start(options_with(token));
   REQUIRE_FALSE(empty.has_value());
-  CHECK_THAT(empty.error(), Catch::Contains(token.path() + " holds no token"));
+  CHECK_THAT(empty.error().message, Catch::Contains(token.path() + " holds no token"));
 }

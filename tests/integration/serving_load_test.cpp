@@ -715,20 +715,20 @@ TEST_CASE("serving load: the topology file declares frontends and routers, and c
     options.topology = file;
     const auto started = kvrelay::RelayRuntime::start(options);
     REQUIRE_FALSE(started.has_value());
-    CHECK_THAT(started.error(), Catch::Contains("frontends[0].frontend_ids[1]"));
+    CHECK_THAT(started.error().message, Catch::Contains("frontends[0].frontend_ids[1]"));
   }
   SECTION("a namespace listed twice fails the start") {
     *file.add_frontends() = file.frontends(0);
     options.topology = file;
     const auto started = kvrelay::RelayRuntime::start(options);
     REQUIRE_FALSE(started.has_value());
-    CHECK_THAT(started.error(), Catch::Contains("frontends[1].namespace"));
+    CHECK_THAT(started.error().message, Catch::Contains("frontends[1].namespace"));
   }
   SECTION("a zero router id fails the start") {
     file.mutable_endpoints(0)->add_scheduler_router_ids(0);
     options.topology = file;
     const auto started = kvrelay::RelayRuntime::start(options);
     REQUIRE_FALSE(started.has_value());
-    CHECK_THAT(started.error(), Catch::Contains("endpoints[0].scheduler_router_ids[2]"));
+    CHECK_THAT(started.error().message, Catch::Contains("endpoints[0].scheduler_router_ids[2]"));
   }
 }
