@@ -3,6 +3,14 @@
 #include <algorithm>
 
 namespace kvrelay {
+namespace {
+
+// Draining: the supervisor goes with the last watched actor, having judged every end.
+void quit_when_all_down(SupervisorActor::stateful_pointer<SupervisorState> self) {
+  if (self->state.down == self->state.watched.size()) self->quit();
+}
+
+}  // namespace
 
 SupervisorActor::behavior_type supervisor(SupervisorActor::stateful_pointer<SupervisorState> self,
                                           std::vector<SupervisedActor> watched,
@@ -24,12 +32,12 @@ SupervisorActor::behavior_type supervisor(SupervisorActor::stateful_pointer<Supe
       auto report = std::exchange(state.on_failure, nullptr);
       report(name + " exited: " + caf::to_string(down.reason));
     }
-    if (state.draining && state.down == state.watched.size()) self->quit();
+    if (state.draining) quit_when_all_down(self);
   });
   return {
       [=](atoms::shutdown_atom, const RpcStatus&) {
         self->state.draining = true;
-        if (self->state.down == self->state.watched.size()) self->quit();
+        quit_when_all_down(self);
       },
   };
 }

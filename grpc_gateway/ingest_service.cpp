@@ -306,8 +306,7 @@ std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService:
 
 template <class Request>
 ingest_check::Problem IngestService::parsed(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request) {
-  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
-  if (grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) return std::nullopt;
+  if (read_message(bytes, request)) return std::nullopt;
   return invalid(call, unparsable<Request>());
 }
 

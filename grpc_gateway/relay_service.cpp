@@ -55,10 +55,7 @@ RawStream* open_watch(caf::actor_system& system, StreamRelease release, metrics:
 // The request as the typed API would have parsed it, then validated: what is wrong with it.
 template <class Request>
 wire::Status parse_request(const grpc::ByteBuffer& bytes, Request& request) {
-  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the copy shares the slices
-  if (!grpc::SerializationTraits<Request>::Deserialize(&copy, &request).ok()) {
-    return wire::unparsable_request(flatten(bytes), *Request::descriptor());
-  }
+  if (!read_message(bytes, request)) return wire::unparsable_request(flatten(bytes), *Request::descriptor());
   return wire::check_request(request);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// What a call ends with: RpcStatus -> grpc::Status, with the reason in the
-// `kv-relay-error-reason` trailer; a raw method's response; a call refused before it started.
+// What a call begins and ends with: a raw method's request read and its response written;
+// RpcStatus -> grpc::Status, with the reason in the `kv-relay-error-reason` trailer; a call
+// refused before it started.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
@@ -14,6 +15,14 @@ inline grpc::Status to_grpc(grpc::ServerContextBase* context, const RpcStatus& s
     context->AddTrailingMetadata(std::string(kErrorReasonTrailer), std::string(reason_name(*status.reason)));
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message);
+}
+
+// A raw method's request parsed into `message`: false when its bytes do not parse. `bytes` is
+// left as it was (the copy Deserialize consumes shares its slices).
+template <class Message>
+bool read_message(const grpc::ByteBuffer& bytes, Message& message) {
+  grpc::ByteBuffer copy(bytes);
+  return grpc::SerializationTraits<Message>::Deserialize(&copy, &message).ok();
 }
 
 // `response` serialized into a raw method's response buffer, before the call finishes OK.

@@ -11,12 +11,13 @@
 #include <absl/synchronization/mutex.h>
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/impl/codegen/proto_utils.h>  // SerializationTraits of a protobuf message
 
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <utility>
+
+#include "grpc_gateway/status.hpp"
 
 namespace kvrelay::gateway {
 
@@ -43,7 +44,9 @@ class ParsedRequests {
   grpc::ByteBuffer* target() { return &bytes_; }
   Handed take() {
     auto request = make_arena_message<Request>();
-    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes_, request.get()).ok()) return nullptr;
+    const bool parsed = read_message(bytes_, *request);
+    bytes_.Clear();
+    if (!parsed) return nullptr;
     return request;
   }
   // A read the reader will not apply: dropped unparsed.
