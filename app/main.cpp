@@ -126,6 +126,8 @@ int main(int argc, char** argv) {
 
   if (options->metrics_listen != "off") options->relay.metrics_listen = options->metrics_listen;
   remove_ready_file(options->ready_file);
+  using Crash = kvrelay::AppOptions::CrashMembership;
+  options->relay.crash_membership_at_start_for_test = options->crash_membership_for_test == Crash::at_start;
   auto relay = kvrelay::RelayRuntime::start(options->relay);
   if (!relay && relay.error().core_failure) {
     spdlog::critical("the relay did not start: {}", relay.error().message);
@@ -164,7 +166,7 @@ int main(int argc, char** argv) {
       runtime->request_stop(fmt::format("{} received", name));
     }
   });
-  if (options->crash_membership_for_test) (*relay)->crash_membership_for_test();
+  if (options->crash_membership_for_test == Crash::when_ready) (*relay)->crash_membership_for_test();
 
   std::optional<kvrelay::RelayRuntime::StopReason> stop;
   while (!(stop = (*relay)->wait_for_stop(std::chrono::hours(1)))) {

@@ -276,8 +276,19 @@ const std::vector<Flag>& flags() {
        [](AppOptions& o, const std::string& v) {
          return parse_uint<std::uint32_t>(v, 1, 10'000'000, o.demo_events_per_second);
        }},
-      {"crash-membership-for-test", "", "test hook: make the membership actor fail once the relay is ready", "off",
-       [](AppOptions& o, const std::string& v) { return parse_bool(v, o.crash_membership_for_test); }},
+      {"crash-membership-for-test", "",
+       "test hook: make the membership actor fail once the relay is ready (=start: while the topology loads)", "off",
+       [](AppOptions& o, const std::string& v) {
+         using Crash = AppOptions::CrashMembership;
+         if (v == "start") {
+           o.crash_membership_for_test = Crash::at_start;
+           return std::optional<std::string>();
+         }
+         bool crash = false;
+         if (auto error = parse_bool(v, crash)) return std::optional<std::string>(*error + " nor 'start'");
+         o.crash_membership_for_test = crash ? Crash::when_ready : Crash::never;
+         return std::optional<std::string>();
+       }},
   };
   return table;
 }

@@ -22,7 +22,10 @@ struct AppOptions {
   std::string log_level = "info";
   bool demo = false;
   std::uint32_t demo_events_per_second = 2000;
-  bool crash_membership_for_test = false;  // shows that a core actor's failure stops the process
+  // Test hooks showing that a core actor's failure stops the process: the membership actor fails
+  // once the relay is ready, or (at_start) while the topology file loads.
+  enum class CrashMembership { never, when_ready, at_start };
+  CrashMembership crash_membership_for_test = CrashMembership::never;
   bool help = false;
   bool version = false;
 };

@@ -226,6 +226,27 @@ TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason
   close(child.output);
 }
 
+TEST_CASE("a core actor that fails while kv-relay starts exits 3, not as a bad configuration",
+          "[binary][supervision]") {
+  const std::string topology = write_file("crash-at-start.yaml", R"(
+version: 1
+endpoints:
+  - endpoint: {namespace: prod, component: backend, endpoint: generate}
+    workers:
+      - workerId: 7
+        card: {displayName: m, kvCacheBlockSize: 16, workerType: WORKER_TYPE_AGGREGATED,
+               runtimeConfig: {totalKvBlocks: 100}}
+        kvSources: [{dpRank: 0, push: {}}]
+    liveWorkers: {workerIds: [7]}
+)");
+  Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
+                             "--dc-id", "dc-binary-test", "--topology", topology, "--crash-membership-for-test=start"});
+  const std::string log = read_until(child.output, "the relay did not start: core actor failed: membership exited");
+  CHECK(wait_exit(child.pid) == 3);
+  CHECK_THAT(log, !Catch::Contains("ready: "));
+  close(child.output);
+}
+
 TEST_CASE("kv-relay logs a name with a line break inside on one line", "[binary]") {
   // Valid text (a name only may not begin or end with whitespace), meant to forge a log line.
   const std::string topology = write_file("forging-name.yaml", R"(

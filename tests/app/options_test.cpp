@@ -322,6 +322,25 @@ TEST_CASE("options: a switch is on when named without a value, and an empty valu
   CHECK(empty_value.error() == "--demo: '' is not a boolean");
 }
 
+TEST_CASE("options: the membership crash hook fires once ready, or while the topology loads", "[options]") {
+  using Crash = AppOptions::CrashMembership;
+  const std::vector<std::pair<std::vector<std::string>, Crash>> cases{
+      {{}, Crash::never},
+      {{"--crash-membership-for-test"}, Crash::when_ready},
+      {{"--crash-membership-for-test=on"}, Crash::when_ready},
+      {{"--crash-membership-for-test=start"}, Crash::at_start},
+      {{"--crash-membership-for-test=off"}, Crash::never},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto options = parse_options(args, {});
+    REQUIRE(options.has_value());
+    CHECK(options->crash_membership_for_test == expected);
+  }
+  const auto bad = parse_options({"--crash-membership-for-test=later"}, {});
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error() == "--crash-membership-for-test: 'later' is not a boolean nor 'start'");
+}
+
 TEST_CASE("topology file: nesting up to 64 levels, and 64-bit ids quoted or not", "[topology]") {
   const auto nested = [](int levels) { return std::string(levels, '[') + std::string(levels, ']'); };
   CHECK(yaml_to_json(nested(64)).has_value());
