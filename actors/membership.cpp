@@ -148,6 +148,7 @@ std::optional<MaterializedPool> materialize(Self self, const EndpointKey& endpoi
   pool.materialized_at = self->clock().now();
   pool.subscribers = generation_subscribers(state);
   PublisherConfig config;
+  config.endpoint = endpoint.display();
   config.spec = PoolStreamSpec{state.config.relay, pool.producer, state.config.dc_id, state.config.seed, buckets};
   config.semantics = {domain.kv_block_size, domain.hash_format};
   config.expected_blocks = capacity::expected_blocks(runtime_configs, buckets, state.config.relayout_load);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "actors/crash_report.hpp"
+#include "actors/rate_limited_log.hpp"
 #include "core/capacity.hpp"
 #include "core/cbi1.hpp"
 
@@ -51,7 +52,8 @@ void fence(Self self, const std::string& reason, const PoolFrameSinkActor& detec
   auto& state = self->state;
   if (state.fenced) return;
   state.fenced = true;
-  spdlog::error("pool generation {} fenced: {}", state.config.spec.producer.layout_generation(), reason);
+  spdlog::error("pool fenced: endpoint={} layout_generation={}: {}", state.config.endpoint,
+                state.config.spec.producer.layout_generation(), reason);
   const RpcStatus fenced = publication_unavailable("the pool generation was fenced; resubscribe from the catalog");
   end_generation_streams(self, fenced, detector,
                          RpcStatus::relay_error(v1::RELAY_ERROR_REASON_INVALID_PUBLICATION, reason));
@@ -107,8 +109,10 @@ void publish(Self self) {
   state.snapshot_at_sequence.reset();
   if (state.streams.empty()) return;
   if (images.size() > cbi1::kMaxDeltaImages) {
-    spdlog::warn("pool {}: a publication of {} bucket images exceeds one CBI1 frame; re-snapshotting",
-                 state.config.spec.producer.layout_generation(), images.size());
+    spdlog::warn(
+        "pool endpoint={} layout_generation={}: a publication of {} bucket images exceeds one CBI1 frame; "
+        "re-snapshotting",
+        state.config.endpoint, state.config.spec.producer.layout_generation(), images.size());
     return end_attached_streams(self, publication_unavailable("publication too large for one delta; resubscribe"));
   }
   auto payload =
@@ -234,9 +238,10 @@ void relayout(Self self, const v1::ProducerIdentity& producer) {
   state.growth_asked = false;
   state.growth_refusal.reset();
   ++state.relayouts;
-  spdlog::info("pool re-laid out: layout_generation {} -> {}, {} buckets, {} live blocks, {} unplaced, {} us",
-               previous_generation, producer.layout_generation(), buckets, state.index->unique_blocks(), unplaced,
-               took.count());
+  spdlog::info(
+      "pool re-laid out: endpoint={} layout_generation {} -> {}, {} buckets, {} live blocks, {} unplaced, {} us",
+      state.config.endpoint, previous_generation, producer.layout_generation(), buckets, state.index->unique_blocks(),
+      unplaced, took.count());
   maybe_grow(self);  // blocks that arrived meanwhile may need more still
 }
 
@@ -266,6 +271,14 @@ void reset_source(Self self, SourceKey source, std::int64_t receipt_ns) {
   count_event(self, receipt_ns);
 }
 
+// One source's event the pool could not apply (its metrics count every one by kind and error).
+void log_rejected_event(const std::string& endpoint, SourceKey source, const EventResult& result) {
+  static RateLimitedLog log;
+  const std::string_view error = result.error ? to_string(*result.error) : std::string_view("invalid");
+  log.warn(fmt::format("pool endpoint={}: rejected an event of worker {} rank {}: {}{}{}", endpoint, source.worker_id,
+                       source.dp_rank, error, result.detail.empty() ? "" : ": ", result.detail));
+}
+
 void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns, BatchOutcome& outcome) {
   auto& state = self->state;
   const SourceKey source{batch.worker_id(), batch.dp_rank()};
@@ -280,7 +293,10 @@ void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t r
       break;
     }
     if (result.disposition == EventDisposition::kIgnored) continue;
-    if (result.disposition == EventDisposition::kRejected) ++outcome.events_rejected;
+    if (result.disposition == EventDisposition::kRejected) {
+      ++outcome.events_rejected;
+      log_rejected_event(state.config.endpoint, source, result);
+    }
     count_event(self, receipt_ns);
     if (state.fenced) break;  // an early publication found the generation broken
   }

@@ -41,6 +41,7 @@ struct PublicationCadence {
 };
 
 struct PublisherConfig {
+  std::string endpoint;      // the serving endpoint's name, as the relay's log lines show it
   PoolStreamSpec spec;       // identity, dc id and CKF format of this generation
   QuerySemantics semantics;  // how token blocks are hashed
   // What the pool's tables are made room for at once (its declared KV capacity; zero: unknown).

@@ -4,6 +4,7 @@
 // reported, never allowed to flood the log, and on one line whatever text of theirs it quotes.
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -19,21 +20,33 @@ class RateLimitedLog {
   void warn(const std::string& what) { log(spdlog::level::warn, what); }
   void error(const std::string& what) { log(spdlog::level::err, what); }
 
+  // Every site logs its next line at once, whenever its last was: for a test that reads the
+  // log of one process after another test's lines.
+  static void forget_all() { generation().fetch_add(1, std::memory_order_relaxed); }
+
  private:
+  static std::atomic<std::uint64_t>& generation() {
+    static std::atomic<std::uint64_t> current{0};
+    return current;
+  }
+
   void log(spdlog::level::level_enum level, const std::string& what) {
     const auto now = std::chrono::steady_clock::now();
+    const std::uint64_t current = generation().load(std::memory_order_relaxed);
     std::lock_guard lock(mutex_);
-    if (now - last_ < std::chrono::seconds(1)) {
+    if (current == generation_ && now - last_ < std::chrono::seconds(1)) {
       ++suppressed_;
       return;
     }
     spdlog::log(level, "{} ({} similar suppressed)", one_line(what), suppressed_);
     last_ = now;
+    generation_ = current;
     suppressed_ = 0;
   }
 
   std::mutex mutex_;
   std::chrono::steady_clock::time_point last_{};
+  std::uint64_t generation_ = 0;
   std::uint64_t suppressed_ = 0;
 };
 

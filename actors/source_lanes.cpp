@@ -1,5 +1,8 @@
 #include "actors/source_lanes.hpp"
 
+#include <fmt/format.h>
+
+#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
 
 namespace kvrelay {
@@ -9,13 +12,37 @@ namespace {
 using metrics::BatchResult;
 
 // kv_relay_ingest_batches_total counts what came through the ingest API; an engine source
-// counts its own batches (kv_relay_engine_source_batches_total).
+// counts its own batches (kv_relay_engine_source_batches_total) and logs what it drops.
 void count_batch(metrics::RelayMetrics* metrics, SourceTransport transport, BatchResult result) {
   if (transport == SourceTransport::kPush && metrics != nullptr) metrics->batch(result);
 }
 
+// The source a pushed batch names, as the relay's log lines name a source.
+std::string source_of(const ingest_v1::KvEventBatch& batch) {
+  return fmt::format("endpoint={} worker={} rank={} epoch={} sequence={}",
+                     ingest_check::endpoint_key(batch.endpoint()).display(), batch.worker_id(), batch.dp_rank(),
+                     batch.source_epoch(), batch.sequence());
+}
+
+RateLimitedLog& refused_batch_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
+// Apart from the refusals, so that a feeder refused in a loop cannot hide another's reset.
+RateLimitedLog& push_reset_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
 void refuse(const CarriedBatch& carried, metrics::RelayMetrics* metrics, BatchResult why) {
   count_batch(metrics, carried.transport, why);
+  if (carried.transport == SourceTransport::kPush) {
+    refused_batch_log().warn(fmt::format("refused KV event batch from {}: {}", source_of(*carried.batch),
+                                         why == BatchResult::kStaleSequence
+                                             ? "its source already sent this sequence in this epoch"
+                                             : "no pool, worker or push source is declared for it"));
+  }
   (*carried.reply)(BatchOutcome{});
 }
 
@@ -103,6 +130,10 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
   if (reset != SourceReset::kNone) {
     ++resets_;
     if (metrics != nullptr) metrics->source_reset(reason);
+    if (carried.transport == SourceTransport::kPush) {
+      push_reset_log().info(fmt::format("KV source reset ({}): its blocks leave the pool; batch from {}",
+                                        metrics::label(reason), source_of(*carried.batch)));
+    }
   }
   count_batch(metrics, carried.transport, BatchResult::kAccepted);
   caf::anon_send(declaration_.pool->publisher, atoms::apply_batch_atom_v, std::move(carried.batch), reset,

@@ -10,6 +10,7 @@
 #include "core/token_hashing.hpp"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/scrape.hpp"
+#include "tests/log_capture.hpp"
 
 using namespace kvrelay::test;
 namespace ckf = kvrelay::ckf;
@@ -225,11 +226,18 @@ TEST_CASE("batches: unknown sources and malformed batches are counted, the strea
   batches.push_back(empty_block);
   batches.push_back(stored_batch(kBackend, 1, 0, 1, 1, {{17, 107}}));  // the expected next sequence
 
+  CapturedLog log;
   const auto tally = relay.publish(batches);
   CHECK(tally.batches_applied() == 2);
   CHECK(tally.batches_rejected() == 6);
   CHECK(tally.source_resets() == 0);
   CHECK(unique_blocks(relay) == 2);
+  // Each kind of refusal is logged with the source it names; the later ones within the second
+  // are held back by the rate limit.
+  CHECK(log.count({"[warning] refused KV event batch from endpoint=prod/backend/generate worker=2 rank=0 epoch=1 "
+                   "sequence=0: no pool, worker or push source is declared for it"}) == 1);
+  CHECK(log.count({"refused KV event batch"}) == 1);
+  CHECK(log.count({"[warning] rejected KV event batch: "}) == 1);
 }
 
 TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
@@ -241,16 +249,22 @@ TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
   CHECK(unique_blocks(relay) == 2);
 
   SECTION("a duplicate is rejected without a reset") {
+    CapturedLog log;
     tally = relay.publish({stored_batch(kBackend, 1, 0, 5, 1, {{3, 13}})});
     CHECK(tally.batches_rejected() == 1);
     CHECK(tally.source_resets() == 0);
     CHECK(unique_blocks(relay) == 2);
+    CHECK(log.count({"refused KV event batch from endpoint=prod/backend/generate worker=1 rank=0 epoch=5 sequence=1: "
+                     "its source already sent this sequence in this epoch"}) == 1);
   }
   SECTION("a gap cold-resets the source, then applies") {
+    CapturedLog log;
     tally = relay.publish({stored_batch(kBackend, 1, 0, 5, 7, {{3, 13}})});
     CHECK(tally.batches_applied() == 1);
     CHECK(tally.source_resets() == 1);
     CHECK(unique_blocks(relay) == 1);
+    CHECK(log.count({"[info] KV source reset (sequence_gap): its blocks leave the pool; batch from "
+                     "endpoint=prod/backend/generate worker=1 rank=0 epoch=5 sequence=7"}) == 1);
   }
   SECTION("the last sequence of all is malformed: it leaves no next one") {
     tally = relay.publish({stored_batch(kBackend, 1, 0, 5, std::numeric_limits<std::uint64_t>::max(), {{3, 13}})});
@@ -282,9 +296,12 @@ TEST_CASE("lineage errors reject one event, removing a worker drops its blocks",
   child->set_parent_block_hash(2);
   child->add_blocks()->set_block_hash(4);
   child->mutable_blocks(0)->set_tokens_hash(14);
+  CapturedLog log;
   auto tally = relay.publish({batch, stored_batch(kBackend, 2, 0, 1, 0, {{1, 11}})});
   CHECK(tally.batches_applied() == 2);
   CHECK(unique_blocks(relay) == 3);  // 11, its child and grandchild; worker 2 shares the root
+  CHECK(log.count({"[warning] pool endpoint=prod/backend/generate: rejected an event of worker 1 rank 0: "
+                   "ParentBlockNotFound"}) == 1);
 
   relay.remove_worker(kBackend, 1);
   CHECK(unique_blocks(relay) == 1);
