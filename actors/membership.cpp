@@ -305,11 +305,28 @@ void route_sources(Self self) {
 
 // Re-projects everything after a change and tells every actor the complete new state.
 // The catalog withdraws a pool before its publisher is retired.
+// A card conflict is logged once, when it appears; PutWorker's response and GetState show it
+// while it lasts (docs/operations.md, KvRelayNoMaterializedPools).
+void log_new_conflicts(const std::map<EndpointKey, membership::EndpointMembership>& before,
+                       const std::map<EndpointKey, membership::EndpointMembership>& after) {
+  for (const auto& [endpoint, m] : after) {
+    const auto previous = before.find(endpoint);
+    for (const Conflict& conflict : m.conflicts) {
+      if (previous != before.end() &&
+          std::ranges::find(previous->second.conflicts, conflict) != previous->second.conflicts.end()) {
+        continue;
+      }
+      spdlog::warn("endpoint {}: {}", endpoint.display(), conflict.message);
+    }
+  }
+}
+
 void reconcile(Self self) {
   auto& state = self->state;
   if (state.shut_down) return;
   state.feeds.reconcile(self, state.workers, state.peers.load);
-  state.projection = membership::project(state.workers);
+  auto previous_projection = std::exchange(state.projection, membership::project(state.workers));
+  log_new_conflicts(previous_projection, state.projection);
   std::erase_if(state.rebuild_holds, [&](const auto& hold) { return !state.projection.contains(hold.first); });
   state.shared_pools = shared_pool_claims(state);
   const auto desired = desired_pools(state);

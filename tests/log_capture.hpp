@@ -19,8 +19,11 @@ class CapturedLog {
  public:
   CapturedLog() : previous_(spdlog::default_logger()) {
     RateLimitedLog::forget_all();
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink_));
+    spdlog::set_default_logger(capturing_);
   }
+  // A thread still logging through the capturing logger keeps using it safely while this
+  // lives: declare a CapturedLog before the relay whose lines it reads, so it outlives that
+  // relay's threads.
   ~CapturedLog() { spdlog::set_default_logger(previous_); }
   CapturedLog(const CapturedLog&) = delete;
   CapturedLog& operator=(const CapturedLog&) = delete;
@@ -38,6 +41,7 @@ class CapturedLog {
 
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_ = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(512);
+  std::shared_ptr<spdlog::logger> capturing_ = std::make_shared<spdlog::logger>("captured", sink_);
   std::shared_ptr<spdlog::logger> previous_;
 };
 
