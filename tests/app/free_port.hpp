@@ -43,7 +43,10 @@ inline int free_port() {
   static std::mutex mutex;
   static std::set<int> handed_out;
   static std::mt19937 random{std::random_device{}()};
-  std::uniform_int_distribution<int> pick(10000, first_ephemeral_port() - 1);
+  const int ephemeral = first_ephemeral_port();
+  INFO("the ephemeral port range starts at " << ephemeral << "; these tests need ports 10000 and up below it");
+  REQUIRE(ephemeral > 11000);
+  std::uniform_int_distribution<int> pick(10000, ephemeral - 1);
   std::lock_guard lock(mutex);
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const int port = pick(random);

@@ -28,9 +28,10 @@ std::vector<std::string> row_of(const std::string& output, int index = 0) {
   return {};
 }
 
-// One short run of two sources over two pools into a started relay; its output.
-std::string short_run(const std::string& transport, std::vector<std::string> extra_args = {}) {
-  const std::string log = std::string(KVRELAY_TEST_TMP_DIR) + "/load-generator-" + transport + ".log";
+// One short run of two sources over two pools into a started relay; its output. `run` names
+// the relay's log file: test cases that may run at once each write their own.
+std::string short_run(const std::string& run, const std::string& transport, std::vector<std::string> extra_args = {}) {
+  const std::string log = std::string(KVRELAY_TEST_TMP_DIR) + "/load-generator-" + run + ".log";
   std::vector<std::string> args = {"--relay-binary", KVRELAY_BINARY,
                                    "--relay-log",    log,
                                    "--transport",    transport,
@@ -52,7 +53,7 @@ std::string short_run(const std::string& transport, std::vector<std::string> ext
 TEST_CASE("kvrelay-bench: a short run times every consumer's replica and reads the relay's own usage") {
   const std::string transport = GENERATE(std::string("push"), std::string("zmq"));
   INFO(transport);
-  const auto row = row_of(short_run(transport));
+  const auto row = row_of(short_run(transport, transport));
   REQUIRE(row.size() == 15);
   CHECK(row[2] == "2 " + transport + " / 2");
   CHECK(row[3] == "2");
@@ -70,7 +71,7 @@ TEST_CASE("kvrelay-bench: a short run times every consumer's replica and reads t
 }
 
 TEST_CASE("kvrelay-bench --baseline: a raw gRPC server streams the run's delta size and rate to as many clients") {
-  const std::string output = short_run("push", {"--baseline"});
+  const std::string output = short_run("baseline", "push", {"--baseline"});
   INFO(output);
   const auto relay = row_of(output, 0);
   const auto raw = row_of(output, 1);

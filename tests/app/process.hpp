@@ -3,6 +3,7 @@
 // appears, collect the exit code.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -29,7 +30,7 @@ struct Child {
 
 inline Child spawn(const char* program, std::vector<std::string> args) {
   int pipe_fds[2];
-  REQUIRE(pipe(pipe_fds) == 0);
+  REQUIRE(pipe2(pipe_fds, O_CLOEXEC) == 0);  // no later child inherits this one's output
   args.insert(args.begin(), program);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);

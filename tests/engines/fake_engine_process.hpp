@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,9 +20,11 @@ namespace kvrelay::test {
 class FakeEngineProcess {
  public:
   explicit FakeEngineProcess(std::vector<std::string> args) {
+    // Close-on-exec: a later child (another engine, a relay) must not hold this one's stdin
+    // open, or stopping this engine (closing its stdin) would never reach it.
     int to_child[2], from_child[2];
-    REQUIRE(pipe(to_child) == 0);
-    REQUIRE(pipe(from_child) == 0);
+    REQUIRE(pipe2(to_child, O_CLOEXEC) == 0);
+    REQUIRE(pipe2(from_child, O_CLOEXEC) == 0);
     args.insert(args.begin(), {"/usr/bin/python3", KVRELAY_FAKE_ENGINE});
     pid_ = fork();
     REQUIRE(pid_ >= 0);

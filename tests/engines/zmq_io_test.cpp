@@ -14,6 +14,7 @@
 
 #include "ingest/fake_engine.hpp"
 #include "ingest/zmq_io.hpp"
+#include "tests/app/free_port.hpp"
 
 using namespace kvrelay::engine_io;
 using kvrelay::demo::FakeEngine;
@@ -191,7 +192,9 @@ class PlainPublisher {
 TEST_CASE("zmq io: what a lost connection delivered and nobody read is discarded, not read after the loss",
           "[engines][zmq]") {
   zmq::context_t context;
-  PlainPublisher first(context, "tcp://127.0.0.1:*");
+  // A port below the ephemeral range: between the two publishers nothing else (an outgoing
+  // connection, the subscriber's own redial) can take it.
+  PlainPublisher first(context, "tcp://127.0.0.1:" + std::to_string(free_port()));
   const std::string endpoint = first.endpoint();
   ZmqIo io;
   Seen seen;

@@ -469,8 +469,9 @@ TEST_CASE("snapshot encoders: a queued subscriber waits its turn, or ends when t
 
 TEST_CASE("snapshot progress timeout ends a stalled subscriber alone, the generation goes on", "[limits]") {
   kvrelay::RelayOptions options = big_snapshot_options();
-  // Long enough for the healthy reader below to take a 4 MiB chunk on a busy host.
-  options.snapshot_progress_timeout_ms = 1000;
+  // Long enough for the healthy reader below to take a 4 MiB chunk on a busy host (an ASan
+  // build beside another test on two cores), as the timer runs for every stream.
+  options.snapshot_progress_timeout_ms = 4000;
   options.snapshot_encoders = 1;
   TestRelay relay(options);
   auto catalog = watch_catalog(relay);
@@ -480,7 +481,7 @@ TEST_CASE("snapshot progress timeout ends a stalled subscriber alone, the genera
   auto stalled_client = relay.separate_wan_client();
   auto stalled = subscribe_pool(relay, producer, "stalled", stalled_client.get());
   REQUIRE(relay.runtime().await_open_streams_at_least("pool", 1));
-  REQUIRE(relay.runtime().await_serving_streams_at_most("pool", 0));  // the timeout ended it
+  REQUIRE(relay.runtime().await_serving_streams_at_most("pool", 0, std::chrono::seconds(60)));  // the timeout ended it
   CHECK(stalled->ending() ==
         std::pair{grpc::StatusCode::RESOURCE_EXHAUSTED, std::string("RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT")});
   // Its encoder permit came back, and the same generation still serves.

@@ -112,9 +112,9 @@ class Scrape {
 
 inline Scrape scrape(TestRelay& relay) { return Scrape(http_get(relay.runtime().metrics_address(), "/metrics")); }
 
-// For values an actor publishes on its own schedule: scrapes until `holds`, for up to 10 s.
+// For values an actor publishes on its own schedule: scrapes until `holds`, for up to 30 s.
 inline Scrape scrape_until(TestRelay& relay, const std::function<bool(const Scrape&)>& holds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   Scrape last = scrape(relay);
   while (!holds(last) && std::chrono::steady_clock::now() < deadline) last = scrape(relay);
   return last;
