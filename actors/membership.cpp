@@ -421,6 +421,14 @@ struct CountRefusal {
   std::string message;
 };
 
+// What a worker counts against --max-kv-sources: its KV sources, or its data-parallel ranks
+// if it declares more of them. Every declared rank is held and walked (its capacity and load)
+// whether or not a source feeds it, so ranks are bounded as sources are.
+std::size_t kv_source_slots(const ingest_v1::ModelCard& card, int kv_sources) {
+  const std::uint32_t ranks = std::max<std::uint32_t>(card.runtime_config().data_parallel_size(), 1);
+  return std::max<std::size_t>(static_cast<std::size_t>(kv_sources), ranks);
+}
+
 // docs/protocol/limits.md#count-limits: what membership would hold after this PutWorker,
 // against its limits. A worker that replaces itself only counts what it changes.
 std::optional<CountRefusal> count_refusal(const MembershipState& state, const EndpointKey& endpoint,
@@ -439,18 +447,20 @@ std::optional<CountRefusal> count_refusal(const MembershipState& state, const En
                         fmt::format("endpoint {}: it has {} workers, the most --max-workers-per-endpoint ({}) allows",
                                     endpoint.display(), cards->second.size(), limits.max_workers_per_endpoint)};
   }
-  std::size_t sources = static_cast<std::size_t>(request.kv_sources_size());
+  const std::size_t added = kv_source_slots(request.card(), request.kv_sources_size());
+  std::size_t sources = added;
   for (const auto& [key, workers] : state.workers) {
     for (const auto& [worker_id, spec] : workers) {
       const bool replaced = key == endpoint && worker_id == request.worker_id();
-      if (!replaced) sources += static_cast<std::size_t>(spec.kv_sources_size());
+      if (!replaced) sources += kv_source_slots(spec.card(), spec.kv_sources_size());
     }
   }
   if (sources <= limits.max_kv_sources) return std::nullopt;
   return CountRefusal{
       metrics::IngestLimit::kKvSources,
-      fmt::format("endpoint {} worker {}: its {} KV sources would make {} in all, above --max-kv-sources ({})",
-                  endpoint.display(), request.worker_id(), request.kv_sources_size(), sources, limits.max_kv_sources)};
+      fmt::format("endpoint {} worker {}: its {} KV sources (or data-parallel ranks, if more) would make {} in all, "
+                  "above --max-kv-sources ({})",
+                  endpoint.display(), request.worker_id(), added, sources, limits.max_kv_sources)};
 }
 
 // A live set names at most as many workers as an endpoint may have; the sets SetAvailability

@@ -150,8 +150,16 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   three_ranks.dp_size = 3;
   require_refusal(relay.put_worker_status(put_worker_request(kOther, 2, three_ranks)),
                   grpc::StatusCode::RESOURCE_EXHAUSTED,
-                  "endpoint prod/other/generate worker 2: its 3 KV sources would make 7 in all, above "
-                  "--max-kv-sources (5)");
+                  "endpoint prod/other/generate worker 2: its 3 KV sources (or data-parallel ranks, if more) would "
+                  "make 7 in all, above --max-kv-sources (5)");
+  // Ranks count as sources do where a worker declares more of them: held and walked all the same.
+  WorkerShape sourceless_ranks;
+  sourceless_ranks.dp_size = 3;
+  sourceless_ranks.push_sources = false;
+  require_refusal(relay.put_worker_status(put_worker_request(kOther, 2, sourceless_ranks)),
+                  grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "endpoint prod/other/generate worker 2: its 3 KV sources (or data-parallel ranks, if more) would "
+                  "make 7 in all, above --max-kv-sources (5)");
 
   // Nothing of a refused call applied, and what is withdrawn makes room again.
   auto state = relay.get_state();
@@ -185,7 +193,7 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   const Scrape s = scrape(relay);
   CHECK(refusals(s, "workers_per_endpoint") == 1);
   CHECK(refusals(s, "serving_endpoints") == 1);
-  CHECK(refusals(s, "kv_sources") == 1);
+  CHECK(refusals(s, "kv_sources") == 2);
   CHECK(refusals(s, "ingest_streams") == 2);
 }
 
