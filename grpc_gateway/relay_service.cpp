@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <stdexcept>
 
 #include "actors/pool_stream.hpp"
 #include "actors/rate_limited_log.hpp"
 #include "actors/stream_actors.hpp"
+#include "core/pool_label.hpp"
 #include "core/wire_validation.hpp"
 #include "grpc_gateway/stream_reactor.hpp"
 
@@ -33,10 +35,19 @@ RpcStatus draining_status() {
   return RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE, "the relay is shutting down");
 }
 
+// Why a stream ended, as its log line says it: the reason and what the relay told the client.
 std::string ending_of(const RpcStatus& status) {
-  if (status.reason) return std::string(reason_name(*status.reason));
   if (status.code == StatusCode::kCancelled) return "client cancel";
-  return status.ok() ? "clean end" : status.message;
+  if (status.ok()) return "clean end";
+  if (!status.reason) return status.message;
+  return fmt::format("{} ({})", reason_name(*status.reason), status.message);
+}
+
+// Who asked, as the relay's log lines name a caller: the request's subscriber_id once it is
+// known to be one (a refused request's may be too long, or not text at all).
+std::string caller_of(std::string_view subscriber_id) {
+  if (wire::check_subscriber_id(subscriber_id)) return "";
+  return fmt::format(" subscriber_id={}", subscriber_id);
 }
 
 // A stream fed by a long-lived source actor (catalog, readiness, load): the stream actor
@@ -90,30 +101,35 @@ void RelayService::await_streams_ended(std::chrono::system_clock::time_point dea
 template <class Request>
 RawStream* RelayService::read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc,
                                       const grpc::ByteBuffer& bytes, Request& request) {
-  if (auto error = parse_request(bytes, request)) return refuse(context, rpc, rejection(*error));
+  if (auto error = parse_request(bytes, request)) {
+    return refuse(context, rpc, rejection(*error), caller_of(request.subscriber_id()));
+  }
   return nullptr;
 }
 
 // A call refused before its stream started, counted by `result` (default: from the status)
-// and logged (rate-limited: a client retrying in a loop must not flood the log).
+// and logged with whom it refused (`caller`: caller_of's words, and the pool it asked for),
+// rate-limited per RPC: a client retrying in a loop must not flood the log, nor hide the
+// refusals of other RPCs' callers.
 RawStream* RelayService::refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
-                                std::string result) {
+                                const std::string& caller, std::string result) {
   if (config_.metrics != nullptr) {
     config_.metrics->stream_refused(rpc, result.empty() ? metrics::refusal_result(status) : result);
   }
-  static RateLimitedLog refused_log;
-  refused_log.warn(fmt::format("refused {} from {}: {}", metrics::label(rpc), context->peer(), status.message));
+  static std::array<RateLimitedLog, metrics::kLabelCount<metrics::Rpc>> refused_logs;
+  refused_logs[static_cast<std::size_t>(rpc)].warn(
+      fmt::format("refused {} from {}{}: {}", metrics::label(rpc), context->peer(), caller, status.message));
   return new Refused<RawStream>(to_grpc(context, status));
 }
 
 // The common admission steps after request validation: refuse while draining, then take a
 // permit without waiting. Returns the refusal, or nullptr with `permit` set.
 RawStream* RelayService::admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
-                               std::shared_ptr<StreamLimit::Permit>& permit) {
-  if (draining_) return refuse(context, rpc, draining_status(), "draining");
+                               std::shared_ptr<StreamLimit::Permit>& permit, const std::string& caller) {
+  if (draining_) return refuse(context, rpc, draining_status(), caller, "draining");
   permit = limit.try_acquire();
   if (!permit) {
-    return refuse(context, rpc, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()));
+    return refuse(context, rpc, RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, limit.refusal()), caller);
   }
   return nullptr;
 }
@@ -134,21 +150,19 @@ struct HeldPermits {
 
 // Logs and counts the admission now, and the end when the relay ends the stream; the permits
 // come back when the call is over (stream_reactor.hpp).
-StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& subscriber,
-                                     grpc::CallbackServerContext* context,
+StreamRelease RelayService::admitted(metrics::Rpc rpc, const std::string& caller, grpc::CallbackServerContext* context,
                                      std::vector<std::shared_ptr<StreamLimit::Permit>> permits) {
-  spdlog::info("subscriber admitted: rpc={} subscriber_id={} peer={}", metrics::rpc_name(rpc), subscriber,
-               context->peer());
+  spdlog::info("subscriber admitted: rpc={}{} peer={}", metrics::rpc_name(rpc), caller, context->peer());
   if (config_.metrics != nullptr) config_.metrics->stream_admitted(rpc);
   auto held = std::make_shared<HeldPermits>(HeldPermits{std::move(permits)});
-  auto ended = [rpc, subscriber, peer = context->peer(), held = std::weak_ptr<HeldPermits>(held),
+  auto ended = [rpc, caller, peer = context->peer(), held = std::weak_ptr<HeldPermits>(held),
                 recorder = config_.metrics, draining = &draining_](const RpcStatus& status) {
     if (recorder != nullptr) recorder->stream_ended(rpc, metrics::termination_reason(status, *draining));
     if (const auto permits = held.lock()) {
       for (const auto& permit : permits->permits) permit->mark_ending();
     }
-    spdlog::info("subscriber ended: rpc={} subscriber_id={} peer={} reason={}", metrics::rpc_name(rpc), subscriber,
-                 peer, ending_of(status));
+    spdlog::info("subscriber ended: rpc={}{} peer={} reason={}", metrics::rpc_name(rpc), caller, peer,
+                 ending_of(status));
   };
   return {std::move(ended), std::move(held)};
 }
@@ -178,10 +192,11 @@ RawStream* RelayService::open_plane(grpc::CallbackServerContext* context, const 
                                     metrics::ActorKind stream_kind, Behavior behavior, Setting setting) {
   Request request;
   if (auto* refused = read_request(context, rpc, bytes, request)) return refused;
+  const std::string caller = caller_of(request.subscriber_id());
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit(context, rpc, limit, permit)) return refused;
-  return open_watch<Message>(system_, admitted(rpc, request.subscriber_id(), context, {permit}), config_.metrics,
-                             context, source, behavior, std::string(plane), setting,
+  if (auto* refused = admit(context, rpc, limit, permit, caller)) return refused;
+  return open_watch<Message>(system_, admitted(rpc, caller, context, {permit}), config_.metrics, context, source,
+                             behavior, std::string(plane), setting,
                              metrics::mailbox_gauge(config_.metrics, stream_kind));
 }
 
@@ -233,25 +248,30 @@ RawStream* RelayService::open_pool_stream(grpc::CallbackServerContext* context,
   const v1::ProducerIdentity& expected = request.expected_producer();
   const auto view = peers_.catalog_view->current();
   const auto pool = view->pools.find(wire::pool_key(expected.pool_id()));
+  const std::string caller = fmt::format("{} pool={} layout_generation={}", caller_of(request.subscriber_id()),
+                                         pool_label(expected.pool_id()), expected.layout_generation());
   std::shared_ptr<StreamLimit::Permit> permit;
-  if (auto* refused = admit(context, rpc, pool_streams_, permit)) return refused;
+  if (auto* refused = admit(context, rpc, pool_streams_, permit, caller)) return refused;
   if (pool == view->pools.end()) {
     return refuse(context, rpc,
-                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"));
+                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_POOL_NOT_FOUND, "no active pool with that PoolId"),
+                  caller);
   }
   const v1::ProducerIdentity& current = pool->second.descriptor.producer();
   if (wire::producer_key(current) != wire::producer_key(expected)) {
     return refuse(context, rpc,
                   RpcStatus::relay_error(v1::RELAY_ERROR_REASON_PRODUCER_CHANGED,
-                                         "the pool is served by another producer generation; re-read the catalog"));
+                                         "the pool is served by another producer generation; re-read the catalog"),
+                  caller);
   }
   auto pool_permit = pool->second.subscribers->try_acquire();
   if (!pool_permit) {
     return refuse(context, rpc,
-                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, pool->second.subscribers->refusal()));
+                  RpcStatus::relay_error(v1::RELAY_ERROR_REASON_RESOURCE_LIMIT, pool->second.subscribers->refusal()),
+                  caller);
   }
-  auto* reactor = new StreamReactor<Message>(
-      context, admitted(rpc, request.subscriber_id(), context, {permit, pool_permit}), config_.metrics);
+  auto* reactor =
+      new StreamReactor<Message>(context, admitted(rpc, caller, context, {permit, pool_permit}), config_.metrics);
   PoolStreamSpec spec{config_.relay, current, current.pool_id().dc_id(), current.ckf_format().seed(),
                       current.ckf_format().bucket_count()};
   StreamSinkPtr<Message> sink = reactor->link();

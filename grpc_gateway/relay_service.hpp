@@ -80,10 +80,11 @@ class RelayService final : public RawService {
   template <class Request>
   RawStream* read_request(grpc::CallbackServerContext* context, metrics::Rpc rpc, const grpc::ByteBuffer& bytes,
                           Request& request);
+  // `caller`: whom the relay's log lines name (caller_of in relay_service.cpp).
   RawStream* admit(grpc::CallbackServerContext* context, metrics::Rpc rpc, StreamLimit& limit,
-                   std::shared_ptr<StreamLimit::Permit>& permit);
+                   std::shared_ptr<StreamLimit::Permit>& permit, const std::string& caller);
   RawStream* refuse(grpc::CallbackServerContext* context, metrics::Rpc rpc, const RpcStatus& status,
-                    std::string result = {});
+                    const std::string& caller, std::string result = {});
   // A catalog, readiness or load stream: its request read and admitted under `limit`, then a
   // stream actor (`behavior`, given `setting`: a heartbeat or outbox limits) fed by `source`.
   template <class Message, class Request, class Source, class Behavior, class Setting>
@@ -92,7 +93,7 @@ class RelayService final : public RawService {
                         metrics::ActorKind stream_kind, Behavior behavior, Setting setting);
   OutboxLimits window_outbox() const;
   RawStream* open_pool_stream(grpc::CallbackServerContext* context, const v1::SubscribeKvPoolRequest& request);
-  StreamRelease admitted(metrics::Rpc rpc, const std::string& subscriber, grpc::CallbackServerContext* context,
+  StreamRelease admitted(metrics::Rpc rpc, const std::string& caller, grpc::CallbackServerContext* context,
                          std::vector<std::shared_ptr<StreamLimit::Permit>> permits);
 
   caf::actor_system& system_;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/pool_label.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
 namespace kvrelay::cli {
@@ -51,17 +52,6 @@ std::string roles_of(const Roles& roles) {
   for (int role : roles) out += (out.empty() ? "" : ",") + role_name(role);
   return out.empty() ? "-" : out;
 }
-// A pool's stable id, shortened for tables: dc id and the first bytes of both domain digests.
-inline std::string pool_label(const v1::KvPoolId& pool) {
-  auto head = [](const std::string& digest) {
-    std::string hex;
-    for (std::size_t i = 0; i < std::min<std::size_t>(digest.size(), 3); ++i) {
-      hex += fmt::format("{:02x}", static_cast<unsigned char>(digest[i]));
-    }
-    return hex;
-  };
-  return fmt::format("{:x}:{}:{}", pool.dc_id(), head(pool.indexer_domain().cache_semantics().digest()),
-                     head(pool.indexer_domain().routing_scope().digest()));
-}
+using ::kvrelay::pool_label;
 
 }  // namespace kvrelay::cli

@@ -3,7 +3,9 @@
 #include <grpcpp/impl/client_unary_call.h>
 #include <catch2/catch.hpp>
 
+#include "core/pool_label.hpp"
 #include "tests/integration/harness.hpp"
+#include "tests/log_capture.hpp"
 
 using namespace kvrelay::test;
 
@@ -143,6 +145,7 @@ TEST_CASE("readiness and load streams validate like the catalog", "[contract]") 
 }
 
 TEST_CASE("SubscribeKvPool: identity checks, unknown pools and stale generations", "[contract]") {
+  CapturedLog log;  // first: it outlives the relay's threads
   TestRelay relay;
   const v1::ProducerIdentity producer = materialize_one_pool(relay);
   v1::SubscribeKvPoolRequest request;
@@ -174,6 +177,11 @@ TEST_CASE("SubscribeKvPool: identity checks, unknown pools and stale generations
     const auto outcome = pool_outcome(relay, request);
     CHECK(outcome.code == grpc::StatusCode::NOT_FOUND);
     CHECK(outcome.reason == "RELAY_ERROR_REASON_POOL_NOT_FOUND");
+    // The log names the router and the pool it asked for, as kvrelay-cli catalog shows pools.
+    CHECK(log.count({"[warning] refused SubscribeKvPool from ipv4:127.0.0.1:",
+                     " subscriber_id=router-a pool=" + kvrelay::pool_label(request.expected_producer().pool_id()) +
+                         " layout_generation=" + std::to_string(producer.layout_generation()) +
+                         ": no active pool with that PoolId"}) == 1);
   }
   SECTION("a stale generation of a live pool") {
     *request.mutable_expected_producer() = producer;

@@ -4,8 +4,10 @@
 
 #include <random>
 
+#include "core/pool_label.hpp"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/replica.hpp"
+#include "tests/log_capture.hpp"
 
 using namespace kvrelay::test;
 
@@ -135,6 +137,7 @@ TEST_CASE("pool stream: snapshot, then contiguous deltas that rebuild the produc
 }
 
 TEST_CASE("pool stream: a withdrawn generation ends its streams, the next one starts at 0", "[pool]") {
+  CapturedLog log;  // first: it outlives the relay's threads
   TestRelay relay;
   auto catalog = watch_catalog(relay);
   relay.put_worker(put_worker_request(kBackend, 1));
@@ -149,8 +152,14 @@ TEST_CASE("pool stream: a withdrawn generation ends its streams, the next one st
   CHECK(await_catalog(*catalog, 0).revision() == 2);
   while (stream->next()) {
   }
-  CHECK(stream->finish().error_code() == grpc::StatusCode::UNAVAILABLE);
+  const grpc::Status ended = stream->finish();
+  CHECK(ended.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(stream->reason() == "RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE");
+  // Its log line says which pool, and why in the relay's words (the reason alone does not).
+  CHECK(log.count(
+            {"subscriber ended: rpc=SubscribeKvPool subscriber_id=test pool=" + kvrelay::pool_label(first.pool_id()) +
+                 " layout_generation=" + std::to_string(first.layout_generation()) + " peer=",
+             "reason=RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE (" + ended.error_message() + ")"}) == 1);
 
   relay.put_worker(put_worker_request(kBackend, 1));
   const auto second = await_single_pool(*catalog);
