@@ -1,5 +1,11 @@
 #include "actors/topology_projector.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <string_view>
+
 #include "actors/crash_report.hpp"
 #include "core/wire_validation.hpp"
 
@@ -42,6 +48,40 @@ void count_entries(Self self, const std::vector<v1::TopologyEntry>& entries) {
   self->state.metrics->set_readiness_entries(ready, unavailable, unknown);
 }
 
+std::string_view without_prefix(const std::string& name, std::string_view prefix) {
+  std::string_view view(name);
+  if (view.starts_with(prefix)) view.remove_prefix(prefix.size());
+  return view;
+}
+
+// One line per (namespace, model) whose readiness changed, with what it misses: the operator's
+// record of when routers in other data centers started or stopped sending it traffic.
+void log_transitions(Self self, const std::vector<v1::TopologyEntry>& entries) {
+  using States = std::map<std::pair<std::string, std::string>, v1::ServingReadinessState>;
+  States now;
+  for (const v1::TopologyEntry& entry : entries) {
+    const auto key = std::pair{entry.namespace_(), entry.canonical_model_id()};
+    now[key] = entry.state();
+    const auto before = self->state.published_states.find(key);
+    if (before != self->state.published_states.end() && before->second == entry.state()) continue;
+    std::vector<std::string_view> missing;
+    for (const int role : entry.missing_roles()) {
+      missing.push_back(without_prefix(v1::WorkerRole_Name(static_cast<v1::WorkerRole>(role)), "WORKER_ROLE_"));
+    }
+    const std::string from =
+        before == self->state.published_states.end()
+            ? std::string("(new)")
+            : std::string(without_prefix(v1::ServingReadinessState_Name(before->second), "SERVING_READINESS_STATE_"));
+    spdlog::info("readiness: namespace={} model={}: {} -> {}{}{}", entry.namespace_(), entry.canonical_model_id(), from,
+                 without_prefix(v1::ServingReadinessState_Name(entry.state()), "SERVING_READINESS_STATE_"),
+                 missing.empty() ? "" : ", missing ", fmt::join(missing, ","));
+  }
+  for (const auto& [key, gone] : self->state.published_states) {
+    if (!now.contains(key)) spdlog::info("readiness: namespace={} model={}: gone", key.first, key.second);
+  }
+  self->state.published_states = std::move(now);
+}
+
 void reproject(Self self, const std::vector<readiness::EndpointFacts>& facts) {
   auto& state = self->state;
   std::vector<v1::TopologyEntry> entries = readiness::project(facts);
@@ -49,6 +89,7 @@ void reproject(Self self, const std::vector<readiness::EndpointFacts>& facts) {
   if (bytes == state.published_entries) return;
   state.published_entries = std::move(bytes);
   count_entries(self, entries);
+  log_transitions(self, entries);
   const std::uint64_t revision = state.current->message().revision() + 1;
   state.current = make_update(state.relay, revision, std::move(entries));
   state.streams.broadcast(self, state.current);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/integration/harness.hpp"
+#include "tests/log_capture.hpp"
 
 using namespace kvrelay::test;
 
@@ -64,6 +65,7 @@ TEST_CASE("readiness A: one aggregated endpoint, UNKNOWN until availability is r
 }
 
 TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", "[readiness]") {
+  CapturedLog log;  // first: it outlives the relay's threads
   TestRelay relay;
   auto readiness = watch_readiness(relay);
   relay.put_worker(
@@ -104,6 +106,14 @@ TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", 
       await_entry(*readiness, [](const auto& e) { return e.state() == v1::SERVING_READINESS_STATE_UNAVAILABLE; });
   CHECK(roles(broken.entries(0).missing_roles()) ==
         std::vector<int>{v1::WORKER_ROLE_PREFILL, v1::WORKER_ROLE_AGGREGATED});
+  // Each change of state is logged once, with what the model misses: the encoder's endpoint
+  // made it UNKNOWN until it reported its availability.
+  CHECK(log.count({"[info] readiness: namespace=prod model=llama: (new) -> UNKNOWN"}) == 1);
+  CHECK(log.count({"[info] readiness: namespace=prod model=llama: UNKNOWN -> READY"}) == 2);
+  CHECK(log.count({"[info] readiness: namespace=prod model=llama: READY -> UNKNOWN"}) == 1);
+  CHECK(log.count({"[info] readiness: namespace=prod model=llama: READY -> UNAVAILABLE, missing PREFILL,AGGREGATED"}) ==
+        1);
+  CHECK(log.count({"readiness: namespace=prod model=llama"}) == 5);
 }
 
 TEST_CASE("readiness E: a LoRA adapter on decode only is missing PREFILL", "[readiness]") {
