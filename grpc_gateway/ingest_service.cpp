@@ -66,8 +66,8 @@ metrics::IngestLimit label_of(ingest_check::Limit limit) {
 // A request above a size limit: counted and logged (rate-limited); its message is the
 // INVALID_ARGUMENT that refuses it.
 std::string refused_oversize(metrics::RelayMetrics* metrics, const google::protobuf::Message& request,
-                             const ingest_check::LimitExceeded& over) {
-  rejected_input_log().warn(fmt::format("refused {}: {}", request.GetDescriptor()->name(), over.message));
+                             const ingest_check::LimitExceeded& over, std::string_view peer) {
+  rejected_input_log().warn(fmt::format("refused {} from {}: {}", request.GetDescriptor()->name(), peer, over.message));
   if (metrics != nullptr) metrics->ingest_limit_refused(label_of(over.limit));
   return over.message;
 }
@@ -139,6 +139,7 @@ struct StreamSettings {
   std::size_t read_window = 64;
   metrics::RelayMetrics* metrics = nullptr;
   StreamCredentials credentials;
+  std::string peer;  // the feeder, as the relay's log lines name it
 };
 
 // What both ingest streams share: a request refused on its own (its size, or credentials no
@@ -166,7 +167,8 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>> {
     std::optional<grpc::Status> ended = settings_.credentials.refused(settings_.metrics);
     if (!ended && request != nullptr) {
       if (auto over = ingest_check::oversize(*request, settings_.limits)) {
-        ended = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, refused_oversize(settings_.metrics, *request, *over));
+        ended = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             refused_oversize(settings_.metrics, *request, *over, settings_.peer));
       }
     }
     if (ended) this->gate()->acknowledge(Ack{{}, std::move(ended)});
@@ -187,6 +189,7 @@ class IngestReader : public WindowedReader<Request, Acknowledgement<Outcome>> {
         std::move(unanswered));
   }
   metrics::RelayMetrics* metrics() const { return settings_.metrics; }
+  const std::string& peer() const { return settings_.peer; }
   // Written by count(), under the reader's lock.
   Response& response() { return response_; }
 
@@ -220,7 +223,7 @@ class EventBatchReader final
     const std::int64_t receipt_ns = steady_now_ns();
     if (ends_stream(batch.get())) return;
     if (auto problem = malformed(batch.get(), &ingest_check::kv_event_batch)) {
-      rejected_input_log().warn("rejected KV event batch: " + *problem);
+      rejected_input_log().warn(fmt::format("rejected KV event batch from {}: {}", peer(), *problem));
       if (metrics() != nullptr) metrics()->batch(metrics::BatchResult::kMalformed);
       return answer(BatchOutcome{});
     }
@@ -259,7 +262,7 @@ class LoadReportReader final : public IngestReader<ingest_v1::LoadReport, LoadOu
   void forward(std::shared_ptr<const ingest_v1::LoadReport> report) override {
     if (ends_stream(report.get())) return;
     if (auto problem = malformed(report.get(), &ingest_check::load_report)) {
-      rejected_input_log().warn("rejected load report: " + *problem);
+      rejected_input_log().warn(fmt::format("rejected load report from {}: {}", peer(), *problem));
       if (metrics() != nullptr) metrics()->load_reports(metrics::LoadReportResult::kMalformed, 1);
       return answer(LoadOutcome{0, 1});
     }
@@ -305,23 +308,26 @@ std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> IngestService:
 }
 
 template <class Request>
-ingest_check::Problem IngestService::parsed(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request) {
+ingest_check::Problem IngestService::parsed(const Call& call, const grpc::ByteBuffer& bytes, Request& request) {
   if (read_message(bytes, request)) return std::nullopt;
   return invalid(call, unparsable<Request>());
 }
 
 template <class Request>
-ingest_check::Problem IngestService::checked(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request,
+ingest_check::Problem IngestService::checked(const Call& call, const grpc::ByteBuffer& bytes, Request& request,
                                              ingest_check::Problem (*structure)(const Request&)) {
   if (auto problem = parsed(call, bytes, request)) return problem;
-  if (auto over = ingest_check::oversize(request, config_.limits)) return refused_oversize(metrics_, request, *over);
+  if (auto over = ingest_check::oversize(request, config_.limits)) {
+    return refused_oversize(metrics_, request, *over, call.context->peer());
+  }
   if (auto problem = structure(request)) return invalid(call, std::move(*problem));
   return std::nullopt;
 }
 
-ingest_check::Problem IngestService::invalid(metrics::IngestCall call, std::string problem) {
-  rejected_input_log().warn(fmt::format("rejected {}: {}", metrics::label(call), problem));
-  if (metrics_ != nullptr) metrics_->ingest_request_invalid(call);
+ingest_check::Problem IngestService::invalid(const Call& call, std::string problem) {
+  rejected_input_log().warn(
+      fmt::format("rejected {} from {}: {}", metrics::label(call.rpc), call.context->peer(), problem));
+  if (metrics_ != nullptr) metrics_->ingest_request_invalid(call.rpc);
   return problem;
 }
 
@@ -370,7 +376,9 @@ grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* 
   ingest_v1::PutWorkerRequest request;
   return unary<ingest_v1::PutWorkerResponse>(
       context, peers_.membership, response,
-      [&] { return checked(metrics::IngestCall::kPutWorker, *bytes, request, &ingest_check::put_worker); },
+      [&] {
+        return checked({context, metrics::IngestCall::kPutWorker}, *bytes, request, &ingest_check::put_worker);
+      },
       [&] { return std::make_tuple(atoms::put_worker_atom_v, request); });
 }
 
@@ -379,7 +387,9 @@ grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContex
   ingest_v1::RemoveWorkerRequest request;
   return unary<ingest_v1::RemoveWorkerResponse>(
       context, peers_.membership, response,
-      [&] { return checked(metrics::IngestCall::kRemoveWorker, *bytes, request, &ingest_check::remove_worker); },
+      [&] {
+        return checked({context, metrics::IngestCall::kRemoveWorker}, *bytes, request, &ingest_check::remove_worker);
+      },
       [&] { return std::make_tuple(atoms::remove_worker_atom_v, request); });
 }
 
@@ -388,7 +398,10 @@ grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerCon
   ingest_v1::SetAvailabilityRequest request;
   return unary<ingest_v1::SetAvailabilityResponse>(
       context, peers_.membership, response,
-      [&] { return checked(metrics::IngestCall::kSetAvailability, *bytes, request, &ingest_check::set_availability); },
+      [&] {
+        return checked({context, metrics::IngestCall::kSetAvailability}, *bytes, request,
+                       &ingest_check::set_availability);
+      },
       [&] { return std::make_tuple(atoms::availability_atom_v, request); });
 }
 
@@ -396,7 +409,10 @@ grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* c
                                                   grpc::ByteBuffer* response) {
   ingest_v1::GetStateRequest request;
   return unary<ingest_v1::RelayState>(
-      context, peers_.membership, response, [&] { return parsed(metrics::IngestCall::kGetState, *bytes, request); },
+      context, peers_.membership, response,
+      [&] {
+        return parsed({context, metrics::IngestCall::kGetState}, *bytes, request);
+      },
       [&] { return std::make_tuple(atoms::get_state_atom_v); });
 }
 
@@ -406,9 +422,9 @@ grpc::ServerUnaryReactor* IngestService::ReportFrontendLoad(grpc::CallbackServer
   return unary<ingest_v1::ReportFrontendLoadResponse>(
       context, peers_.serving_load, response,
       [&] {
-        return checked_report(
-            metrics::ServingLoadSource::kFrontend,
-            checked(metrics::IngestCall::kReportFrontendLoad, *bytes, request, &ingest_check::frontend_load_report));
+        return checked_report(metrics::ServingLoadSource::kFrontend,
+                              checked({context, metrics::IngestCall::kReportFrontendLoad}, *bytes, request,
+                                      &ingest_check::frontend_load_report));
       },
       [&] { return std::make_tuple(atoms::frontend_load_atom_v, request); });
 }
@@ -420,9 +436,9 @@ grpc::ServerUnaryReactor* IngestService::ReportSchedulerLoad(grpc::CallbackServe
   return unary<ingest_v1::ReportSchedulerLoadResponse>(
       context, peers_.serving_load, response,
       [&] {
-        return checked_report(
-            metrics::ServingLoadSource::kScheduler,
-            checked(metrics::IngestCall::kReportSchedulerLoad, *bytes, request, &ingest_check::scheduler_load_report));
+        return checked_report(metrics::ServingLoadSource::kScheduler,
+                              checked({context, metrics::IngestCall::kReportSchedulerLoad}, *bytes, request,
+                                      &ingest_check::scheduler_load_report));
       },
       [&] { return std::make_tuple(atoms::scheduler_load_atom_v, request); });
 }
@@ -432,7 +448,9 @@ grpc::ServerUnaryReactor* IngestService::SetFrontends(grpc::CallbackServerContex
   ingest_v1::SetFrontendsRequest request;
   return unary<ingest_v1::SetFrontendsResponse>(
       context, peers_.serving_load, response,
-      [&] { return checked(metrics::IngestCall::kSetFrontends, *bytes, request, &ingest_check::set_frontends); },
+      [&] {
+        return checked({context, metrics::IngestCall::kSetFrontends}, *bytes, request, &ingest_check::set_frontends);
+      },
       [&] { return std::make_tuple(atoms::frontends_atom_v, request); });
 }
 
@@ -441,7 +459,9 @@ grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerConte
   ingest_v1::SetSchedulersRequest request;
   return unary<ingest_v1::SetSchedulersResponse>(
       context, peers_.serving_load, response,
-      [&] { return checked(metrics::IngestCall::kSetSchedulers, *bytes, request, &ingest_check::set_schedulers); },
+      [&] {
+        return checked({context, metrics::IngestCall::kSetSchedulers}, *bytes, request, &ingest_check::set_schedulers);
+      },
       [&] { return std::make_tuple(atoms::schedulers_atom_v, request); });
 }
 
@@ -449,10 +469,10 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* IngestService::PublishKvEvents(grpc::
                                                                           grpc::ByteBuffer* response) {
   auto permit = admit_stream(*context);
   if (!permit) return new Refused<grpc::ServerReadReactor<grpc::ByteBuffer>>(std::move(permit.error()));
-  auto* reader = new EventBatchReader(
-      peers_.batches, response,
-      StreamSettings{config_.limits, config_.read_window, metrics_, StreamCredentials(config_.auth, *context)},
-      std::move(*permit));
+  auto* reader = new EventBatchReader(peers_.batches, response,
+                                      StreamSettings{config_.limits, config_.read_window, metrics_,
+                                                     StreamCredentials(config_.auth, *context), context->peer()},
+                                      std::move(*permit));
   reader->start();
   return reader;
 }
@@ -461,10 +481,10 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* IngestService::ReportLoad(grpc::Callb
                                                                      grpc::ByteBuffer* response) {
   auto permit = admit_stream(*context);
   if (!permit) return new Refused<grpc::ServerReadReactor<grpc::ByteBuffer>>(std::move(permit.error()));
-  auto* reader = new LoadReportReader(
-      peers_.load, response,
-      StreamSettings{config_.limits, config_.read_window, metrics_, StreamCredentials(config_.auth, *context)},
-      std::move(*permit));
+  auto* reader = new LoadReportReader(peers_.load, response,
+                                      StreamSettings{config_.limits, config_.read_window, metrics_,
+                                                     StreamCredentials(config_.auth, *context), context->peer()},
+                                      std::move(*permit));
   reader->start();
   return reader;
 }

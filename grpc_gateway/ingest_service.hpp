@@ -112,16 +112,21 @@ class IngestService final : public IngestCallbacks {
   // A client stream's permit, or the status that refuses it.
   std::expected<std::shared_ptr<StreamLimit::Permit>, grpc::Status> admit_stream(
       const grpc::CallbackServerContext& context);
+  // A unary call being checked: which one, and from whom (for the log).
+  struct Call {
+    const grpc::CallbackServerContext* context;
+    metrics::IngestCall rpc;
+  };
   // `bytes` parsed into `request`, or the problem that they do not parse (counted and logged as
   // an invalid request of `call`).
   template <class Request>
-  ingest_check::Problem parsed(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request);
+  ingest_check::Problem parsed(const Call& call, const grpc::ByteBuffer& bytes, Request& request);
   // parsed(), the size limits, then `structure`: the first problem, counted and logged (a size
   // one as a limit refusal, the others as an invalid request of `call`).
   template <class Request>
-  ingest_check::Problem checked(metrics::IngestCall call, const grpc::ByteBuffer& bytes, Request& request,
+  ingest_check::Problem checked(const Call& call, const grpc::ByteBuffer& bytes, Request& request,
                                 ingest_check::Problem (*structure)(const Request&));
-  ingest_check::Problem invalid(metrics::IngestCall call, std::string problem);
+  ingest_check::Problem invalid(const Call& call, std::string problem);
   ingest_check::Problem checked_report(metrics::ServingLoadSource source, ingest_check::Problem problem);
   // Admits the call, checks it with `check`, then asks `target` with make_message() and
   // finishes with its answer, serialized as Response.

@@ -6,6 +6,7 @@
 
 #include "tests/integration/harness.hpp"
 #include "tests/integration/scrape.hpp"
+#include "tests/log_capture.hpp"
 
 using namespace kvrelay::test;
 
@@ -73,6 +74,7 @@ double refusals(const Scrape& scrape, const std::string& limit) {
 }  // namespace
 
 TEST_CASE("ingest limits: a request above a size limit is INVALID_ARGUMENT naming the flag", "[ingest][limits]") {
+  CapturedLog log;  // first: it outlives the relay's threads
   TestRelay relay(limited_options());
   relay.put_worker(put_worker_request(kBackend, 1));
   const std::string long_name(33, 'n');
@@ -80,6 +82,9 @@ TEST_CASE("ingest limits: a request above a size limit is INVALID_ARGUMENT namin
   require_refusal(relay.put_worker_status(put_worker_request(endpoint_ref("prod", long_name), 2)),
                   grpc::StatusCode::INVALID_ARGUMENT,
                   "endpoint.component: 33 bytes exceed --max-ingest-string-bytes (32)");
+  // The log names the caller, so that the feeder sending it can be found.
+  CHECK(log.count({"[warning] refused PutWorkerRequest from ipv4:127.0.0.1:",
+                   ": endpoint.component: 33 bytes exceed --max-ingest-string-bytes (32)"}) == 1);
   {
     ingest_v1::FrontendLoadReport report;
     report.set_namespace_("prod");

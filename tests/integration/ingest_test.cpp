@@ -241,7 +241,7 @@ TEST_CASE("batches: unknown sources and malformed batches are counted, the strea
   // A refusal is logged with the source it names (those within the next second are held back).
   CHECK(log.count({"[warning] refused KV event batch from endpoint=prod/backend/generate worker=2 rank=0 epoch=1 "
                    "sequence=0: no pool, worker or push source is declared for it"}) == 1);
-  CHECK(log.count({"[warning] rejected KV event batch: "}) >= 1);
+  CHECK(log.count({"[warning] rejected KV event batch from ipv4:127.0.0.1:"}) >= 1);
 }
 
 TEST_CASE("batch sequencing: duplicates, gaps and new epochs", "[ingest]") {
