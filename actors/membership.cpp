@@ -805,7 +805,9 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
-        route_sources(self);
+        auto draining = std::make_shared<RoutingView>();
+        draining->draining = true;
+        self->state.config.routes->publish(std::move(draining));
         for (auto& [endpoint, pool] : pools) {
           self->send(pool.publisher, atoms::retire_atom_v, status);
           self->state.budget.release(pool.charged_bytes);

@@ -37,7 +37,7 @@ RateLimitedLog& push_reset_log() {
 
 void refuse(const CarriedBatch& carried, metrics::RelayMetrics* metrics, BatchResult why) {
   count_batch(metrics, carried.transport, why);
-  if (carried.transport == SourceTransport::kPush) {
+  if (carried.transport == SourceTransport::kPush && why != BatchResult::kDraining) {
     refused_batch_log().warn(fmt::format("refused KV event batch from {}: {}", source_of(*carried.batch),
                                          why == BatchResult::kStaleSequence
                                              ? "its source already sent this sequence in this epoch"
@@ -145,6 +145,7 @@ void BatchRouter::route(CarriedBatch carried) const {
                     carried.batch->dp_rank()};
   const std::shared_ptr<const RoutingView> view = routes_ ? routes_->current() : RoutingView::closed();
   if (!view->open) return (*carried.reply)(BatchOutcome{.lost = true});
+  if (view->draining) return refuse(carried, metrics_, BatchResult::kDraining);
   const auto lane = view->lanes.find(id);
   if (lane == view->lanes.end()) return refuse(carried, metrics_, BatchResult::kUnknownSource);
   lane->second->carry(std::move(carried), metrics_);

@@ -499,8 +499,13 @@ const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kin
 // UNAVAILABLE: a gRPC server shutting down would cancel them instead, which a client cannot
 // tell from a call it cancelled itself.
 void await_streams_ended(const RelayRuntime::Impl& impl, std::chrono::system_clock::time_point deadline) {
-  impl.relay_service->await_streams_ended(deadline);
-  impl.ingest_service->streams().await_at_most(0, deadline);
+  const std::size_t wan = impl.relay_service->await_streams_ended(deadline);
+  const StreamLimit& ingest = impl.ingest_service->streams();
+  const std::size_t feeders = ingest.await_at_most(0, deadline) ? 0 : ingest.in_use();
+  if (wan + feeders > 0) {
+    spdlog::warn("drain: --drain-timeout-ms passed with {} WAN and {} ingest streams still open; they are cancelled",
+                 wan, feeders);
+  }
 }
 
 // What a listener still serves once the relay's streams have ended: unary calls, which finish

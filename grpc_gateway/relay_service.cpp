@@ -91,11 +91,13 @@ const StreamLimit& RelayService::limit_of(std::string_view kind) const {
   throw std::invalid_argument(fmt::format("no stream limit named '{}'", kind));
 }
 
-void RelayService::await_streams_ended(std::chrono::system_clock::time_point deadline) const {
+std::size_t RelayService::await_streams_ended(std::chrono::system_clock::time_point deadline) const {
+  std::size_t open = 0;
   for (const StreamLimit* limit :
        {&catalog_streams_, &readiness_streams_, &load_streams_, &serving_load_streams_, &pool_streams_}) {
-    limit->await_at_most(0, deadline);
+    if (!limit->await_at_most(0, deadline)) open += limit->in_use();
   }
+  return open;
 }
 
 template <class Request>

@@ -72,8 +72,8 @@ class RelayService final : public RawService {
   // The permits of one stream kind: "catalog", "readiness", "load", "serving_load" or "pool"
   // (std::invalid_argument for any other).
   const StreamLimit& limit_of(std::string_view kind) const;
-  // Until every stream of every kind has ended, or `deadline`.
-  void await_streams_ended(std::chrono::system_clock::time_point deadline) const;
+  // Until every stream of every kind has ended, or `deadline`: how many are still open.
+  std::size_t await_streams_ended(std::chrono::system_clock::time_point deadline) const;
 
  private:
   // Each returns the refusal, or nullptr when the call may go on.

@@ -83,11 +83,12 @@ KVRELAY_LABEL_SET(ActorKind, "actor_kind", KVRELAY_ACTOR_KINDS);
 KVRELAY_LABEL_SET(IngestRpc, "kind", KVRELAY_INGEST_RPCS);
 
 // How one KV event batch fared.
-#define KVRELAY_BATCH_RESULTS(X)                                                    \
-  X(kAccepted, "accepted")                                                          \
-  X(kMalformed, "malformed")          /* failed the whole-batch structural check */ \
-  X(kUnknownSource, "unknown_source") /* no pool, worker or push source for it */   \
-  X(kStaleSequence, "stale_sequence") /* already sent by its source in this epoch */
+#define KVRELAY_BATCH_RESULTS(X)                                                     \
+  X(kAccepted, "accepted")                                                           \
+  X(kMalformed, "malformed")          /* failed the whole-batch structural check */  \
+  X(kUnknownSource, "unknown_source") /* no pool, worker or push source for it */    \
+  X(kStaleSequence, "stale_sequence") /* already sent by its source in this epoch */ \
+  X(kDraining, "draining")            /* the relay is stopping */
 KVRELAY_LABEL_SET(BatchResult, "result", KVRELAY_BATCH_RESULTS);
 
 // Why the relay dropped a KV source's blocks.

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "actors/membership.hpp"
+#include "actors/source_lanes.hpp"
+#include "metrics/relay_metrics.hpp"
 #include "tests/actors/actor_fixture.hpp"
 
 using namespace kvrelay;
@@ -33,15 +35,19 @@ ingest_v1::PutWorkerRequest worker_with_push_source() {
 struct MembershipUnderTest {
   ActorFixture& fixture;
   std::shared_ptr<Inbox> catalog_inbox = std::make_shared<Inbox>();
-  std::shared_ptr<Inbox> peers_inbox = std::make_shared<Inbox>();  // readiness facts and load pools
+  std::shared_ptr<Inbox> peers_inbox = std::make_shared<Inbox>();                 // readiness facts and load pools
+  std::shared_ptr<RoutingRegistry> routes = std::make_shared<RoutingRegistry>();  // where batches go
   MembershipActor membership;
 
-  explicit MembershipUnderTest(ActorFixture& f) : fixture(f) {
+  explicit MembershipUnderTest(ActorFixture& f, metrics::RelayMetrics* metrics = nullptr) : fixture(f) {
     const caf::actor catalog = spawn_recorder(fixture, catalog_inbox);
     const caf::actor peers = spawn_recorder(fixture, peers_inbox);
     MembershipPeers handles{caf::actor_cast<CatalogActor>(catalog), caf::actor_cast<TopologyProjectorActor>(peers),
                             caf::actor_cast<LoadWindowActor>(peers), caf::actor_cast<ServingLoadWindowActor>(peers)};
-    membership = fixture.spawn(membership_actor, MembershipConfig{}, std::move(handles));
+    MembershipConfig config;
+    config.routes = routes;
+    config.metrics = metrics;
+    membership = fixture.spawn(membership_actor, std::move(config), std::move(handles));
     caf::anon_send(membership, atoms::put_worker_atom_v, worker_with_push_source());
     fixture.run();
   }
@@ -152,4 +158,45 @@ TEST_CASE("membership actor: once the relay drains, a rebuild that comes due bui
   caf::anon_send(under_test.membership, atoms::put_worker_atom_v, other);
   fixture.run();
   CHECK(under_test.catalog().empty());
+}
+
+// kv_relay_ingest_batches_total{result=`result`}.
+double batches_counted(const metrics::RelayMetrics& metrics, const std::string& result) {
+  double counted = 0;
+  for (const auto& collectable : metrics.collectables()) {
+    const auto held = collectable.lock();
+    if (!held) continue;
+    for (const auto& family : held->Collect()) {
+      if (family.name != "kv_relay_ingest_batches_total") continue;
+      for (const auto& series : family.metric) {
+        for (const auto& label : series.label) {
+          if (label.name == "result" && label.value == result) counted += series.counter.value;
+        }
+      }
+    }
+  }
+  return counted;
+}
+
+TEST_CASE("membership actor: once the relay drains, a pushed batch is refused as draining, not as unknown",
+          "[actors][membership]") {
+  ActorFixture fixture;
+  metrics::RelayMetrics metrics;
+  MembershipUnderTest under_test(fixture, &metrics);
+  caf::anon_send(under_test.membership, atoms::shutdown_atom_v,
+                 RpcStatus{StatusCode::kUnavailable, "the relay is shutting down", {}});
+  fixture.run();
+  auto batch = std::make_shared<ingest_v1::KvEventBatch>();
+  *batch->mutable_endpoint() = worker_with_push_source().endpoint();
+  batch->set_worker_id(1);
+  std::optional<BatchOutcome> answered;
+  auto reply = std::make_shared<Reply<BatchOutcome>>([&](const BatchOutcome& outcome) { answered = outcome; },
+                                                     BatchOutcome{.lost = true});
+  BatchRouter(under_test.routes, &metrics).route({batch, reply, 0, SourceTransport::kPush, {}});
+  fixture.run();
+  REQUIRE(answered.has_value());
+  CHECK_FALSE(answered->applied);
+  CHECK_FALSE(answered->lost);  // the feeder's stream goes on until it closes it
+  CHECK(batches_counted(metrics, "draining") == 1);
+  CHECK(batches_counted(metrics, "unknown_source") == 0);
 }

@@ -22,6 +22,7 @@
 #include "kvrelay_test/standard_services.pb.h"
 #include "tests/integration/harness.hpp"
 #include "tests/integration/scrape.hpp"
+#include "tests/log_capture.hpp"
 
 using namespace kvrelay::test;
 
@@ -376,6 +377,19 @@ TEST_CASE("drain: while open streams end, new calls are refused with UNAVAILABLE
   CHECK(late_end ==
         std::pair{grpc::StatusCode::UNAVAILABLE, std::string("RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE")});
   CHECK(feeder_closed);
+}
+
+TEST_CASE("drain: a stream still open at the deadline is cancelled, and the log says how many were", "[health]") {
+  CapturedLog log;  // first: it outlives the relay's threads
+  TestRelay relay;
+  grpc::ClientContext feeder_context;
+  ingest_v1::PublishKvEventsResponse tally;
+  auto feeder = relay.ingest().PublishKvEvents(&feeder_context, &tally);  // never closed by its feeder
+  REQUIRE(relay.runtime().await_open_streams_at_least("ingest", 1));
+  relay.runtime().shutdown(std::chrono::milliseconds(200));
+  CHECK(log.count({"[warning] drain: --drain-timeout-ms passed with 0 WAN and 1 ingest streams still open; they are "
+                   "cancelled"}) == 1);
+  CHECK_FALSE(feeder->Finish().ok());  // ended by the server, not by its feeder
 }
 
 TEST_CASE("drain: an open health watch does not hold the drain to its timeout", "[health]") {
