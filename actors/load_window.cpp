@@ -1,8 +1,10 @@
 #include "actors/load_window.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/crash_report.hpp"
+#include "actors/rate_limited_log.hpp"
 
 namespace kvrelay {
 
@@ -52,7 +54,8 @@ void replace_pools(Self self, const std::vector<LoadPool>& pools) {
     slot.lineage = facts.lineage;
     slot.stats = stats;
     if (auto refreshed = slot.load.set_capacity(facts.runtime_configs); !refreshed) {
-      spdlog::warn("load of pool {}: {}", facts.endpoint.display(), refreshed.error());
+      static RateLimitedLog log;  // sent again at every membership change while it lasts
+      log.warn(fmt::format("load of pool {}: {}", facts.endpoint.display(), refreshed.error()));
     }
     publish_coverage(slot);
   }
@@ -86,6 +89,12 @@ void apply_reports(Self self, const LoadReportBatch& batch) {
       ++applied;
       publish_coverage(pool->second);
       pool->second.reporters[report.worker_id()] = reporter;
+    } else {
+      static RateLimitedLog log;
+      log.warn(fmt::format(
+          "rejected load report for endpoint={} worker={} rank={}: {}", endpoint.display(), report.worker_id(),
+          report.dp_rank(),
+          pool == self->state.pools.end() ? "the endpoint holds no pool" : "the pool's workers declare no such rank"));
     }
   }
   const std::uint64_t rejected = batch.reports.size() - applied;

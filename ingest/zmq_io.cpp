@@ -283,8 +283,10 @@ void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
     source->redial_at.reset();
     source->redial_delay = std::min(2 * source->redial_delay, source->config.reconnect_max);
     const std::string& endpoint = source->config.endpoint;
-    spdlog::warn("engine source {}: the connection to {} ended without a retry (a protocol error); dialing again", id,
-                 endpoint);
+    spdlog::warn(
+        "engine source {}: the connection to {} ended without a retry (a protocol error, or a frame above "
+        "--max-engine-message-bytes); dialing again",
+        id, endpoint);
     try {
       source->sub.disconnect(endpoint);  // forgets the ended session
     } catch (const zmq::error_t&) {

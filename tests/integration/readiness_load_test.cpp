@@ -220,6 +220,7 @@ v1::KvPoolLoadUpdate await_load(StreamReader<v1::KvPoolLoadUpdate>& stream, cons
 }  // namespace
 
 TEST_CASE("load windows: coverage, partial usage, unknown capacity, undeclared ranks", "[load]") {
+  CapturedLog log;  // first: it outlives the relay's threads
   kvrelay::RelayOptions options = loopback_options();
   options.load_window_ms = 20;
   TestRelay relay(options);
@@ -239,6 +240,9 @@ TEST_CASE("load windows: coverage, partial usage, unknown capacity, undeclared r
       {load_report(kDecode, 9, 0, 40), load_report(kDecode, 9, 5, 1), load_report(kDecode, 77, 0, 1)});
   CHECK(tally.reports_applied() == 1);
   CHECK(tally.reports_rejected() == 2);
+  CHECK(log.count({"[warning] rejected load report for endpoint=",
+                   " worker=9 rank=5: the pool's workers declare no "
+                   "such rank"}) == 1);
   await_load(*load, {0, 200, 1, 2});  // partial usage is never low load
   relay.report_load({load_report(kDecode, 9, 1, 30)});
   await_load(*load, {70, 200, 2, 2});
