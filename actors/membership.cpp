@@ -327,6 +327,8 @@ void reconcile(Self self) {
   state.feeds.reconcile(self, state.workers, state.peers.load);
   auto previous_projection = std::exchange(state.projection, membership::project(state.workers));
   log_new_conflicts(previous_projection, state.projection);
+  state.catalog_bytes.clear();
+  for (const auto& [endpoint, m] : state.projection) state.catalog_bytes[endpoint] = membership::catalog_bytes(m);
   std::erase_if(state.rebuild_holds, [&](const auto& hold) { return !state.projection.contains(hold.first); });
   state.shared_pools = shared_pool_claims(state);
   const auto desired = desired_pools(state);
@@ -463,6 +465,27 @@ std::optional<CountRefusal> count_refusal(const MembershipState& state, const En
                   endpoint.display(), request.worker_id(), added, sources, limits.max_kv_sources)};
 }
 
+// docs/protocol/limits.md#count-limits: the names a catalog update would carry once `spec`
+// joins its endpoint, against half of --max-message-bytes. The endpoint is projected alone,
+// which never names fewer registrations than the whole projection does.
+std::optional<CountRefusal> catalog_refusal(const MembershipState& state, const EndpointKey& endpoint,
+                                            const ingest_v1::WorkerSpec& spec) {
+  membership::WorkerCards cards;
+  if (const auto held = state.workers.find(endpoint); held != state.workers.end()) cards = held->second;
+  cards[spec.worker_id()] = spec;
+  const auto alone = membership::project({{endpoint, std::move(cards)}});
+  std::size_t bytes = alone.empty() ? 0 : membership::catalog_bytes(alone.begin()->second);
+  for (const auto& [other, other_bytes] : state.catalog_bytes) {
+    if (other != endpoint) bytes += other_bytes;
+  }
+  const std::size_t limit = state.config.limits.max_catalog_bytes;
+  if (bytes <= limit) return std::nullopt;
+  return CountRefusal{metrics::IngestLimit::kCatalogBytes,
+                      fmt::format("endpoint {} worker {}: its models' names would make the catalog's {} bytes, above "
+                                  "half of --max-message-bytes ({})",
+                                  endpoint.display(), spec.worker_id(), bytes, limit)};
+}
+
 // A live set names at most as many workers as an endpoint may have; the sets SetAvailability
 // keeps for endpoints with no worker yet (docs/protocol/readiness.md#availability) are bounded
 // as endpoints with workers are, apart from them.
@@ -499,6 +522,7 @@ caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1:
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
   if (auto refusal = count_refusal(state, endpoint, request)) return refuse(self, "PutWorker", std::move(*refusal));
   ingest_v1::WorkerSpec spec = membership::worker_spec(request);
+  if (auto refusal = catalog_refusal(state, endpoint, spec)) return refuse(self, "PutWorker", std::move(*refusal));
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
     std::vector<std::uint32_t> dropped;

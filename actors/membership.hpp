@@ -32,6 +32,9 @@ struct MembershipLimits {
   std::size_t max_serving_endpoints = 1'024;  // endpoints with at least one worker
   std::size_t max_workers_per_endpoint = 4'096;
   std::size_t max_kv_sources = 65'536;  // KV sources of every worker together
+  // Bytes of every endpoint's name and registrations together, as a catalog update carries
+  // them (half of --max-message-bytes: the update must fit one message).
+  std::size_t max_catalog_bytes = 4'194'304;
 };
 
 // GetState asks every engine source, then every pool publisher, waiting at most this long each
@@ -127,6 +130,7 @@ struct MembershipState {
   std::map<SourceId, std::shared_ptr<SourceLane>> lanes;        // every declared source's, as last published
   EngineFeeds feeds;
   std::map<EndpointKey, membership::EndpointMembership> projection;
+  std::map<EndpointKey, std::size_t> catalog_bytes;  // each endpoint's membership::catalog_bytes in it
   std::map<EndpointKey, MaterializedPool> pools;
   // Endpoints that should hold a pool the memory budget cannot: why, as their conflict says.
   std::map<EndpointKey, std::string> over_budget;

@@ -374,7 +374,8 @@ std::expected<std::unique_ptr<RelayRuntime>, StartError> RelayRuntime::start(con
   membership_config.feeds.http = impl->http.get();
   membership_config.feeds.metrics = recorder;
   membership_config.feeds.max_message_bytes = options.max_engine_message_bytes;
-  membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources};
+  membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources,
+                              options.max_message_bytes / 2};
   membership_config.routes = impl->routes;
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load, impl->serving_load});

@@ -404,6 +404,16 @@ std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& mem
   return out;
 }
 
+std::size_t catalog_bytes(const EndpointMembership& membership) {
+  wan_v1::KvPoolDescriptor out;
+  auto* endpoint = out.mutable_serving_endpoint();
+  endpoint->set_namespace_(membership.endpoint.ns);
+  endpoint->set_component(membership.endpoint.component);
+  endpoint->set_endpoint(membership.endpoint.endpoint);
+  for (const auto& registration : membership.registrations) fill(out.add_registrations(), registration);
+  return out.ByteSizeLong();
+}
+
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
   ingest_v1::WorkerSpec spec;
   spec.set_worker_id(request.worker_id());

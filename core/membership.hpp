@@ -73,6 +73,10 @@ using MembershipView = std::map<EndpointKey, EndpointMembership>;
 // but still gets here is left out of its endpoint with a ServingBinding conflict, never guessed at.
 MembershipView project(const EndpointCards& endpoints);
 
+// The bytes an endpoint's name and registrations take in a catalog descriptor (its producer
+// identity apart): what its workers' cards make every catalog update carry.
+std::size_t catalog_bytes(const EndpointMembership& membership);
+
 // A worker as PutWorker declares it, and back: the same card, adapters and feeds.
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request);
 ingest_v1::PutWorkerRequest put_worker_request(const ingest_v1::EndpointRef& endpoint,

@@ -142,7 +142,8 @@ KVRELAY_LABEL_SET(AuthFailure, "reason", KVRELAY_AUTH_FAILURES);
   X(kKvSources, "kv_sources")                    /* --max-kv-sources */           \
   X(kIngestStreams, "ingest_streams")            /* --max-ingest-streams */       \
   X(kServingLoadSources, "serving_load_sources") /* --max-serving-load-sources */ \
-  X(kServingLoadModels, "serving_load_models")   /* --max-serving-load-models */
+  X(kServingLoadModels, "serving_load_models")   /* --max-serving-load-models */  \
+  X(kCatalogBytes, "catalog_bytes")              /* half of --max-message-bytes */
 KVRELAY_LABEL_SET(IngestLimit, "limit", KVRELAY_INGEST_LIMITS);
 
 // The unary ingest RPCs whose requests are checked before anything of them applies.

@@ -202,6 +202,33 @@ TEST_CASE("ingest limits: a count of live things past its limit is RESOURCE_EXHA
   CHECK(refusals(s, "ingest_streams") == 2);
 }
 
+TEST_CASE("ingest limits: the names a catalog update carries stay within half of --max-message-bytes",
+          "[ingest][limits]") {
+  // Past the limit, every catalog update would exceed the largest message: gRPC would fail
+  // every WatchKvPoolCatalog write, and routers could not read any pool.
+  kvrelay::RelayOptions options = loopback_options();  // --max-message-bytes 8 MiB: 4 MiB of names
+  options.metrics_listen = "127.0.0.1:0";
+  TestRelay relay(options);
+  auto catalog = watch_catalog(relay);
+  // 600 aliases of 4 000 bytes each: 2.4 MB, within the limit; twice that is not.
+  auto worker = [](std::uint64_t id, int aliases) {
+    auto request = put_worker_request(kBackend, id);
+    for (int i = 0; i < aliases; ++i) {
+      request.mutable_card()->add_aliases(fmt::format("{:04}{}", i, std::string(3996, 'a')));
+    }
+    return request;
+  };
+  relay.put_worker(worker(1, 600));
+  CHECK(await_catalog(*catalog, 1).snapshot().pools(0).registrations(0).aliases_size() == 600);
+  // Another worker of the same endpoint with the same aliases adds no names; one with twice as many would.
+  relay.put_worker(worker(2, 600));
+  require_refusal(relay.put_worker_status(worker(3, 1200)), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "endpoint prod/backend/generate worker 3: its models' names would make the catalog's ");
+  const Scrape s = scrape(relay);
+  CHECK(refusals(s, "catalog_bytes") == 1);
+  CHECK(relay.get_state().endpoints(0).worker_ids_size() == 2);  // nothing of the refused call applied
+}
+
 TEST_CASE("ingest limits: availability kept for endpoints without workers is bounded by --max-serving-endpoints",
           "[ingest][limits]") {
   TestRelay relay(limited_options());
