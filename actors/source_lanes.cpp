@@ -24,24 +24,13 @@ std::string source_of(const ingest_v1::KvEventBatch& batch) {
                      batch.source_epoch(), batch.sequence());
 }
 
-RateLimitedLog& refused_batch_log() {
-  static RateLimitedLog log;
-  return log;
-}
-
-// Apart from the refusals, so that a feeder refused in a loop cannot hide another's reset.
-RateLimitedLog& push_reset_log() {
-  static RateLimitedLog log;
-  return log;
-}
-
 void refuse(const CarriedBatch& carried, metrics::RelayMetrics* metrics, BatchResult why) {
   count_batch(metrics, carried.transport, why);
   if (carried.transport == SourceTransport::kPush && why != BatchResult::kDraining) {
-    refused_batch_log().warn(fmt::format("refused KV event batch from {}: {}", source_of(*carried.batch),
-                                         why == BatchResult::kStaleSequence
-                                             ? "its source already sent this sequence in this epoch"
-                                             : "no pool, worker or push source is declared for it"));
+    static RateLimitedLog log;
+    log.warn(fmt::format("refused KV event batch from {}: {}", source_of(*carried.batch),
+                         why == BatchResult::kStaleSequence ? "its source already sent this sequence in this epoch"
+                                                            : "no pool, worker or push source is declared for it"));
   }
   (*carried.reply)(BatchOutcome{});
 }
@@ -131,8 +120,9 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
     ++resets_;
     if (metrics != nullptr) metrics->source_reset(reason);
     if (carried.transport == SourceTransport::kPush) {
-      push_reset_log().info(fmt::format("KV source reset ({}): its blocks leave the pool; batch from {}",
-                                        metrics::label(reason), source_of(*carried.batch)));
+      static RateLimitedLog log;  // apart from refusals: a feeder refused in a loop hides no reset
+      log.info(fmt::format("KV source reset ({}): its blocks leave the pool; batch from {}", metrics::label(reason),
+                           source_of(*carried.batch)));
     }
   }
   count_batch(metrics, carried.transport, BatchResult::kAccepted);

@@ -387,16 +387,26 @@ wan_v1::KvPoolId pool_id(const IndexerDomain& domain, std::uint64_t dc_id) {
   return id;
 }
 
-std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& membership,
-                                                   const wan_v1::ProducerIdentity& producer) {
-  if (!membership.materializable()) return std::nullopt;
+namespace {
+
+// What a descriptor says of the endpoint's cards: its name and registrations.
+wan_v1::KvPoolDescriptor named_descriptor(const EndpointMembership& membership) {
   wan_v1::KvPoolDescriptor out;
-  *out.mutable_producer() = producer;
   auto* endpoint = out.mutable_serving_endpoint();
   endpoint->set_namespace_(membership.endpoint.ns);
   endpoint->set_component(membership.endpoint.component);
   endpoint->set_endpoint(membership.endpoint.endpoint);
   for (const auto& registration : membership.registrations) fill(out.add_registrations(), registration);
+  return out;
+}
+
+}  // namespace
+
+std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& membership,
+                                                   const wan_v1::ProducerIdentity& producer) {
+  if (!membership.materializable()) return std::nullopt;
+  wan_v1::KvPoolDescriptor out = named_descriptor(membership);
+  *out.mutable_producer() = producer;
   out.mutable_query_semantics()->set_kv_block_size(membership.domain->kv_block_size);
   out.mutable_query_semantics()->set_hash_format(
       static_cast<wan_v1::KvQueryHashFormat>(membership.domain->hash_format));
@@ -404,15 +414,7 @@ std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& mem
   return out;
 }
 
-std::size_t catalog_bytes(const EndpointMembership& membership) {
-  wan_v1::KvPoolDescriptor out;
-  auto* endpoint = out.mutable_serving_endpoint();
-  endpoint->set_namespace_(membership.endpoint.ns);
-  endpoint->set_component(membership.endpoint.component);
-  endpoint->set_endpoint(membership.endpoint.endpoint);
-  for (const auto& registration : membership.registrations) fill(out.add_registrations(), registration);
-  return out.ByteSizeLong();
-}
+std::size_t catalog_bytes(const EndpointMembership& membership) { return named_descriptor(membership).ByteSizeLong(); }
 
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
   ingest_v1::WorkerSpec spec;

@@ -7,10 +7,12 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "actors/messages.hpp"
 #include "actors/stream_sink.hpp"
+#include "metrics/relay_metrics.hpp"
 
 namespace kvrelay::test {
 
@@ -104,6 +106,25 @@ inline caf::actor spawn_recorder(ActorFixture& fixture, std::shared_ptr<Inbox> i
         return {[](atoms::sample_atom) {}};
       },
       std::move(inbox));
+}
+
+// The sum of `family`'s counters whose `label` is `value`, as RelayMetrics holds them now.
+inline double counted(const metrics::RelayMetrics& metrics, const std::string& family, const std::string& label,
+                      const std::string& value) {
+  double sum = 0;
+  for (const auto& collectable : metrics.collectables()) {
+    const auto held = collectable.lock();
+    if (!held) continue;
+    for (const auto& collected : held->Collect()) {
+      if (collected.name != family) continue;
+      for (const auto& series : collected.metric) {
+        for (const auto& pair : series.label) {
+          if (pair.name == label && pair.value == value) sum += series.counter.value;
+        }
+      }
+    }
+  }
+  return sum;
 }
 
 }  // namespace kvrelay::test

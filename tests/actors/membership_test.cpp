@@ -162,20 +162,7 @@ TEST_CASE("membership actor: once the relay drains, a rebuild that comes due bui
 
 // kv_relay_ingest_batches_total{result=`result`}.
 double batches_counted(const metrics::RelayMetrics& metrics, const std::string& result) {
-  double counted = 0;
-  for (const auto& collectable : metrics.collectables()) {
-    const auto held = collectable.lock();
-    if (!held) continue;
-    for (const auto& family : held->Collect()) {
-      if (family.name != "kv_relay_ingest_batches_total") continue;
-      for (const auto& series : family.metric) {
-        for (const auto& label : series.label) {
-          if (label.name == "result" && label.value == result) counted += series.counter.value;
-        }
-      }
-    }
-  }
-  return counted;
+  return counted(metrics, "kv_relay_ingest_batches_total", "result", result);
 }
 
 TEST_CASE("membership actor: once the relay drains, a pushed batch is refused as draining, not as unknown",

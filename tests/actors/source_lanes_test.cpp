@@ -69,20 +69,7 @@ constexpr SourceReset kNewGeneration = SourceReset::kNewGeneration;
 
 // kv_relay_source_resets_total{reason=`reason`}.
 double resets_counted(const metrics::RelayMetrics& metrics, const std::string& reason) {
-  double counted = 0;
-  for (const auto& collectable : metrics.collectables()) {
-    const auto held = collectable.lock();
-    if (!held) continue;
-    for (const auto& family : held->Collect()) {
-      if (family.name != "kv_relay_source_resets_total") continue;
-      for (const auto& series : family.metric) {
-        for (const auto& label : series.label) {
-          if (label.name == "reason" && label.value == reason) counted += series.counter.value;
-        }
-      }
-    }
-  }
-  return counted;
+  return counted(metrics, "kv_relay_source_resets_total", "reason", reason);
 }
 
 }  // namespace

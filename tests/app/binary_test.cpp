@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
@@ -162,6 +163,23 @@ class StalledRelay {
   std::vector<std::unique_ptr<grpc::ClientReader<v1::FilterUpdate>>> stalled_;
 };
 
+// A topology file of one live worker with a push source, on an endpoint of namespace
+// `namespace_yaml` (as YAML writes it): its path.
+std::string one_worker_topology(const std::string& file, const std::string& namespace_yaml) {
+  return write_file(file, fmt::format(R"(
+version: 1
+endpoints:
+  - endpoint: {{namespace: {}, component: backend, endpoint: generate}}
+    workers:
+      - workerId: 7
+        card: {{displayName: m, kvCacheBlockSize: 16, workerType: WORKER_TYPE_AGGREGATED,
+               runtimeConfig: {{totalKvBlocks: 100}}}}
+        kvSources: [{{dpRank: 0, push: {{}}}}]
+    liveWorkers: {{workerIds: [7]}}
+)",
+                                      namespace_yaml));
+}
+
 }  // namespace
 
 TEST_CASE("SIGTERM drains even when clients stop reading, and exits 0", "[binary]") {
@@ -228,17 +246,7 @@ TEST_CASE("a core actor's failure stops kv-relay with exit code 3 and the reason
 
 TEST_CASE("a core actor that fails while kv-relay starts exits 3, not as a bad configuration",
           "[binary][supervision]") {
-  const std::string topology = write_file("crash-at-start.yaml", R"(
-version: 1
-endpoints:
-  - endpoint: {namespace: prod, component: backend, endpoint: generate}
-    workers:
-      - workerId: 7
-        card: {displayName: m, kvCacheBlockSize: 16, workerType: WORKER_TYPE_AGGREGATED,
-               runtimeConfig: {totalKvBlocks: 100}}
-        kvSources: [{dpRank: 0, push: {}}]
-    liveWorkers: {workerIds: [7]}
-)");
+  const std::string topology = one_worker_topology("crash-at-start.yaml", "prod");
   Child child = spawn_relay({"--listen", "127.0.0.1:0", "--ingest-listen", "127.0.0.1:0", "--metrics-listen", "off",
                              "--dc-id", "dc-binary-test", "--topology", topology, "--crash-membership-for-test=start"});
   const std::string log = read_until(child.output, "the relay did not start: core actor failed: membership exited");
@@ -249,17 +257,8 @@ endpoints:
 
 TEST_CASE("kv-relay logs a name with a line break inside on one line", "[binary]") {
   // Valid text (a name only may not begin or end with whitespace), meant to forge a log line.
-  const std::string topology = write_file("forging-name.yaml", R"(
-version: 1
-endpoints:
-  - endpoint: {namespace: "prod\n[2026-01-01 00:00:00.000] [error] forged", component: backend, endpoint: generate}
-    workers:
-      - workerId: 7
-        card: {displayName: m, kvCacheBlockSize: 16, workerType: WORKER_TYPE_AGGREGATED,
-               runtimeConfig: {totalKvBlocks: 100}}
-        kvSources: [{dpRank: 0, push: {}}]
-    liveWorkers: {workerIds: [7]}
-)");
+  const std::string topology =
+      one_worker_topology("forging-name.yaml", R"("prod\n[2026-01-01 00:00:00.000] [error] forged")");
   RelayChild relay("forging-name", {"--metrics-listen", "off", "--dc-id", "dc-binary-test", "--topology", topology});
   CHECK(relay.stop() == 0);
   const std::string log = relay.wait_for_output("relay stopped");
