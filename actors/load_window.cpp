@@ -53,10 +53,13 @@ void replace_pools(Self self, const std::vector<LoadPool>& pools) {
     slot.producer = facts.producer;
     slot.lineage = facts.lineage;
     slot.stats = stats;
-    if (auto refreshed = slot.load.set_capacity(facts.runtime_configs); !refreshed) {
-      static RateLimitedLog log;  // sent again at every membership change while it lasts
-      log.warn(fmt::format("load of pool {}: {}", facts.endpoint.display(), refreshed.error()));
+    // Sent again at every membership change while it lasts: logged when it changes.
+    const auto refreshed = slot.load.set_capacity(facts.runtime_configs);
+    const std::string error = refreshed ? std::string() : refreshed.error();
+    if (!error.empty() && error != slot.capacity_error) {
+      spdlog::warn("load of pool {}: {}", facts.endpoint.display(), error);
     }
+    slot.capacity_error = error;
     publish_coverage(slot);
   }
   self->state.pools = std::move(next);

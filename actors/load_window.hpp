@@ -35,6 +35,7 @@ struct LoadWindowState {
     std::shared_ptr<metrics::PoolStats> stats;  // where its coverage is published, or none
     // Who sent each worker's latest applied report (null: a call of the ingest API).
     std::map<std::uint64_t, caf::actor_addr> reporters;
+    std::string capacity_error;  // why its declared ranks could not be read, as last logged
   };
   v1::RelayIdentity relay;
   std::chrono::milliseconds window{1000};

@@ -327,8 +327,6 @@ void reconcile(Self self) {
   state.feeds.reconcile(self, state.workers, state.peers.load);
   auto previous_projection = std::exchange(state.projection, membership::project(state.workers));
   log_new_conflicts(previous_projection, state.projection);
-  state.catalog_bytes.clear();
-  for (const auto& [endpoint, m] : state.projection) state.catalog_bytes[endpoint] = membership::catalog_bytes(m);
   std::erase_if(state.rebuild_holds, [&](const auto& hold) { return !state.projection.contains(hold.first); });
   state.shared_pools = shared_pool_claims(state);
   const auto desired = desired_pools(state);
@@ -465,25 +463,33 @@ std::optional<CountRefusal> count_refusal(const MembershipState& state, const En
                   endpoint.display(), request.worker_id(), added, sources, limits.max_kv_sources)};
 }
 
-// docs/protocol/limits.md#count-limits: the names a catalog update would carry once `spec`
-// joins its endpoint, against half of --max-message-bytes. The endpoint is projected alone,
-// which never names fewer registrations than the whole projection does.
+// The endpoint's membership::catalog_bytes once `spec` replaces its worker; its cards are left
+// as they were (the spec is swapped in and out, so that no other card is copied).
+std::size_t catalog_bytes_with(MembershipState& state, const EndpointKey& endpoint, const ingest_v1::WorkerSpec& spec) {
+  auto& cards = state.workers[endpoint];
+  auto previous = cards.extract(spec.worker_id());
+  cards.emplace(spec.worker_id(), spec);
+  const std::size_t bytes = membership::catalog_bytes(endpoint, cards);
+  cards.erase(spec.worker_id());
+  if (previous) cards.insert(std::move(previous));
+  if (cards.empty()) state.workers.erase(endpoint);
+  return bytes;
+}
+
+// docs/protocol/decisions.md#d47: the names every catalog update would carry once the endpoint
+// takes `endpoint_bytes`, against half of --max-message-bytes.
 std::optional<CountRefusal> catalog_refusal(const MembershipState& state, const EndpointKey& endpoint,
-                                            const ingest_v1::WorkerSpec& spec) {
-  membership::WorkerCards cards;
-  if (const auto held = state.workers.find(endpoint); held != state.workers.end()) cards = held->second;
-  cards[spec.worker_id()] = spec;
-  const auto alone = membership::project({{endpoint, std::move(cards)}});
-  std::size_t bytes = alone.empty() ? 0 : membership::catalog_bytes(alone.begin()->second);
-  for (const auto& [other, other_bytes] : state.catalog_bytes) {
-    if (other != endpoint) bytes += other_bytes;
+                                            std::uint64_t worker_id, std::size_t endpoint_bytes) {
+  std::size_t after = endpoint_bytes;
+  for (const auto& [other, bytes] : state.catalog_bytes) {
+    if (other != endpoint) after += bytes;
   }
   const std::size_t limit = state.config.limits.max_catalog_bytes;
-  if (bytes <= limit) return std::nullopt;
+  if (after <= limit) return std::nullopt;
   return CountRefusal{metrics::IngestLimit::kCatalogBytes,
                       fmt::format("endpoint {} worker {}: its models' names would make the catalog's {} bytes, above "
                                   "half of --max-message-bytes ({})",
-                                  endpoint.display(), spec.worker_id(), bytes, limit)};
+                                  endpoint.display(), worker_id, after, limit)};
 }
 
 // A live set names at most as many workers as an endpoint may have; the sets SetAvailability
@@ -522,7 +528,11 @@ caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1:
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
   if (auto refusal = count_refusal(state, endpoint, request)) return refuse(self, "PutWorker", std::move(*refusal));
   ingest_v1::WorkerSpec spec = membership::worker_spec(request);
-  if (auto refusal = catalog_refusal(state, endpoint, spec)) return refuse(self, "PutWorker", std::move(*refusal));
+  const std::size_t endpoint_bytes = catalog_bytes_with(state, endpoint, spec);
+  if (auto refusal = catalog_refusal(state, endpoint, request.worker_id(), endpoint_bytes)) {
+    return refuse(self, "PutWorker", std::move(*refusal));
+  }
+  state.catalog_bytes[endpoint] = endpoint_bytes;
   auto& cards = state.workers[endpoint];
   if (const auto previous = cards.find(request.worker_id()); previous != cards.end()) {
     std::vector<std::uint32_t> dropped;
@@ -555,11 +565,13 @@ void remove_worker(Self self, const ingest_v1::RemoveWorkerRequest& request) {
     if (const auto worker = cards->second.find(request.worker_id()); worker != cards->second.end()) {
       forget_sources(self, endpoint, worker->first, source_ranks(worker->second), metrics::ResetReason::kWorkerRemoved);
       cards->second.erase(worker);
+      state.catalog_bytes[endpoint] = membership::catalog_bytes(endpoint, cards->second);
       if (cards->second.empty()) {
         // Availability lives and dies with membership: an endpoint that comes back is
         // UNKNOWN until its next SetAvailability, never judged on a stale live set.
         state.workers.erase(cards);
         state.availability.erase(endpoint);
+        state.catalog_bytes.erase(endpoint);
       }
       reconcile(self);
     }
@@ -829,9 +841,12 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
+        // A carrier that read the view before it changed finds its lane drained: no batch
+        // reaches a publisher after its retirement below.
         auto draining = std::make_shared<RoutingView>();
         draining->draining = true;
         self->state.config.routes->publish(std::move(draining));
+        for (auto& [source, lane] : self->state.lanes) lane->drain();
         for (auto& [endpoint, pool] : pools) {
           self->send(pool.publisher, atoms::retire_atom_v, status);
           self->state.budget.release(pool.charged_bytes);

@@ -130,7 +130,7 @@ struct MembershipState {
   std::map<SourceId, std::shared_ptr<SourceLane>> lanes;        // every declared source's, as last published
   EngineFeeds feeds;
   std::map<EndpointKey, membership::EndpointMembership> projection;
-  std::map<EndpointKey, std::size_t> catalog_bytes;  // each endpoint's membership::catalog_bytes in it
+  std::map<EndpointKey, std::size_t> catalog_bytes;  // each endpoint's membership::catalog_bytes
   std::map<EndpointKey, MaterializedPool> pools;
   // Endpoints that should hold a pool the memory budget cannot: why, as their conflict says.
   std::map<EndpointKey, std::string> over_budget;

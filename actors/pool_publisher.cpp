@@ -275,8 +275,10 @@ void reset_source(Self self, SourceKey source, std::int64_t receipt_ns) {
 void log_rejected_event(const std::string& endpoint, SourceKey source, const EventResult& result) {
   static RateLimitedLog log;
   const std::string_view error = result.error ? to_string(*result.error) : std::string_view("invalid");
-  log.warn(fmt::format("pool endpoint={}: rejected an event of worker {} rank {}: {}{}{}", endpoint, source.worker_id,
-                       source.dp_rank, error, result.detail.empty() ? "" : ": ", result.detail));
+  log.warn([&] {
+    return fmt::format("pool endpoint={}: rejected an event of worker {} rank {}: {}{}{}", endpoint, source.worker_id,
+                       source.dp_rank, error, result.detail.empty() ? "" : ": ", result.detail);
+  });
 }
 
 void apply_batch(Self self, const ingest_v1::KvEventBatch& batch, std::int64_t receipt_ns, BatchOutcome& outcome) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "core/quoted_text.hpp"
 
@@ -16,9 +17,20 @@ namespace kvrelay {
 
 class RateLimitedLog {
  public:
-  void info(const std::string& what) { log(spdlog::level::info, what); }
-  void warn(const std::string& what) { log(spdlog::level::warn, what); }
-  void error(const std::string& what) { log(spdlog::level::err, what); }
+  // `what`: the message, or a function that makes it, called only when the line is written
+  // (a refusal in a burst then costs no formatting).
+  template <class Message>
+  void info(const Message& what) {
+    log(spdlog::level::info, what);
+  }
+  template <class Message>
+  void warn(const Message& what) {
+    log(spdlog::level::warn, what);
+  }
+  template <class Message>
+  void error(const Message& what) {
+    log(spdlog::level::err, what);
+  }
 
   // Every site logs its next line at once, whenever its last was: for a test that reads the
   // log of one process after another test's lines.
@@ -30,7 +42,8 @@ class RateLimitedLog {
     return current;
   }
 
-  void log(spdlog::level::level_enum level, const std::string& what) {
+  template <class Message>
+  void log(spdlog::level::level_enum level, const Message& what) {
     const auto now = std::chrono::steady_clock::now();
     const std::uint64_t current = generation().load(std::memory_order_relaxed);
     std::lock_guard lock(mutex_);
@@ -38,7 +51,11 @@ class RateLimitedLog {
       ++suppressed_;
       return;
     }
-    spdlog::log(level, "{} ({} similar suppressed)", one_line(what), suppressed_);
+    if constexpr (std::is_invocable_v<const Message&>) {
+      spdlog::log(level, "{} ({} similar suppressed)", one_line(what()), suppressed_);
+    } else {
+      spdlog::log(level, "{} ({} similar suppressed)", one_line(what), suppressed_);
+    }
     last_ = now;
     generation_ = current;
     suppressed_ = 0;

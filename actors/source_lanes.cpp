@@ -28,9 +28,11 @@ void refuse(const CarriedBatch& carried, metrics::RelayMetrics* metrics, BatchRe
   count_batch(metrics, carried.transport, why);
   if (carried.transport == SourceTransport::kPush && why != BatchResult::kDraining) {
     static RateLimitedLog log;
-    log.warn(fmt::format("refused KV event batch from {}: {}", source_of(*carried.batch),
+    log.warn([&] {
+      return fmt::format("refused KV event batch from {}: {}", source_of(*carried.batch),
                          why == BatchResult::kStaleSequence ? "its source already sent this sequence in this epoch"
-                                                            : "no pool, worker or push source is declared for it"));
+                                                            : "no pool, worker or push source is declared for it");
+    });
   }
   (*carried.reply)(BatchOutcome{});
 }
@@ -45,6 +47,12 @@ void SourceLane::declare(LaneDeclaration declaration) {
 void SourceLane::retire() {
   std::lock_guard lock(mutex_);
   retired_ = true;
+  declaration_.pool.reset();
+}
+
+void SourceLane::drain() {
+  std::lock_guard lock(mutex_);
+  draining_ = true;
   declaration_.pool.reset();
 }
 
@@ -89,9 +97,10 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
   // reply's "lost" answer calls into its reader, which must not happen under the lock.
   const BatchReplyPtr reply = carried.reply;
   std::unique_lock lock(mutex_);
-  if (!accepts(carried)) {
+  if (draining_ || !accepts(carried)) {
+    const BatchResult why = draining_ ? BatchResult::kDraining : BatchResult::kUnknownSource;
     lock.unlock();
-    return refuse(carried, metrics, BatchResult::kUnknownSource);
+    return refuse(carried, metrics, why);
   }
   const Verdict verdict = sequence(*carried.batch, declaration_.pool->lineage);
   if (verdict == Verdict::kStale) {
@@ -121,8 +130,10 @@ void SourceLane::carry(CarriedBatch carried, metrics::RelayMetrics* metrics) {
     if (metrics != nullptr) metrics->source_reset(reason);
     if (carried.transport == SourceTransport::kPush) {
       static RateLimitedLog log;  // apart from refusals: a feeder refused in a loop hides no reset
-      log.info(fmt::format("KV source reset ({}): its blocks leave the pool; batch from {}", metrics::label(reason),
-                           source_of(*carried.batch)));
+      log.info([&] {
+        return fmt::format("KV source reset ({}): its blocks leave the pool; batch from {}", metrics::label(reason),
+                           source_of(*carried.batch));
+      });
     }
   }
   count_batch(metrics, carried.transport, BatchResult::kAccepted);

@@ -66,6 +66,9 @@ class SourceLane {
   // The source is no longer declared. Once this returns nothing more is carried, so a reset
   // the caller sends the pool afterwards arrives after the source's last batch.
   void retire();
+  // The relay is stopping: from now on every batch is refused as draining. Once this returns
+  // nothing more is carried, so a pool retired afterwards receives no batch after its retirement.
+  void drain();
   LaneReport report() const;
 
   // Sequences the batch and sends it on; a batch it refuses (undeclared source, no pool, a
@@ -82,6 +85,7 @@ class SourceLane {
   std::optional<SourceCursor> cursor_;
   std::uint64_t resets_ = 0;
   bool retired_ = false;
+  bool draining_ = false;
 };
 
 // Every declared source's lane, as membership last published them.

@@ -414,7 +414,10 @@ std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& mem
   return out;
 }
 
-std::size_t catalog_bytes(const EndpointMembership& membership) { return named_descriptor(membership).ByteSizeLong(); }
+std::size_t catalog_bytes(const EndpointKey& endpoint, const WorkerCards& workers) {
+  if (workers.empty()) return 0;
+  return named_descriptor(finish(draft_endpoint(endpoint, workers), {})).ByteSizeLong();
+}
 
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
   ingest_v1::WorkerSpec spec;

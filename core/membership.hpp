@@ -74,8 +74,9 @@ using MembershipView = std::map<EndpointKey, EndpointMembership>;
 MembershipView project(const EndpointCards& endpoints);
 
 // The bytes an endpoint's name and registrations take in a catalog descriptor (its producer
-// identity apart): what its workers' cards make every catalog update carry.
-std::size_t catalog_bytes(const EndpointMembership& membership);
+// identity apart), its workers' cards projected alone: before names another endpoint also
+// claims are dropped, so at least what it adds to any catalog (docs/protocol/decisions.md#d47).
+std::size_t catalog_bytes(const EndpointKey& endpoint, const WorkerCards& workers);
 
 // A worker as PutWorker declares it, and back: the same card, adapters and feeds.
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request);

@@ -170,6 +170,8 @@ TEST_CASE("membership actor: once the relay drains, a pushed batch is refused as
   ActorFixture fixture;
   metrics::RelayMetrics metrics;
   MembershipUnderTest under_test(fixture, &metrics);
+  const auto before = under_test.routes->current();  // as a carrier may still hold it
+  REQUIRE(before->lanes.size() == 1);
   caf::anon_send(under_test.membership, atoms::shutdown_atom_v,
                  RpcStatus{StatusCode::kUnavailable, "the relay is shutting down", {}});
   fixture.run();
@@ -186,4 +188,16 @@ TEST_CASE("membership actor: once the relay drains, a pushed batch is refused as
   CHECK_FALSE(answered->lost);  // the feeder's stream goes on until it closes it
   CHECK(batches_counted(metrics, "draining") == 1);
   CHECK(batches_counted(metrics, "unknown_source") == 0);
+
+  // Carried through the view from before the drain, it finds its lane drained: it never reaches
+  // the retired publisher.
+  answered.reset();
+  auto second_reply = std::make_shared<Reply<BatchOutcome>>([&](const BatchOutcome& outcome) { answered = outcome; },
+                                                            BatchOutcome{.lost = true});
+  before->lanes.begin()->second->carry({batch, second_reply, 0, SourceTransport::kPush, {}}, &metrics);
+  fixture.run();
+  REQUIRE(answered.has_value());
+  CHECK_FALSE(answered->applied);
+  CHECK_FALSE(answered->lost);
+  CHECK(batches_counted(metrics, "draining") == 2);
 }

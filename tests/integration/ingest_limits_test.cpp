@@ -224,9 +224,24 @@ TEST_CASE("ingest limits: the names a catalog update carries stay within half of
   relay.put_worker(worker(2, 600));
   require_refusal(relay.put_worker_status(worker(3, 1200)), grpc::StatusCode::RESOURCE_EXHAUSTED,
                   "endpoint prod/backend/generate worker 3: its models' names would make the catalog's ");
-  const Scrape s = scrape(relay);
-  CHECK(refusals(s, "catalog_bytes") == 1);
   CHECK(relay.get_state().endpoints(0).worker_ids_size() == 2);  // nothing of the refused call applied
+
+  // A name two endpoints claim drops out of both their registrations, aliases and all; each
+  // endpoint still counts what it would carry alone, so the catalog cannot grow past the limit
+  // by way of names that become unambiguous again when a worker leaves.
+  WorkerShape claims_llama;
+  claims_llama.model = "other";
+  auto claimant = put_worker_request(endpoint_ref("prod", "claimant"), 5, claims_llama);
+  claimant.mutable_card()->add_aliases("llama");
+  relay.put_worker(claimant);
+  WorkerShape third_model;
+  third_model.model = "third";
+  auto third = put_worker_request(endpoint_ref("prod", "third"), 6, third_model);
+  for (int i = 0; i < 600; ++i) third.mutable_card()->add_aliases(fmt::format("t{:04}{}", i, std::string(3995, 'b')));
+  require_refusal(relay.put_worker_status(third), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  "endpoint prod/third/generate worker 6: its models' names would make the catalog's ");
+  const Scrape s = scrape(relay);
+  CHECK(refusals(s, "catalog_bytes") == 2);
 }
 
 TEST_CASE("ingest limits: availability kept for endpoints without workers is bounded by --max-serving-endpoints",
