@@ -94,10 +94,12 @@ void apply_reports(Self self, const LoadReportBatch& batch) {
       pool->second.reporters[report.worker_id()] = reporter;
     } else {
       static RateLimitedLog log;
-      log.warn(fmt::format(
-          "rejected load report for endpoint={} worker={} rank={}: {}", endpoint.display(), report.worker_id(),
-          report.dp_rank(),
-          pool == self->state.pools.end() ? "the endpoint holds no pool" : "the pool's workers declare no such rank"));
+      log.warn([&] {
+        return fmt::format(
+            "rejected load report for endpoint={} worker={} rank={}: {}", endpoint.display(), report.worker_id(),
+            report.dp_rank(),
+            pool == self->state.pools.end() ? "the endpoint holds no pool" : "the pool's workers declare no such rank");
+      });
     }
   }
   const std::uint64_t rejected = batch.reports.size() - applied;

@@ -303,8 +303,6 @@ void route_sources(Self self) {
   state.config.routes->publish(std::move(view));
 }
 
-// Re-projects everything after a change and tells every actor the complete new state.
-// The catalog withdraws a pool before its publisher is retired.
 // A card conflict is logged once, when it appears; PutWorker's response and GetState show it
 // while it lasts (docs/operations.md, KvRelayNoMaterializedPools).
 void log_new_conflicts(const std::map<EndpointKey, membership::EndpointMembership>& before,
@@ -321,6 +319,8 @@ void log_new_conflicts(const std::map<EndpointKey, membership::EndpointMembershi
   }
 }
 
+// Re-projects everything after a change and tells every actor the complete new state.
+// The catalog withdraws a pool before its publisher is retired.
 void reconcile(Self self) {
   auto& state = self->state;
   if (state.shut_down) return;
