@@ -114,6 +114,13 @@ TEST_CASE("readiness C and D: prefill/decode, then an encoder that needs them", 
   CHECK(log.count({"[info] readiness: namespace=prod model=llama: READY -> UNAVAILABLE, missing PREFILL,AGGREGATED"}) ==
         1);
   CHECK(log.count({"readiness: namespace=prod model=llama"}) == 5);
+
+  // A model no endpoint serves any more leaves the entries, and the log says so.
+  relay.remove_worker(kPrefill, 1);
+  relay.remove_worker(kDecode, 2);
+  relay.remove_worker(kEncoder, 3);
+  REQUIRE(readiness->until([](const v1::ServingReadinessUpdate& u) { return u.entries_size() == 0; }).has_value());
+  CHECK(log.count({"[info] readiness: namespace=prod model=llama: gone"}) == 1);
 }
 
 TEST_CASE("readiness E: a LoRA adapter on decode only is missing PREFILL", "[readiness]") {
