@@ -841,11 +841,7 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
         self->state.feeds.stop_all();
         auto pools = std::move(self->state.pools);
         self->state.pools.clear();
-        // A carrier that read the view before it changed finds its lane drained: no batch
-        // reaches a publisher after its retirement below.
-        auto draining = std::make_shared<RoutingView>();
-        draining->draining = true;
-        self->state.config.routes->publish(std::move(draining));
+        // Every lane refuses from now on: no batch reaches a publisher after its retirement below.
         for (auto& [source, lane] : self->state.lanes) lane->drain();
         for (auto& [endpoint, pool] : pools) {
           self->send(pool.publisher, atoms::retire_atom_v, status);

@@ -146,7 +146,6 @@ void BatchRouter::route(CarriedBatch carried) const {
                     carried.batch->dp_rank()};
   const std::shared_ptr<const RoutingView> view = routes_ ? routes_->current() : RoutingView::closed();
   if (!view->open) return (*carried.reply)(BatchOutcome{.lost = true});
-  if (view->draining) return refuse(carried, metrics_, BatchResult::kDraining);
   const auto lane = view->lanes.find(id);
   if (lane == view->lanes.end()) return refuse(carried, metrics_, BatchResult::kUnknownSource);
   lane->second->carry(std::move(carried), metrics_);

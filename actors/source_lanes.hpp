@@ -91,8 +91,7 @@ class SourceLane {
 // Every declared source's lane, as membership last published them.
 struct RoutingView {
   std::map<SourceId, std::shared_ptr<SourceLane>> lanes;
-  bool open = true;       // false once membership is gone: batches are answered lost
-  bool draining = false;  // the relay is stopping: its pools are retired, batches are refused as such
+  bool open = true;  // false once membership is gone: batches are answered lost
 
   static std::shared_ptr<const RoutingView> closed() {
     auto view = std::make_shared<RoutingView>();

@@ -4,7 +4,11 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "actors/crash_report.hpp"
 #include "core/wire_validation.hpp"
@@ -54,32 +58,34 @@ std::string_view without_prefix(const std::string& name, std::string_view prefix
   return view;
 }
 
-// One line per (namespace, model) whose readiness changed, with what it misses: the operator's
-// record of when routers in other data centers started or stopped sending it traffic.
-void log_transitions(Self self, const std::vector<v1::TopologyEntry>& entries) {
-  using States = std::map<std::pair<std::string, std::string>, v1::ServingReadinessState>;
-  States now;
+// One line per (namespace, model) whose readiness changed from the `published` revision's,
+// with what it misses: the operator's record of when routers in other data centers started or
+// stopped sending it traffic.
+void log_transitions(const v1::ServingReadinessUpdate& published, const std::vector<v1::TopologyEntry>& entries) {
+  using Key = std::pair<std::string, std::string>;
+  std::map<Key, v1::ServingReadinessState> before;
+  for (const v1::TopologyEntry& entry : published.entries()) {
+    before[{entry.namespace_(), entry.canonical_model_id()}] = entry.state();
+  }
   for (const v1::TopologyEntry& entry : entries) {
-    const auto key = std::pair{entry.namespace_(), entry.canonical_model_id()};
-    now[key] = entry.state();
-    const auto before = self->state.published_states.find(key);
-    if (before != self->state.published_states.end() && before->second == entry.state()) continue;
+    std::optional<v1::ServingReadinessState> was;
+    if (const auto found = before.find({entry.namespace_(), entry.canonical_model_id()}); found != before.end()) {
+      was = found->second;
+      before.erase(found);  // what is left once every entry is seen is gone
+    }
+    if (was == entry.state()) continue;
     std::vector<std::string_view> missing;
     for (const int role : entry.missing_roles()) {
       missing.push_back(without_prefix(v1::WorkerRole_Name(static_cast<v1::WorkerRole>(role)), "WORKER_ROLE_"));
     }
     const std::string from =
-        before == self->state.published_states.end()
-            ? std::string("(new)")
-            : std::string(without_prefix(v1::ServingReadinessState_Name(before->second), "SERVING_READINESS_STATE_"));
+        was ? std::string(without_prefix(v1::ServingReadinessState_Name(*was), "SERVING_READINESS_STATE_"))
+            : std::string("(new)");
     spdlog::info("readiness: namespace={} model={}: {} -> {}{}{}", entry.namespace_(), entry.canonical_model_id(), from,
                  without_prefix(v1::ServingReadinessState_Name(entry.state()), "SERVING_READINESS_STATE_"),
                  missing.empty() ? "" : ", missing ", fmt::join(missing, ","));
   }
-  for (const auto& [key, gone] : self->state.published_states) {
-    if (!now.contains(key)) spdlog::info("readiness: namespace={} model={}: gone", key.first, key.second);
-  }
-  self->state.published_states = std::move(now);
+  for (const auto& [key, gone] : before) spdlog::info("readiness: namespace={} model={}: gone", key.first, key.second);
 }
 
 void reproject(Self self, const std::vector<readiness::EndpointFacts>& facts) {
@@ -89,7 +95,7 @@ void reproject(Self self, const std::vector<readiness::EndpointFacts>& facts) {
   if (bytes == state.published_entries) return;
   state.published_entries = std::move(bytes);
   count_entries(self, entries);
-  log_transitions(self, entries);
+  log_transitions(state.current->message(), entries);
   const std::uint64_t revision = state.current->message().revision() + 1;
   state.current = make_update(state.relay, revision, std::move(entries));
   state.streams.broadcast(self, state.current);

@@ -3,10 +3,6 @@
 // or pool links change, and publishes a new revision only when the entries differ.
 #include <caf/all.hpp>
 
-#include <map>
-#include <string>
-#include <utility>
-
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/subscribers.hpp"
@@ -25,8 +21,6 @@ using TopologyProjectorActor =
 struct TopologyProjectorState {
   v1::RelayIdentity relay;
   std::string published_entries;  // serialized entries of the current revision
-  // Each (namespace, canonical model id)'s readiness in that revision, whose changes are logged.
-  std::map<std::pair<std::string, std::string>, v1::ServingReadinessState> published_states;
   ReadinessUpdatePtr current;
   Subscribers<ReadinessBroadcast> streams;
   metrics::RelayMetrics* metrics = nullptr;

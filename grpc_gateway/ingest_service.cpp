@@ -369,40 +369,46 @@ grpc::ServerUnaryReactor* IngestService::unary(grpc::CallbackServerContext* cont
   return reactor;
 }
 
+// A checked unary call: its bytes parsed into a Request, held to the size limits and to
+// `structure`, then sent to `target` as (atom, request). A serving-load report refused here
+// also counts among its `report_source`'s reports.
+template <class Response, class Request, class Target, class Atom>
+grpc::ServerUnaryReactor* IngestService::checked_unary(grpc::CallbackServerContext* context, const Target& target,
+                                                       const grpc::ByteBuffer& bytes, grpc::ByteBuffer* response,
+                                                       metrics::IngestCall rpc,
+                                                       ingest_check::Problem (*structure)(const Request&), Atom atom,
+                                                       std::optional<metrics::ServingLoadSource> report_source) {
+  Request request;
+  return unary<Response>(
+      context, target, response,
+      [&] {
+        auto problem = checked({context, rpc}, bytes, request, structure);
+        return report_source ? checked_report(*report_source, std::move(problem)) : problem;
+      },
+      [&] { return std::make_tuple(atom, request); });
+}
+
 // ---- calls ----
 
 grpc::ServerUnaryReactor* IngestService::PutWorker(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
                                                    grpc::ByteBuffer* response) {
-  ingest_v1::PutWorkerRequest request;
-  return unary<ingest_v1::PutWorkerResponse>(
-      context, peers_.membership, response,
-      [&] {
-        return checked({context, metrics::IngestCall::kPutWorker}, *bytes, request, &ingest_check::put_worker);
-      },
-      [&] { return std::make_tuple(atoms::put_worker_atom_v, request); });
+  return checked_unary<ingest_v1::PutWorkerResponse>(context, peers_.membership, *bytes, response,
+                                                     metrics::IngestCall::kPutWorker, &ingest_check::put_worker,
+                                                     atoms::put_worker_atom_v);
 }
 
 grpc::ServerUnaryReactor* IngestService::RemoveWorker(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
-  ingest_v1::RemoveWorkerRequest request;
-  return unary<ingest_v1::RemoveWorkerResponse>(
-      context, peers_.membership, response,
-      [&] {
-        return checked({context, metrics::IngestCall::kRemoveWorker}, *bytes, request, &ingest_check::remove_worker);
-      },
-      [&] { return std::make_tuple(atoms::remove_worker_atom_v, request); });
+  return checked_unary<ingest_v1::RemoveWorkerResponse>(context, peers_.membership, *bytes, response,
+                                                        metrics::IngestCall::kRemoveWorker,
+                                                        &ingest_check::remove_worker, atoms::remove_worker_atom_v);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetAvailability(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
-  ingest_v1::SetAvailabilityRequest request;
-  return unary<ingest_v1::SetAvailabilityResponse>(
-      context, peers_.membership, response,
-      [&] {
-        return checked({context, metrics::IngestCall::kSetAvailability}, *bytes, request,
-                       &ingest_check::set_availability);
-      },
-      [&] { return std::make_tuple(atoms::availability_atom_v, request); });
+  return checked_unary<ingest_v1::SetAvailabilityResponse>(context, peers_.membership, *bytes, response,
+                                                           metrics::IngestCall::kSetAvailability,
+                                                           &ingest_check::set_availability, atoms::availability_atom_v);
 }
 
 grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
@@ -418,51 +424,31 @@ grpc::ServerUnaryReactor* IngestService::GetState(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* IngestService::ReportFrontendLoad(grpc::CallbackServerContext* context,
                                                             const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
-  ingest_v1::FrontendLoadReport request;
-  return unary<ingest_v1::ReportFrontendLoadResponse>(
-      context, peers_.serving_load, response,
-      [&] {
-        return checked_report(metrics::ServingLoadSource::kFrontend,
-                              checked({context, metrics::IngestCall::kReportFrontendLoad}, *bytes, request,
-                                      &ingest_check::frontend_load_report));
-      },
-      [&] { return std::make_tuple(atoms::frontend_load_atom_v, request); });
+  return checked_unary<ingest_v1::ReportFrontendLoadResponse>(
+      context, peers_.serving_load, *bytes, response, metrics::IngestCall::kReportFrontendLoad,
+      &ingest_check::frontend_load_report, atoms::frontend_load_atom_v, metrics::ServingLoadSource::kFrontend);
 }
 
 grpc::ServerUnaryReactor* IngestService::ReportSchedulerLoad(grpc::CallbackServerContext* context,
                                                              const grpc::ByteBuffer* bytes,
                                                              grpc::ByteBuffer* response) {
-  ingest_v1::SchedulerLoadReport request;
-  return unary<ingest_v1::ReportSchedulerLoadResponse>(
-      context, peers_.serving_load, response,
-      [&] {
-        return checked_report(metrics::ServingLoadSource::kScheduler,
-                              checked({context, metrics::IngestCall::kReportSchedulerLoad}, *bytes, request,
-                                      &ingest_check::scheduler_load_report));
-      },
-      [&] { return std::make_tuple(atoms::scheduler_load_atom_v, request); });
+  return checked_unary<ingest_v1::ReportSchedulerLoadResponse>(
+      context, peers_.serving_load, *bytes, response, metrics::IngestCall::kReportSchedulerLoad,
+      &ingest_check::scheduler_load_report, atoms::scheduler_load_atom_v, metrics::ServingLoadSource::kScheduler);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetFrontends(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
-  ingest_v1::SetFrontendsRequest request;
-  return unary<ingest_v1::SetFrontendsResponse>(
-      context, peers_.serving_load, response,
-      [&] {
-        return checked({context, metrics::IngestCall::kSetFrontends}, *bytes, request, &ingest_check::set_frontends);
-      },
-      [&] { return std::make_tuple(atoms::frontends_atom_v, request); });
+  return checked_unary<ingest_v1::SetFrontendsResponse>(context, peers_.serving_load, *bytes, response,
+                                                        metrics::IngestCall::kSetFrontends,
+                                                        &ingest_check::set_frontends, atoms::frontends_atom_v);
 }
 
 grpc::ServerUnaryReactor* IngestService::SetSchedulers(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response) {
-  ingest_v1::SetSchedulersRequest request;
-  return unary<ingest_v1::SetSchedulersResponse>(
-      context, peers_.serving_load, response,
-      [&] {
-        return checked({context, metrics::IngestCall::kSetSchedulers}, *bytes, request, &ingest_check::set_schedulers);
-      },
-      [&] { return std::make_tuple(atoms::schedulers_atom_v, request); });
+  return checked_unary<ingest_v1::SetSchedulersResponse>(context, peers_.serving_load, *bytes, response,
+                                                         metrics::IngestCall::kSetSchedulers,
+                                                         &ingest_check::set_schedulers, atoms::schedulers_atom_v);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* IngestService::PublishKvEvents(grpc::CallbackServerContext* context,

@@ -133,6 +133,13 @@ class IngestService final : public IngestCallbacks {
   template <class Response, class Target, class Check, class MakeMessage>
   grpc::ServerUnaryReactor* unary(grpc::CallbackServerContext* context, const Target& target,
                                   grpc::ByteBuffer* response, Check check, MakeMessage make_message);
+  // unary() for a call whose request checked() judges with `structure`, asked as (atom, request).
+  template <class Response, class Request, class Target, class Atom>
+  grpc::ServerUnaryReactor* checked_unary(grpc::CallbackServerContext* context, const Target& target,
+                                          const grpc::ByteBuffer& bytes, grpc::ByteBuffer* response,
+                                          metrics::IngestCall rpc, ingest_check::Problem (*structure)(const Request&),
+                                          Atom atom,
+                                          std::optional<metrics::ServingLoadSource> report_source = std::nullopt);
 
   IngestPeers peers_;
   IngestServiceConfig config_;
