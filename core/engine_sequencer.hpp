@@ -116,13 +116,15 @@ class Sequencer {
   Step on_disconnect() {
     Step step;
     start_over(step, ResetCause::kDisconnected);
+    last_live_.reset();
     return step;
   }
 
   // The pool's new generation holds none of what the engine cached before it: with a replay
   // socket the source starts over from a replay of seq 0, asked at once (the engine is
   // connected, and may publish nothing more for a while), live batches waiting behind it;
-  // without one there is nothing to read again, and the source goes on.
+  // without one there is nothing to read again, and the source goes on. The connection is the
+  // same, so the last live seq still tells the live batches this replay gives from a restart.
   Step on_new_generation() {
     Step step;
     if (!has_replay_) return step;
@@ -229,7 +231,6 @@ class Sequencer {
     step.dropped += buffered_.size();
     buffered_.clear();
     buffered_bytes_ = 0;
-    last_live_.reset();
     if (started_) reset(step, cause);
     bootstrap_ = has_replay_;
   }

@@ -306,6 +306,21 @@ TEST_CASE("a pool rebuilt as a new generation reads the engine's cache again, wh
     CHECK(applied(sequencer.on_replay_end()) == std::vector<std::uint64_t>{2});
     CHECK(applied(sequencer.on_live(3, 3, 1)) == std::vector<std::uint64_t>{3});
   }
+  SECTION("with a replay socket: live batches its replay already gave are skipped, not taken for a restart") {
+    Seq sequencer(true, kRoomy);
+    for (std::uint64_t seq = 0; seq < 3; ++seq) sequencer.on_live(seq, seq, 1);
+    REQUIRE(sequencer.on_new_generation().request_replay == 0u);
+    // The engine had published up to 5 when it answered; 3..5 are still on their way live.
+    for (std::uint64_t seq = 0; seq <= 5; ++seq) CHECK(applied(sequencer.on_replay(seq, seq)) == std::vector{seq});
+    CHECK(sequencer.on_replay_end().apply.empty());
+    for (std::uint64_t seq = 3; seq <= 5; ++seq) {
+      const auto step = sequencer.on_live(seq, seq, 1);
+      CHECK_FALSE(step.reset);
+      CHECK(step.apply.empty());
+      CHECK(step.dropped == 1);
+    }
+    CHECK(applied(sequencer.on_live(6, 6, 1)) == std::vector<std::uint64_t>{6});
+  }
   SECTION("with a replay socket, during a replay: that replay is given up for one from seq 0") {
     Seq sequencer(true, kRoomy);
     sequencer.on_live(0, 0, 1);
