@@ -8,6 +8,8 @@
 
 #include "actors/crash_report.hpp"
 #include "actors/ingest_refusal.hpp"
+#include "actors/membership_limits.hpp"
+#include "actors/membership_report.hpp"
 #include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
 #include "core/wire_validation.hpp"
@@ -29,23 +31,6 @@ RpcStatus retired_status() {
 RateLimitedLog& shared_pool_log() {
   static RateLimitedLog log;
   return log;
-}
-
-// The sources of the endpoint's workers with a valid card that are active: a push source
-// while it is declared, an engine (zmq) source while it is connected
-// (docs/protocol/pools.md#materialization, condition 3).
-std::uint32_t active_sources(const MembershipState& state, const EndpointKey& endpoint) {
-  const auto cards = state.workers.find(endpoint);
-  const auto projected = state.projection.find(endpoint);
-  if (cards == state.workers.end() || projected == state.projection.end()) return 0;
-  std::uint32_t count = 0;
-  for (const auto& [worker_id, spec] : cards->second) {
-    if (!projected->second.worker_topology.contains(worker_id)) continue;
-    for (const auto& source : spec.kv_sources()) {
-      if (source.has_push() || state.feeds.connected({endpoint, worker_id, source.dp_rank()})) ++count;
-    }
-  }
-  return count;
 }
 
 // Materializable endpoints (condition 1) whose domains resolve to one PoolId, each with its
@@ -78,7 +63,7 @@ std::map<EndpointKey, PoolBinding> desired_pools(const MembershipState& state) {
   for (const auto& [endpoint, m] : state.projection) {
     const auto kv_state_endpoint = m.kv_state_endpoint();
     if (!m.materializable() || !kv_state_endpoint || state.shared_pools.contains(endpoint)) continue;
-    if (active_sources(state, endpoint) == 0) continue;
+    if (membership_report::active_sources(state, endpoint) == 0) continue;
     if (const auto hold = state.rebuild_holds.find(endpoint); hold != state.rebuild_holds.end() && hold->second.until) {
       continue;
     }
@@ -263,7 +248,7 @@ void publish_stats(Self self) {
   state.config.metrics->set_pools_materialized(state.pools.size());
   state.config.metrics->set_memory(state.over_budget.size(), state.budget.limit().value_or(0), state.budget.reserved());
   for (const auto& [endpoint, pool] : state.pools) {
-    pool.stats->active_sources.store(active_sources(state, endpoint), std::memory_order_relaxed);
+    pool.stats->active_sources.store(membership_report::active_sources(state, endpoint), std::memory_order_relaxed);
   }
 }
 
@@ -395,128 +380,9 @@ void forget_sources(Self self, const EndpointKey& endpoint, std::uint64_t worker
   }
 }
 
-std::vector<std::string> conflict_texts(const MembershipState& state, const EndpointKey& endpoint) {
-  std::vector<std::string> texts;
-  if (const auto m = state.projection.find(endpoint); m != state.projection.end()) {
-    for (const Conflict& c : m->second.conflicts) texts.push_back(c.message);
-  }
-  if (const auto shared = state.shared_pools.find(endpoint); shared != state.shared_pools.end()) {
-    texts.push_back(shared->second);
-  }
-  if (const auto refusal = state.over_budget.find(endpoint); refusal != state.over_budget.end()) {
-    texts.push_back(refusal->second);
-  }
-  if (const auto hold = state.rebuild_holds.find(endpoint); hold != state.rebuild_holds.end() && hold->second.until) {
-    texts.push_back(hold->second.reason);
-  }
-  std::ranges::sort(texts);  // sorted and unique as a whole, as pools.md#conflicts says
-  texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
-  return texts;
-}
-
-// ---- count limits ----
-
-struct CountRefusal {
-  metrics::IngestLimit limit;
-  std::string message;
-};
-
-// What a worker counts against --max-kv-sources: its KV sources, or its data-parallel ranks
-// if it declares more of them. Every declared rank is held and walked (its capacity and load)
-// whether or not a source feeds it, so ranks are bounded as sources are.
-std::size_t kv_source_slots(const ingest_v1::ModelCard& card, int kv_sources) {
-  const std::uint32_t ranks = std::max<std::uint32_t>(card.runtime_config().data_parallel_size(), 1);
-  return std::max<std::size_t>(static_cast<std::size_t>(kv_sources), ranks);
-}
-
-// docs/protocol/limits.md#count-limits: what membership would hold after this PutWorker,
-// against its limits. A worker that replaces itself only counts what it changes.
-std::optional<CountRefusal> count_refusal(const MembershipState& state, const EndpointKey& endpoint,
-                                          const ingest_v1::PutWorkerRequest& request) {
-  const MembershipLimits& limits = state.config.limits;
-  const auto cards = state.workers.find(endpoint);
-  if (cards == state.workers.end() && state.workers.size() >= limits.max_serving_endpoints) {
-    return CountRefusal{
-        metrics::IngestLimit::kServingEndpoints,
-        fmt::format("endpoint {}: the relay holds {} serving endpoints, the most --max-serving-endpoints ({}) allows",
-                    endpoint.display(), state.workers.size(), limits.max_serving_endpoints)};
-  }
-  if (cards != state.workers.end() && !cards->second.contains(request.worker_id()) &&
-      cards->second.size() >= limits.max_workers_per_endpoint) {
-    return CountRefusal{metrics::IngestLimit::kWorkersPerEndpoint,
-                        fmt::format("endpoint {}: it has {} workers, the most --max-workers-per-endpoint ({}) allows",
-                                    endpoint.display(), cards->second.size(), limits.max_workers_per_endpoint)};
-  }
-  const std::size_t added = kv_source_slots(request.card(), request.kv_sources_size());
-  std::size_t sources = added;
-  for (const auto& [key, workers] : state.workers) {
-    for (const auto& [worker_id, spec] : workers) {
-      const bool replaced = key == endpoint && worker_id == request.worker_id();
-      if (!replaced) sources += kv_source_slots(spec.card(), spec.kv_sources_size());
-    }
-  }
-  if (sources <= limits.max_kv_sources) return std::nullopt;
-  return CountRefusal{
-      metrics::IngestLimit::kKvSources,
-      fmt::format("endpoint {} worker {}: its {} KV sources (or data-parallel ranks, if more) would make {} in all, "
-                  "above --max-kv-sources ({})",
-                  endpoint.display(), request.worker_id(), added, sources, limits.max_kv_sources)};
-}
-
-// The endpoint's membership::catalog_bytes once `spec` replaces its worker; its cards are left
-// as they were (the spec is swapped in and out, so that no other card is copied).
-std::size_t catalog_bytes_with(MembershipState& state, const EndpointKey& endpoint, const ingest_v1::WorkerSpec& spec) {
-  auto& cards = state.workers[endpoint];
-  auto previous = cards.extract(spec.worker_id());
-  cards.emplace(spec.worker_id(), spec);
-  const std::size_t bytes = membership::catalog_bytes(endpoint, cards);
-  cards.erase(spec.worker_id());
-  if (previous) cards.insert(std::move(previous));
-  if (cards.empty()) state.workers.erase(endpoint);
-  return bytes;
-}
-
-// docs/protocol/decisions.md#d47: the names every catalog update would carry once the endpoint
-// takes `endpoint_bytes`, against half of --max-message-bytes.
-std::optional<CountRefusal> catalog_refusal(const MembershipState& state, const EndpointKey& endpoint,
-                                            std::uint64_t worker_id, std::size_t endpoint_bytes) {
-  std::size_t after = endpoint_bytes;
-  for (const auto& [other, bytes] : state.catalog_bytes) {
-    if (other != endpoint) after += bytes;
-  }
-  const std::size_t limit = state.config.limits.max_catalog_bytes;
-  if (after <= limit) return std::nullopt;
-  return CountRefusal{metrics::IngestLimit::kCatalogBytes,
-                      fmt::format("endpoint {} worker {}: its models' names would make the catalog's {} bytes, above "
-                                  "half of --max-message-bytes ({})",
-                                  endpoint.display(), worker_id, after, limit)};
-}
-
-// A live set names at most as many workers as an endpoint may have; the sets SetAvailability
-// keeps for endpoints with no worker yet (docs/protocol/readiness.md#availability) are bounded
-// as endpoints with workers are, apart from them.
-std::optional<CountRefusal> availability_refusal(const MembershipState& state, const EndpointKey& endpoint,
-                                                 std::size_t live_workers) {
-  if (live_workers > state.config.limits.max_workers_per_endpoint) {
-    return CountRefusal{metrics::IngestLimit::kWorkersPerEndpoint,
-                        fmt::format("endpoint {}: its live set names {} workers, the most "
-                                    "--max-workers-per-endpoint ({}) allows",
-                                    endpoint.display(), live_workers, state.config.limits.max_workers_per_endpoint)};
-  }
-  if (state.workers.contains(endpoint) || state.availability.contains(endpoint)) return std::nullopt;
-  const auto without_workers = std::count_if(state.availability.begin(), state.availability.end(),
-                                             [&](const auto& entry) { return !state.workers.contains(entry.first); });
-  const std::size_t limit = state.config.limits.max_serving_endpoints;
-  if (static_cast<std::size_t>(without_workers) < limit) return std::nullopt;
-  return CountRefusal{metrics::IngestLimit::kServingEndpoints,
-                      fmt::format("endpoint {}: it has no worker, and the relay holds availability for {} endpoints "
-                                  "without workers, the most --max-serving-endpoints ({}) allows",
-                                  endpoint.display(), without_workers, limit)};
-}
-
 // Counted, logged (rate-limited) and answered as a refusal, which the gateway turns into
 // RESOURCE_EXHAUSTED.
-caf::error refuse(Self self, std::string_view call, CountRefusal refusal) {
+caf::error refuse(Self self, std::string_view call, membership_limits::CountRefusal refusal) {
   static RateLimitedLog log;
   log.warn(fmt::format("refused {}: {}", call, refusal.message));
   if (self->state.config.metrics != nullptr) self->state.config.metrics->ingest_limit_refused(refusal.limit);
@@ -526,10 +392,11 @@ caf::error refuse(Self self, std::string_view call, CountRefusal refusal) {
 caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1::PutWorkerRequest& request) {
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
-  if (auto refusal = count_refusal(state, endpoint, request)) return refuse(self, "PutWorker", std::move(*refusal));
+  if (auto refusal = membership_limits::count_refusal(state, endpoint, request))
+    return refuse(self, "PutWorker", std::move(*refusal));
   ingest_v1::WorkerSpec spec = membership::worker_spec(request);
-  const std::size_t endpoint_bytes = catalog_bytes_with(state, endpoint, spec);
-  if (auto refusal = catalog_refusal(state, endpoint, request.worker_id(), endpoint_bytes)) {
+  const std::size_t endpoint_bytes = membership_limits::catalog_bytes_with(state, endpoint, spec);
+  if (auto refusal = membership_limits::catalog_refusal(state, endpoint, request.worker_id(), endpoint_bytes)) {
     return refuse(self, "PutWorker", std::move(*refusal));
   }
   state.catalog_bytes[endpoint] = endpoint_bytes;
@@ -553,7 +420,7 @@ caf::result<ingest_v1::PutWorkerResponse> put_worker(Self self, const ingest_v1:
   cards[request.worker_id()] = std::move(spec);
   reconcile(self);
   ingest_v1::PutWorkerResponse response;
-  for (auto& text : conflict_texts(state, endpoint)) response.add_conflicts(std::move(text));
+  for (auto& text : membership_report::conflict_texts(state, endpoint)) response.add_conflicts(std::move(text));
   return response;
 }
 
@@ -596,7 +463,7 @@ caf::result<ingest_v1::SetAvailabilityResponse> set_availability(Self self,
   auto& state = self->state;
   const EndpointKey endpoint = ingest_check::endpoint_key(request.endpoint());
   std::set<std::uint64_t> live(request.live_worker_ids().begin(), request.live_worker_ids().end());
-  if (auto refusal = availability_refusal(state, endpoint, live.size())) {
+  if (auto refusal = membership_limits::availability_refusal(state, endpoint, live.size())) {
     return refuse(self, "SetAvailability", std::move(*refusal));
   }
   const auto current = state.availability.find(endpoint);
@@ -679,131 +546,6 @@ void on_grow(Self self, std::uint64_t layout_generation, std::uint64_t bucket_co
   send_load_pools(self);
 }
 
-// ---- GetState ----
-
-// What membership knows of each declared source; an engine source's seq comes from its actor.
-void fill_sources(const MembershipState& state, const EndpointKey& endpoint, ingest_v1::EndpointState& out) {
-  const auto cards = state.workers.find(endpoint);
-  if (cards == state.workers.end()) return;
-  for (const auto& [worker_id, spec] : cards->second) {
-    for (const auto& source : spec.kv_sources()) {
-      const SourceId id{endpoint, worker_id, source.dp_rank()};
-      auto* s = out.add_sources();
-      s->set_worker_id(worker_id);
-      s->set_dp_rank(source.dp_rank());
-      s->set_transport(source.has_zmq() ? "zmq" : "push");
-      s->set_connected(source.has_push() || state.feeds.connected(id));
-      if (source.has_zmq()) s->set_endpoint(source.zmq().endpoint());
-      if (const auto lane = state.lanes.find(id); lane != state.lanes.end()) {
-        const LaneReport report = lane->second->report();
-        s->set_resets(report.resets);
-        if (source.has_push() && report.last_sequence) {
-          s->set_has_last_sequence(true);
-          s->set_last_sequence(*report.last_sequence);
-        }
-      }
-    }
-  }
-}
-
-void fill_endpoints(const MembershipState& state, ingest_v1::RelayState& out) {
-  std::set<EndpointKey> endpoints;
-  for (const auto& [endpoint, cards] : state.workers) endpoints.insert(endpoint);
-  for (const auto& [endpoint, live] : state.availability) endpoints.insert(endpoint);
-  for (const EndpointKey& endpoint : endpoints) {
-    auto* e = out.add_endpoints();
-    e->mutable_endpoint()->set_namespace_(endpoint.ns);
-    e->mutable_endpoint()->set_component(endpoint.component);
-    e->mutable_endpoint()->set_endpoint(endpoint.endpoint);
-    if (const auto cards = state.workers.find(endpoint); cards != state.workers.end()) {
-      for (const auto& [worker_id, spec] : cards->second) e->add_worker_ids(worker_id);
-    }
-    if (const auto live = state.availability.find(endpoint); live != state.availability.end()) {
-      e->set_availability_known(true);
-      for (std::uint64_t id : live->second) e->add_live_worker_ids(id);
-    }
-    for (auto& text : conflict_texts(state, endpoint)) e->add_conflicts(std::move(text));
-    e->set_pool_materialized(state.pools.contains(endpoint));
-    fill_sources(state, endpoint, *e);
-  }
-}
-
-// Each pool's figures come from its publisher, asked once every engine source has answered:
-// a batch a source handed on before its answer is then ahead of the request in its publisher's
-// mailbox, so a pool's figures include every batch up to its sources' last_sequence. The
-// answer waits for all of them (a publisher that cannot answer leaves its slot with the
-// endpoint only).
-void ask_publishers(Self self, caf::typed_response_promise<ingest_v1::RelayState> promise,
-                    std::shared_ptr<ingest_v1::RelayState> response) {
-  auto& state = self->state;
-  if (state.pools.empty()) {
-    promise.deliver(std::move(*response));
-    return;
-  }
-  auto remaining = std::make_shared<std::size_t>(state.pools.size());
-  auto one_done = [promise, response, remaining]() mutable {
-    if (--*remaining == 0) promise.deliver(std::move(*response));
-  };
-  for (const auto& [endpoint, pool] : state.pools) {
-    ingest_v1::PoolState* slot = response->add_pools();
-    slot->mutable_serving_endpoint()->set_namespace_(endpoint.ns);
-    slot->mutable_serving_endpoint()->set_component(endpoint.component);
-    slot->mutable_serving_endpoint()->set_endpoint(endpoint.endpoint);
-    const std::uint32_t sources = active_sources(state, endpoint);
-    // A declared capacity the budget refused, while the layout is still smaller than it wanted.
-    const std::string declared_refusal =
-        pool.declared_refusal && pool.declared_refusal->bucket_count > pool.producer.ckf_format().bucket_count()
-            ? pool.declared_refusal->reason
-            : std::string();
-    self->request(pool.publisher, kStateRoundDeadline, atoms::pool_state_atom_v)
-        .then(
-            [=](const PoolStateReport& report) mutable {
-              const auto serving = slot->serving_endpoint();
-              *slot = report.state;
-              *slot->mutable_serving_endpoint() = serving;
-              slot->set_active_sources(sources);
-              if (slot->growth_refusal().empty()) slot->set_growth_refusal(declared_refusal);
-              one_done();
-            },
-            [=](const caf::error&) mutable { one_done(); });
-  }
-}
-
-caf::typed_response_promise<ingest_v1::RelayState> get_state(Self self) {
-  auto& state = self->state;
-  auto promise = self->make_response_promise<ingest_v1::RelayState>();
-  auto response = std::make_shared<ingest_v1::RelayState>();
-  fill_endpoints(state, *response);
-  std::vector<std::pair<ingest_v1::SourceState*, EngineSourceActor>> engine_sources;
-  const auto actors = state.feeds.sources();
-  for (auto& e : *response->mutable_endpoints()) {
-    const EndpointKey endpoint = ingest_check::endpoint_key(e.endpoint());
-    for (auto& source : *e.mutable_sources()) {
-      const auto actor = actors.find({endpoint, source.worker_id(), source.dp_rank()});
-      if (source.transport() == "zmq" && actor != actors.end()) engine_sources.emplace_back(&source, actor->second);
-    }
-  }
-  if (engine_sources.empty()) {
-    ask_publishers(self, promise, response);
-    return promise;
-  }
-  auto remaining = std::make_shared<std::size_t>(engine_sources.size());
-  auto one_done = [self, promise, response, remaining]() mutable {
-    if (--*remaining == 0) ask_publishers(self, promise, response);
-  };
-  for (const auto& [slot, actor] : engine_sources) {
-    self->request(actor, kStateRoundDeadline, atoms::get_state_atom_v)
-        .then(
-            [=](const ingest_v1::SourceState& reported) mutable {
-              slot->set_has_last_sequence(reported.has_last_sequence());
-              slot->set_last_sequence(reported.last_sequence());
-              one_done();
-            },
-            [=](const caf::error&) mutable { one_done(); });
-  }
-  return promise;
-}
-
 }  // namespace
 
 MembershipActor::behavior_type membership_actor(Self self, MembershipConfig config, MembershipPeers peers) {
@@ -827,7 +569,7 @@ MembershipActor::behavior_type membership_actor(Self self, MembershipConfig conf
       [=](atoms::availability_atom, const ingest_v1::SetAvailabilityRequest& request) {
         return set_availability(self, request);
       },
-      [=](atoms::get_state_atom) { return get_state(self); },
+      [=](atoms::get_state_atom) { return membership_report::get_state(self); },
       [=](atoms::link_atom, const SourceId& source, bool connected) {
         if (self->state.feeds.set_link(self->current_sender(), source, connected)) reconcile(self);
       },
