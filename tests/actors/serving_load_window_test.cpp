@@ -1,4 +1,4 @@
-// The serving-load window alone, on virtual time (docs/protocol/serving-load.md#freshness):
+// The serving-load window alone, on virtual time (docs/protocol/serving-load.md#retention):
 // sources count while their last accepted report is at most the freshness old (inclusive),
 // an undeclared silent frontend is forgotten after the retention, a declared one never is.
 #include <catch2/catch.hpp>

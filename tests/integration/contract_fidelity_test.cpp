@@ -1,6 +1,6 @@
 // Where a router would otherwise see what upstream would not show it: snapshot admission
 // order, availability lifetime, source resets after a rebuild, fencing outcomes, PutWorker
-// validation and GetState at the published sequence (docs/protocol.md).
+// validation and GetState at the published sequence (docs/protocol/README.md).
 #include <catch2/catch.hpp>
 
 #include "core/xxh3.hpp"
