@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/crash_report.hpp"
-#include "actors/rate_limited_log.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay {
 

@@ -6,7 +6,7 @@
 
 #include "actors/crash_report.hpp"
 #include "actors/pool_publisher.hpp"
-#include "actors/rate_limited_log.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay {
 

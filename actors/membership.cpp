@@ -10,8 +10,8 @@
 #include "actors/ingest_refusal.hpp"
 #include "actors/membership_limits.hpp"
 #include "actors/membership_report.hpp"
-#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
+#include "core/rate_limited_log.hpp"
 #include "core/wire_validation.hpp"
 
 namespace kvrelay {

@@ -15,13 +15,13 @@
 #include "actors/mailbox_sampler.hpp"
 #include "actors/messages.hpp"
 #include "actors/pool_publisher.hpp"
-#include "actors/rate_limited_log.hpp"
 #include "actors/serving_load_window.hpp"
 #include "actors/source_lanes.hpp"
 #include "actors/topology_projector.hpp"
 #include "core/backoff.hpp"
 #include "core/capacity.hpp"
 #include "core/membership.hpp"
+#include "core/rate_limited_log.hpp"
 #include "metrics/relay_metrics.hpp"
 
 namespace kvrelay {

@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "actors/crash_report.hpp"
-#include "actors/rate_limited_log.hpp"
 #include "core/capacity.hpp"
 #include "core/cbi1.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay {
 

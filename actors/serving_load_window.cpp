@@ -5,8 +5,8 @@
 #include "actors/crash_report.hpp"
 #include "actors/ingest_refusal.hpp"
 #include "actors/load_window.hpp"
-#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay {
 

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "actors/rate_limited_log.hpp"
 #include "core/ingest_validation.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay {
 

@@ -377,6 +377,8 @@ std::expected<std::unique_ptr<RelayRuntime>, StartError> RelayRuntime::start(con
   membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources,
                               options.max_message_bytes / 2};
   membership_config.routes = impl->routes;
+  // Engine sources hold open files: the limit is raised before membership opens any.
+  spdlog::info("open files limit: {}", engine_io::raise_open_file_limit());
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load, impl->serving_load});
   impl->supervisor = system.spawn(

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/rate_limited_log.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay::gateway {
 

@@ -5,9 +5,9 @@
 
 #include "actors/ingest_refusal.hpp"
 #include "actors/pool_publisher.hpp"
-#include "actors/rate_limited_log.hpp"
 #include "core/bearer_token.hpp"
 #include "core/ingest_validation.hpp"
+#include "core/rate_limited_log.hpp"
 #include "grpc_gateway/status.hpp"
 #include "grpc_gateway/windowed_reader.hpp"
 

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "actors/rate_limited_log.hpp"
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay::gateway {
 namespace {

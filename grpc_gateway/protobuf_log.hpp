@@ -3,7 +3,7 @@
 // whose string field is not valid UTF-8 makes libprotobuf print an error line of its own to
 // stderr, once per request: any client could flood the log. Routed here, such reports are
 // warnings through spdlog, at most one a second with a count of the rest
-// (actors/rate_limited_log.hpp), as every report of rejected input is.
+// (core/rate_limited_log.hpp), as every report of rejected input is.
 namespace kvrelay::gateway {
 
 // Process-wide and idempotent; call it before serving (libprotobuf's handler is not

@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include "actors/pool_stream.hpp"
-#include "actors/rate_limited_log.hpp"
 #include "actors/stream_actors.hpp"
 #include "core/pool_label.hpp"
+#include "core/rate_limited_log.hpp"
 #include "core/wire_validation.hpp"
 #include "grpc_gateway/stream_reactor.hpp"
 

@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "actors/messages.hpp"
-#include "actors/rate_limited_log.hpp"
+#include "core/rate_limited_log.hpp"
 #include "grpc_gateway/status.hpp"
 #include "grpc_gateway/wire_write.hpp"
 #include "metrics/relay_metrics.hpp"

@@ -1,7 +1,9 @@
 #include "ingest/zmq_io.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <optional>
 #include <stdexcept>
 #include <variant>
+
+#include "core/rate_limited_log.hpp"
 
 namespace kvrelay::engine_io {
 
@@ -92,6 +96,13 @@ std::optional<Multipart> receive(zmq::socket_t& socket) {
   return message;
 }
 
+// What ZeroMQ refuses (sockets past the process's limits, addresses it cannot dial) and what
+// engines break: logged once a second at most, whatever the number of sources.
+RateLimitedLog& socket_log() {
+  static RateLimitedLog log;
+  return log;
+}
+
 // Polls; false when a signal interrupted the wait (a handled signal, such as a profiler's, may
 // land on this thread), which is not an error: the caller polls again.
 bool poll_interruptible(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
@@ -106,8 +117,23 @@ bool poll_interruptible(std::vector<zmq::pollitem_t>& items, std::chrono::millis
 
 }  // namespace
 
+std::uint64_t raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    const rlim_t before = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = before;
+  }
+  return limit.rlim_cur;
+}
+
 ZmqIo::ZmqIo() : context_(1), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  // Each source holds three sockets (SUB, its monitor's pair, the monitor libzmq makes inside
+  // the SUB) and a fourth while it replays: ZeroMQ's default of 1 023 would stop the sources at
+  // about 340, far below --max-kv-sources. Sockets are made only as sources come.
+  context_.set(zmq::ctxopt::max_sockets, context_.get(zmq::ctxopt::socket_limit));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -192,7 +218,8 @@ void ZmqIo::open(Id id, SubscriptionConfig config, SourceCallbacks callbacks) {
     source->sub.connect(config.endpoint);
   } catch (const zmq::error_t& error) {
     // Validation refuses malformed endpoints; this is an address ZeroMQ cannot use here.
-    spdlog::error("engine source {}: cannot connect to {}: {}", id, config.endpoint, error.what());
+    socket_log().error(
+        [&] { return fmt::format("engine source {}: cannot connect to {}: {}", id, config.endpoint, error.what()); });
   }
   source->config = std::move(config);
   sources_.emplace(id, std::move(source));
@@ -206,7 +233,9 @@ void ZmqIo::carry_out(std::vector<Command>& commands) {
       // Validation refuses the addresses libzmq cannot parse; what is left is ZeroMQ refusing
       // a socket here (out of file descriptors, say). That source goes without, the thread goes
       // on: a replay that could not start runs out its deadline and resets the source.
-      spdlog::error("engine source {}: ZeroMQ refused a socket operation: {}", command.id(), error.what());
+      socket_log().error([&] {
+        return fmt::format("engine source {}: ZeroMQ refused a socket operation: {}", command.id(), error.what());
+      });
     }
   }
 }
@@ -283,10 +312,12 @@ void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
     source->redial_at.reset();
     source->redial_delay = std::min(2 * source->redial_delay, source->config.reconnect_max);
     const std::string& endpoint = source->config.endpoint;
-    spdlog::warn(
-        "engine source {}: the connection to {} ended without a retry (a protocol error, or a frame above "
-        "--max-engine-message-bytes); dialing again",
-        id, endpoint);
+    socket_log().warn([&] {
+      return fmt::format(
+          "engine source {}: the connection to {} ended without a retry (a protocol error, or a frame above "
+          "--max-engine-message-bytes); dialing again",
+          id, endpoint);
+    });
     try {
       source->sub.disconnect(endpoint);  // forgets the ended session
     } catch (const zmq::error_t&) {
@@ -295,7 +326,8 @@ void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
     try {
       source->sub.connect(endpoint);
     } catch (const zmq::error_t& error) {
-      spdlog::error("engine source {}: cannot connect to {}: {}", id, endpoint, error.what());
+      socket_log().error(
+          [&] { return fmt::format("engine source {}: cannot connect to {}: {}", id, endpoint, error.what()); });
     }
   }
 }

@@ -1,7 +1,7 @@
 // The engine I/O thread (ingest/zmq_io.hpp) against an in-process fake engine: a replay that
 // ZeroMQ refuses costs that replay only, not the thread (and so not the relay); replies spend
 // credit as live messages do; an oversized frame costs its connection, not memory; what a lost
-// connection left unread is not read after the loss.
+// connection left unread is not read after the loss; one thread holds hundreds of sources.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -105,6 +105,20 @@ TEST_CASE("zmq io: a replay endpoint ZeroMQ refuses leaves the source and the th
   CHECK(seen.await([](const Counts& s) { return s.replies == 2; }));
   CHECK(seen.counts().last_replay == 2);  // the refused one was the first request
   io.unsubscribe(id);
+}
+
+TEST_CASE("zmq io: one I/O thread holds more sources than ZeroMQ's default of 1 023 sockets allows", "[engines][zmq]") {
+  constexpr std::size_t kSources = 400;  // three sockets each: 1 200
+  REQUIRE(raise_open_file_limit() >= 4 * kSources + 256);
+  FakeEngine engine(FakeEngineOptions{});
+  Seen seen;  // before the thread that calls it, so that it outlives it
+  ZmqIo io;
+  SubscriptionConfig config;
+  config.endpoint = engine.pub_endpoint();
+  std::vector<ZmqIo::Id> ids;
+  for (std::size_t source = 0; source < kSources; ++source) ids.push_back(io.subscribe(config, seen.callbacks()));
+  CHECK(engine.await_subscribers(kSources, std::chrono::seconds(30)));
+  for (const ZmqIo::Id id : ids) io.unsubscribe(id);
 }
 
 TEST_CASE("zmq io: replay replies are read only against credit, as live messages are", "[engines][zmq]") {
