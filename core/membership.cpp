@@ -4,6 +4,7 @@
 #include <expected>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -419,6 +420,31 @@ std::size_t catalog_bytes(const EndpointKey& endpoint, const WorkerCards& worker
   return named_descriptor(finish(draft_endpoint(endpoint, workers), {})).ByteSizeLong();
 }
 
+namespace {
+
+// Needs are an OR of ANDs, so a repeated role or AND-term means nothing: each is kept once, in
+// the order first given. A card then holds at most one term per set of worker types, however
+// many its request repeated (each is walked at every membership change).
+void keep_distinct_needs(ingest_v1::ModelCard& card) {
+  google::protobuf::RepeatedPtrField<ingest_v1::RoleConjunction> distinct;
+  std::vector<std::vector<int>> seen;  // each kept term's roles, sorted
+  for (const auto& conjunction : card.needs()) {
+    std::vector<int> roles;
+    for (const int role : conjunction.all_of()) {
+      if (std::ranges::find(roles, role) == roles.end()) roles.push_back(role);
+    }
+    std::vector<int> key = roles;
+    std::ranges::sort(key);
+    if (std::ranges::find(seen, key) != seen.end()) continue;
+    seen.push_back(std::move(key));
+    auto* kept = distinct.Add();
+    for (const int role : roles) kept->add_all_of(static_cast<ingest_v1::WorkerType>(role));
+  }
+  card.mutable_needs()->Swap(&distinct);
+}
+
+}  // namespace
+
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
   ingest_v1::WorkerSpec spec;
   spec.set_worker_id(request.worker_id());
@@ -426,6 +452,8 @@ ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
   *spec.mutable_adapters() = request.adapters();
   *spec.mutable_kv_sources() = request.kv_sources();
   if (request.has_engine_metrics()) *spec.mutable_engine_metrics() = request.engine_metrics();
+  keep_distinct_needs(*spec.mutable_card());
+  spec.DiscardUnknownFields();  // fields of a newer schema: nothing reads them, so nothing holds them
   return spec;
 }
 

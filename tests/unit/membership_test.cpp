@@ -217,6 +217,32 @@ TEST_CASE("legacy prefill cards are normalised before anything else", "[membersh
   }
 }
 
+TEST_CASE("a worker's spec keeps each of its needs once and none of the fields it does not know", "[membership]") {
+  ingest_v1::PutWorkerRequest request;
+  request.set_worker_id(7);
+  *request.mutable_card() = worker(7, "llama", ingest_v1::WORKER_TYPE_PREFILL).card();
+  for (int repeat = 0; repeat < 1000; ++repeat) {
+    add_needs(*request.mutable_card(),
+              {ingest_v1::WORKER_TYPE_DECODE, ingest_v1::WORKER_TYPE_DECODE, ingest_v1::WORKER_TYPE_ENCODE});
+  }
+  add_needs(*request.mutable_card(), {ingest_v1::WORKER_TYPE_ENCODE, ingest_v1::WORKER_TYPE_DECODE});
+  add_needs(*request.mutable_card(), {ingest_v1::WORKER_TYPE_AGGREGATED});
+  request.mutable_card()->GetReflection()->MutableUnknownFields(request.mutable_card())->AddVarint(999, 1);
+  request.GetReflection()->MutableUnknownFields(&request)->AddVarint(999, 1);
+
+  const ingest_v1::WorkerSpec spec = worker_spec(request);
+  REQUIRE(spec.card().needs_size() == 2);
+  CHECK(std::vector<int>(spec.card().needs(0).all_of().begin(), spec.card().needs(0).all_of().end()) ==
+        std::vector<int>{ingest_v1::WORKER_TYPE_DECODE, ingest_v1::WORKER_TYPE_ENCODE});
+  CHECK(std::vector<int>(spec.card().needs(1).all_of().begin(), spec.card().needs(1).all_of().end()) ==
+        std::vector<int>{ingest_v1::WORKER_TYPE_AGGREGATED});
+  CHECK(spec.card().GetReflection()->GetUnknownFields(spec.card()).empty());
+  // What the projection reads of them is what the request said.
+  const auto membership = project_one(cards({spec}));
+  CHECK(membership.worker_topology.at(7).needs ==
+        Needs{{WorkerType::kDecode, WorkerType::kEncode}, {WorkerType::kAggregated}});
+}
+
 TEST_CASE("worker topology, runtime configs and roles come from valid base cards", "[membership]") {
   auto prefill = worker(3, "llama", ingest_v1::WORKER_TYPE_PREFILL);
   add_needs(*prefill.mutable_card(), {ingest_v1::WORKER_TYPE_PREFILL, ingest_v1::WORKER_TYPE_DECODE});
