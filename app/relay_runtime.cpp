@@ -41,6 +41,11 @@ constexpr std::size_t kMinMessageBytes = 4'259'904;  // the largest CBI1 frame +
 // Engine metrics GETs at once: an engine that answers slowly holds a thread for its GET (5 s at
 // most); past this many such GETs, scrapes wait for a thread.
 constexpr std::size_t kMaxScrapeThreads = 32;
+// Reflection is the only synchronous service on a listener: each open reflection stream holds a
+// thread of its own. Past this many a new one is refused (RESOURCE_EXHAUSTED) rather than the
+// process growing a thread per stream; every other service runs on gRPC's callback threads,
+// which this does not bound (docs/protocol/limits.md#admission-limits).
+constexpr int kMaxSyncServiceThreads = 16;
 
 // docs/protocol/decisions.md#d4: stable across restarts of one pod, fresh incarnation every start.
 std::uint64_t default_instance_id() {
@@ -161,6 +166,9 @@ std::expected<std::unique_ptr<grpc::Server>, std::string> start_server(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  grpc::ResourceQuota threads("kv-relay " + address);
+  threads.SetMaxThreads(kMaxSyncServiceThreads);
+  builder.SetResourceQuota(threads);
   builder.RegisterService(service);
   builder.RegisterService(reflection);
   auto server = builder.BuildAndStart();

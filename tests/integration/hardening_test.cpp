@@ -591,6 +591,55 @@ reflection::ServerReflectionResponse reflect(
 
 }  // namespace
 
+TEST_CASE("reflection streams are bounded by the listener's threads; the relay's services do not wait on them",
+          "[limits][health]") {
+  TestRelay relay;
+  auto stub = reflection::ServerReflection::NewStub(relay.wan_channel());
+  reflection::ServerReflectionRequest list;
+  list.set_list_services("*");
+  using Stream = grpc::ClientReaderWriter<reflection::ServerReflectionRequest, reflection::ServerReflectionResponse>;
+  struct Held {
+    grpc::ClientContext context;
+    std::unique_ptr<Stream> stream;
+  };
+  // Each answered stream holds its thread; one of the first 64 finds none left.
+  std::vector<std::unique_ptr<Held>> held;
+  std::optional<grpc::Status> refused;
+  while (!refused && held.size() < 64) {
+    auto next = std::make_unique<Held>();
+    next->stream = stub->ServerReflectionInfo(&next->context);
+    reflection::ServerReflectionResponse response;
+    if (next->stream->Write(list) && next->stream->Read(&response)) {
+      held.push_back(std::move(next));
+    } else {
+      refused = next->stream->Finish();
+    }
+  }
+  REQUIRE(refused.has_value());
+  CHECK(refused->error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(held.size() < 16);
+  // The relay's own calls and health run on other threads.
+  grpc::ClientContext info_context;
+  v1::RelayInfoRequest info_request;
+  info_request.set_contract_marker(kMarker);
+  v1::RelayInfo info;
+  CHECK(relay.wan().GetRelayInfo(&info_context, info_request, &info).ok());
+  CHECK(health(relay.wan_channel(), "dynamo.kvrelay.v1.KvEventRelay") == kvrelay::test::HealthCheckResponse::SERVING);
+  // A stream that ends gives its thread back.
+  held.back()->stream->WritesDone();
+  CHECK(held.back()->stream->Finish().ok());
+  held.pop_back();
+  grpc::ClientContext context;
+  auto again = stub->ServerReflectionInfo(&context);
+  CHECK(reflect(*again, list).list_services_response().service_size() > 0);
+  again->WritesDone();
+  CHECK(again->Finish().ok());
+  for (auto& stream : held) {
+    stream->stream->WritesDone();
+    CHECK(stream->stream->Finish().ok());
+  }
+}
+
 TEST_CASE("reflection v1: the listener's services, and files that describe them whole", "[health]") {
   TestRelay relay;
   for (const auto& [channel, service] : {std::pair{relay.wan_channel(), "dynamo.kvrelay.v1.KvEventRelay"},
