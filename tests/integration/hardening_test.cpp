@@ -591,7 +591,7 @@ reflection::ServerReflectionResponse reflect(
 
 }  // namespace
 
-TEST_CASE("reflection streams are bounded by the listener's threads; the relay's services do not wait on them",
+TEST_CASE("reflection streams are bounded by the listener's threads, and the relay's services do not wait on them",
           "[limits][health]") {
   TestRelay relay;
   auto stub = reflection::ServerReflection::NewStub(relay.wan_channel());
