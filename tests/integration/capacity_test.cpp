@@ -293,6 +293,7 @@ TEST_CASE("capacity: auto sizing follows the declared capacity as workers join, 
   CHECK(pool.omitted_blocks() == 0);
   CHECK(pool.relayouts() == 2);
   REQUIRE(state.endpoints_size() == 1);
+  REQUIRE(state.endpoints(0).sources_size() == 2);  // the first worker's two ranks
   for (const auto& source : state.endpoints(0).sources()) CHECK(source.resets() == 0);
 }
 

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <map>
 #include <string>
-#include <thread>
 
 #include "ingest/http_scrape.hpp"
 #include "metrics/page_server.hpp"
@@ -25,6 +24,7 @@
 #include "tests/integration/harness.hpp"
 #include "tests/integration/replica.hpp"
 #include "tests/integration/scrape.hpp"
+#include "tests/log_capture.hpp"
 #include "tests/skip.hpp"
 
 using namespace kvrelay::test;
@@ -398,6 +398,7 @@ int listening_socket(int port) {
 }  // namespace
 
 TEST_CASE("metrics: the listener listens again after its socket fails", "[metrics]") {
+  const kvrelay::test::CapturedLog log;
   auto server = kvrelay::PageServer::start(
       "127.0.0.1", 0, "/page", [] { return std::string("served\n"); }, "text/plain");
   REQUIRE(server.has_value());
@@ -408,13 +409,9 @@ TEST_CASE("metrics: the listener listens again after its socket fails", "[metric
   const int listener = listening_socket((*server)->port());
   REQUIRE(listener >= 0);
   REQUIRE(shutdown(listener, SHUT_RDWR) == 0);
-  // Refused until the server has bound the port again, a second later; nothing to wait on.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  kvrelay::engine_io::HttpResult page;
-  while (!(page = kvrelay::engine_io::http_get(url, std::chrono::seconds(4))).ok &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // Refused until the server has bound the port again, a second later, which it logs.
+  REQUIRE(log.await({"HTTP listener", "listening again"}, std::chrono::seconds(30)));
+  const auto page = kvrelay::engine_io::http_get(url, std::chrono::seconds(30));
   INFO(page.error);
   CHECK(page.ok);
   CHECK(page.body == "served\n");

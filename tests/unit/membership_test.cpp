@@ -458,6 +458,7 @@ TEST_CASE("the same binding on two endpoints is not a collision", "[membership]"
   b.mutable_card()->add_aliases("llm");
   add_adapter(b, "sql", "sql-lora");
   const auto view = project({{kGolden, cards({a})}, {kOther, cards({b})}});
+  REQUIRE(view.size() == 2);
   for (const auto& [endpoint, membership] : view) {
     CHECK(membership.conflicts.empty());
     CHECK(membership.registrations.size() == 2);
@@ -501,6 +502,7 @@ TEST_CASE("an adapter name bound to different targets on two endpoints is remove
   add_adapter(b, "sql", "sql-lora");  // same LoRA name, other base: another target
   add_adapter(b, "summary", "summary-lora");
   const auto view = project({{kGolden, cards({a})}, {kOther, cards({b})}});
+  REQUIRE(view.size() == 2);
   for (const auto& [endpoint, membership] : view) {
     INFO(endpoint.display());
     CHECK(membership.conflicts == std::vector<Conflict>{{ConflictScope::kServingBinding,

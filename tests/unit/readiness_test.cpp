@@ -549,6 +549,7 @@ TEST_CASE("adapters on a legacy base: READY iff the base is READY and some live 
   const auto down = only_entry({legacy});
   CHECK(down.state() == kUnavailable);
   CHECK(roles(down.missing_roles()) == kNone);  // the base itself names none in legacy mode
+  REQUIRE(down.adapters_size() == 2);
   for (const auto& adapter : down.adapters()) {
     CHECK(adapter.state() == kUnavailable);
     CHECK(roles(adapter.missing_roles()) == std::vector{AGG});
