@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/blake3.hpp"
+#include "core/unicode_text.hpp"
 
 namespace kvrelay::identity {
 namespace {
@@ -13,20 +14,6 @@ constexpr std::string_view kCacheSemanticsExplicitTag = "dynamo/indexer-cache-se
 constexpr std::string_view kRoutingScopeDefaultTag = "dynamo/indexer-routing-scope/default/v1";
 constexpr std::string_view kRoutingScopeExplicitTag = "dynamo/indexer-routing-scope/explicit/v1";
 constexpr std::string_view kDcIdTag = "dynamo/indexer-dc/v1";
-
-// UTF-8 encodings of the White_Space code points: U+0009..U+000D, U+0020, U+0085, U+00A0,
-// U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
-constexpr std::array<std::string_view, 25> kWhitespace = {
-    "\t",           "\n",           "\v",           "\f",           "\r",           " ",
-    "\xC2\x85",     "\xC2\xA0",     "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81", "\xE2\x80\x82",
-    "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86", "\xE2\x80\x87", "\xE2\x80\x88",
-    "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8", "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F",
-    "\xE3\x80\x80",
-};
-
-bool has_surrounding_whitespace(std::string_view s) {
-  return std::ranges::any_of(kWhitespace, [s](std::string_view ws) { return s.starts_with(ws) || s.ends_with(ws); });
-}
 
 // Feeds little-endian integers and length-framed strings into a BLAKE3 hasher.
 class MaterialWriter {
@@ -125,7 +112,7 @@ std::string_view to_string(IdentityError error) {
     case IdentityError::kZeroBlockSize:
       return "kv_block_size is zero";
     case IdentityError::kInvalidDcId:
-      return "dc_id is empty or has surrounding whitespace";
+      return "dc_id is empty, not UTF-8, or has surrounding whitespace";
     case IdentityError::kFieldTooLong:
       return "identity input exceeds the u32 length frame";
   }
@@ -186,7 +173,7 @@ std::expected<Digest, IdentityError> routing_scope(std::string_view endpoint_nam
 }
 
 std::expected<std::uint64_t, IdentityError> stable_dc_id(std::string_view dc) {
-  if (dc.empty() || has_surrounding_whitespace(dc)) return std::unexpected(IdentityError::kInvalidDcId);
+  if (!text::is_valid_text(dc)) return std::unexpected(IdentityError::kInvalidDcId);
   if (!fits_frame(dc)) return std::unexpected(IdentityError::kFieldTooLong);
   MaterialWriter writer;
   writer.raw(kDcIdTag);  // the tag is deliberately not framed

@@ -49,7 +49,7 @@ enum class IdentityError : std::uint8_t {
   kTooManyMaterialEntries,
   kDuplicateMaterialKey,
   kZeroBlockSize,
-  kInvalidDcId,   // empty, or leading/trailing (ASCII or Unicode) whitespace
+  kInvalidDcId,   // empty, not UTF-8, or leading/trailing (ASCII or Unicode) whitespace
   kFieldTooLong,  // a default input longer than a u32 length prefix can frame
 };
 

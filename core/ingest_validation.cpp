@@ -8,6 +8,7 @@
 #include "core/kv_events.hpp"
 #include "core/network_address.hpp"
 #include "core/pool_load.hpp"
+#include "core/unicode_text.hpp"
 #include "core/wire_validation.hpp"
 
 namespace kvrelay::ingest_check {
@@ -25,7 +26,7 @@ std::string join(std::string_view parent, std::string_view child) {
 }
 
 Problem text(const std::string& value, std::string_view field) {
-  if (!wire::is_valid_text(value)) return problem(field, "must be non-empty text without surrounding whitespace");
+  if (!text::is_valid_text(value)) return problem(field, "must be non-empty text without surrounding whitespace");
   return std::nullopt;
 }
 

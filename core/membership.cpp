@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/ingest_validation.hpp"
+#include "core/unicode_text.hpp"
 #include "core/wire_validation.hpp"
 
 namespace kvrelay::membership {
@@ -74,7 +75,7 @@ std::vector<std::string> valid_aliases(const google::protobuf::RepeatedPtrField<
                                        const std::string& model) {
   std::set<std::string> kept;
   for (const auto& alias : aliases) {
-    if (wire::is_valid_text(alias) && alias != model) kept.insert(alias);
+    if (text::is_valid_text(alias) && alias != model) kept.insert(alias);
   }
   return {kept.begin(), kept.end()};
 }
@@ -179,13 +180,13 @@ void add_adapters(const std::vector<BaseCard>& cards, EndpointDraft& draft) {
   for (const auto& card : cards) {
     for (const auto& adapter : card.spec->adapters()) {
       const auto& served = adapter.served_name();
-      if (!wire::is_valid_text(served)) {
+      if (!text::is_valid_text(served)) {
         conflicts.push_back(conflict(
             ConflictScope::kServingBinding,
             fmt::format("worker {}: invalid adapter request-facing model identity '{}'", card.worker_id, served)));
         continue;
       }
-      if (!wire::is_valid_text(adapter.lora_name())) {
+      if (!text::is_valid_text(adapter.lora_name())) {
         conflicts.push_back(conflict(ConflictScope::kServingBinding,
                                      fmt::format("worker {}: adapter '{}': invalid runtime LoRA identity '{}'",
                                                  card.worker_id, served, adapter.lora_name())));

@@ -11,6 +11,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include "core/unicode_text.hpp"
+
 namespace kvrelay::wire {
 namespace {
 
@@ -51,56 +53,8 @@ std::string path(std::string_view parent, std::string_view child) {
 
 std::string element(std::string_view list, int index) { return fmt::format("{}[{}]", list, index); }
 
-// ---- UTF-8 and Unicode properties ----
-
-// Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. protobuf
-// already rejects invalid UTF-8 in proto3 strings on parse, but a message built in memory is not
-// parsed, so the validators must not assume it.
-std::optional<std::u32string> decode_utf8(std::string_view text) {
-  std::u32string code_points;
-  code_points.reserve(text.size());
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    std::size_t length = 0;
-    char32_t code_point = 0;
-    char32_t smallest = 0;  // below this the encoding is overlong
-    if (lead < 0x80) {
-      length = 1, code_point = lead;
-    } else if ((lead & 0xE0) == 0xC0) {
-      length = 2, code_point = lead & 0x1F, smallest = 0x80;
-    } else if ((lead & 0xF0) == 0xE0) {
-      length = 3, code_point = lead & 0x0F, smallest = 0x800;
-    } else if ((lead & 0xF8) == 0xF0) {
-      length = 4, code_point = lead & 0x07, smallest = 0x10000;
-    } else {
-      return std::nullopt;
-    }
-    if (text.size() - i < length) return std::nullopt;
-    for (std::size_t k = 1; k < length; ++k) {
-      const auto continuation = static_cast<unsigned char>(text[i + k]);
-      if ((continuation & 0xC0) != 0x80) return std::nullopt;
-      code_point = (code_point << 6) | (continuation & 0x3F);
-    }
-    const bool surrogate = code_point >= 0xD800 && code_point <= 0xDFFF;
-    if (code_point < smallest || code_point > 0x10FFFF || surrogate) return std::nullopt;
-    code_points.push_back(code_point);
-    i += length;
-  }
-  return code_points;
-}
-
-// Unicode White_Space property: exactly the set Rust's str::trim removes upstream.
-bool is_white_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// General category Cc: C0 controls, DEL and C1 controls.
-bool is_control(char32_t c) { return c <= 0x1F || (c >= 0x7F && c <= 0x9F); }
-
 Status check_text(std::string_view text, std::string field) {
-  if (is_valid_text(text)) return std::nullopt;
+  if (text::is_valid_text(text)) return std::nullopt;
   std::string message = fmt::format("{} must be non-empty UTF-8 without surrounding whitespace", field);
   return malformed(ErrorCode::kInvalidText, std::move(field), std::move(message));
 }
@@ -465,15 +419,6 @@ v1::RelayErrorReason request_error_reason(const Error& error) {
   return v1::RELAY_ERROR_REASON_INVALID_REQUEST;
 }
 
-// ---- text ----
-
-bool is_valid_text(std::string_view text) {
-  const auto code_points = decode_utf8(text);
-  if (!code_points || code_points->empty()) return false;
-  // Equal to its trimmed form <=> neither end is whitespace (an all-space string fails too).
-  return !is_white_space(code_points->front()) && !is_white_space(code_points->back());
-}
-
 // ---- envelope and requests ----
 
 Status check_request_marker(std::uint32_t contract_marker) {
@@ -498,12 +443,12 @@ Status check_subscriber_id(std::string_view id) {
                      fmt::format("subscriber_id has {} bytes, at most {} allowed", id.size(), kMaxSubscriberIdBytes));
   }
   // C1 controls (U+0080-U+009F) are two-byte sequences, so the id has to be decoded.
-  const auto code_points = decode_utf8(id);
+  const auto code_points = text::decode_utf8(id);
   if (!code_points) {
     return malformed(ErrorCode::kSubscriberIdInvalidUtf8, field, "subscriber_id is not UTF-8");
   }
   for (const char32_t c : *code_points) {
-    if (is_control(c)) {
+    if (text::is_control(c)) {
       return malformed(ErrorCode::kSubscriberIdControlCharacter, field,
                        fmt::format("subscriber_id contains control character U+{:04X}", static_cast<std::uint32_t>(c)));
     }

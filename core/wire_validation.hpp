@@ -130,11 +130,6 @@ v1::RelayErrorReason request_error_reason(const Error& error);
 // Reads the bytes once, keeping only the subscriber_id.
 Error unparsable_request(std::string_view bytes, const google::protobuf::Descriptor& descriptor);
 
-// ---- text ----
-
-// Non-empty, valid UTF-8, and equal to its own Unicode-whitespace-trimmed form (White_Space).
-bool is_valid_text(std::string_view text);
-
 // ---- envelope (docs/protocol/rpcs.md#envelope) and requests ----
 
 Status check_request_marker(std::uint32_t contract_marker);

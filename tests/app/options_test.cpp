@@ -172,7 +172,7 @@ TEST_CASE("options: every bad value is one clear message", "[options]") {
        "--serving-load-retention-ms: 4999 is below --serving-load-freshness-ms (5000)"},
       {{"positional"}, "unexpected argument"},
       // Checked as parsed, so that --help refuses them too (scripts/deploy-check.sh relies on it).
-      {{"--dc-id", " dc-west-1", "--help"}, "--dc-id: dc_id is empty or has surrounding whitespace"},
+      {{"--dc-id", " dc-west-1", "--help"}, "--dc-id: dc_id is empty, not UTF-8, or has surrounding whitespace"},
       {{"--metrics-listen", "nonsense", "--help"}, "--metrics-listen: nonsense is not host:port"},
   };
   for (const auto& [args, expected] : cases) {

@@ -300,6 +300,7 @@ TEST_CASE("identity stable dc_id", "[identity]") {
       // Inside the id, whitespace is just content.
       CHECK(identity::stable_dc_id("dc" + ws + "a").has_value());
     }
+    CHECK(dc_error("dc-\xFF") == IdentityError::kInvalidDcId);  // not UTF-8, as upstream's String cannot be
   }
   SECTION("non-whitespace non-ASCII at the ends is accepted") {
     CHECK(identity::stable_dc_id("\xC3\xA9t\xC3\xA9").has_value());  // été

@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "core/unicode_text.hpp"
 #include "core/wire_validation.hpp"
 
 using namespace kvrelay::wire;
+using kvrelay::text::is_valid_text;
 
 namespace {
 
