@@ -19,6 +19,7 @@
 #include "actors/supervisor.hpp"
 #include "actors/topology_projector.hpp"
 #include "app/cgroup_memory.hpp"
+#include "app/open_files.hpp"
 #include "core/capacity.hpp"
 #include "core/ckf.hpp"
 #include "core/identity.hpp"
@@ -42,8 +43,9 @@ constexpr std::size_t kMinMessageBytes = 4'259'904;  // the largest CBI1 frame +
 // most); past this many such GETs, scrapes wait for a thread.
 constexpr std::size_t kMaxScrapeThreads = 32;
 // Reflection is the only synchronous service on a listener: each open reflection stream holds a
-// thread of its own. Past this many a new one is refused (RESOURCE_EXHAUSTED) rather than the
-// process growing a thread per stream; every other service runs on gRPC's callback threads,
+// thread of its own, and one thread always waits for the next call, so the stream that would
+// take the last one is refused (RESOURCE_EXHAUSTED) rather than the process growing a thread
+// per stream; every other service runs on gRPC's callback threads,
 // which this does not bound (docs/protocol/limits.md#admission-limits).
 constexpr int kMaxSyncServiceThreads = 16;
 
@@ -139,6 +141,15 @@ std::expected<void, std::string> load_topology(caf::actor_system& system, const 
     }
   }
   return {};
+}
+
+// Logged when it changed, or could not be raised: how many engine sources the relay can hold.
+void log_open_files_limit(const OpenFilesLimit& limit) {
+  if (!limit.error.empty()) {
+    spdlog::warn("open files limit {}: cannot raise it to the hard limit: {}", limit.now, limit.error);
+  } else if (limit.now != limit.before) {
+    spdlog::info("open files limit raised from {} to {}", limit.before, limit.now);
+  }
 }
 
 // What reflection lists on a listener serving `service_name`: it, health and both reflections.
@@ -385,8 +396,7 @@ std::expected<std::unique_ptr<RelayRuntime>, StartError> RelayRuntime::start(con
   membership_config.limits = {options.max_serving_endpoints, options.max_workers_per_endpoint, options.max_kv_sources,
                               options.max_message_bytes / 2};
   membership_config.routes = impl->routes;
-  // Engine sources hold open files: the limit is raised before membership opens any.
-  spdlog::info("open files limit: {}", engine_io::raise_open_file_limit());
+  log_open_files_limit(raise_open_files_limit());  // before membership opens any engine source
   impl->membership = system.spawn(membership_actor, membership_config,
                                   MembershipPeers{impl->catalog, impl->topology, impl->load, impl->serving_load});
   impl->supervisor = system.spawn(

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,9 +95,18 @@ std::optional<Multipart> receive(zmq::socket_t& socket) {
   return message;
 }
 
-// What ZeroMQ refuses (sockets past the process's limits, addresses it cannot dial) and what
-// engines break: logged once a second at most, whatever the number of sources.
-RateLimitedLog& socket_log() {
+// What ZeroMQ refuses and what engines break is logged once a second at most, whatever the
+// number of sources, each kind apart: one engine that keeps dropping its connection must not
+// hide the sockets ZeroMQ refuses.
+RateLimitedLog& refused_socket_log() {  // past the process's limits (descriptors, sockets)
+  static RateLimitedLog log;
+  return log;
+}
+RateLimitedLog& connect_log() {  // an address ZeroMQ cannot dial
+  static RateLimitedLog log;
+  return log;
+}
+RateLimitedLog& redial_log() {  // a connection that ended without libzmq retrying it
   static RateLimitedLog log;
   return log;
 }
@@ -116,17 +124,6 @@ bool poll_interruptible(std::vector<zmq::pollitem_t>& items, std::chrono::millis
 }
 
 }  // namespace
-
-std::uint64_t raise_open_file_limit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
-  if (limit.rlim_cur < limit.rlim_max) {
-    const rlim_t before = limit.rlim_cur;
-    limit.rlim_cur = limit.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = before;
-  }
-  return limit.rlim_cur;
-}
 
 ZmqIo::ZmqIo() : context_(1), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (wake_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
@@ -218,7 +215,7 @@ void ZmqIo::open(Id id, SubscriptionConfig config, SourceCallbacks callbacks) {
     source->sub.connect(config.endpoint);
   } catch (const zmq::error_t& error) {
     // Validation refuses malformed endpoints; this is an address ZeroMQ cannot use here.
-    socket_log().error(
+    connect_log().error(
         [&] { return fmt::format("engine source {}: cannot connect to {}: {}", id, config.endpoint, error.what()); });
   }
   source->config = std::move(config);
@@ -233,7 +230,7 @@ void ZmqIo::carry_out(std::vector<Command>& commands) {
       // Validation refuses the addresses libzmq cannot parse; what is left is ZeroMQ refusing
       // a socket here (out of file descriptors, say). That source goes without, the thread goes
       // on: a replay that could not start runs out its deadline and resets the source.
-      socket_log().error([&] {
+      refused_socket_log().error([&] {
         return fmt::format("engine source {}: ZeroMQ refused a socket operation: {}", command.id(), error.what());
       });
     }
@@ -312,7 +309,7 @@ void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
     source->redial_at.reset();
     source->redial_delay = std::min(2 * source->redial_delay, source->config.reconnect_max);
     const std::string& endpoint = source->config.endpoint;
-    socket_log().warn([&] {
+    redial_log().warn([&] {
       return fmt::format(
           "engine source {}: the connection to {} ended without a retry (a protocol error, or a frame above "
           "--max-engine-message-bytes); dialing again",
@@ -326,7 +323,7 @@ void ZmqIo::redial_due(std::chrono::steady_clock::time_point now) {
     try {
       source->sub.connect(endpoint);
     } catch (const zmq::error_t& error) {
-      socket_log().error(
+      connect_log().error(
           [&] { return fmt::format("engine source {}: cannot connect to {}: {}", id, endpoint, error.what()); });
     }
   }

@@ -51,11 +51,6 @@ struct SubscriptionConfig {
   std::chrono::milliseconds reconnect_max{5000};
 };
 
-// Raises the soft limit on open files to the hard one, as far as it goes: each engine source
-// holds about four descriptors (its sockets' wake-up descriptors and its connection), so the
-// usual soft limit of 1 024 would stop a relay short of 300 sources. Returns the limit in force.
-std::uint64_t raise_open_file_limit();
-
 class ZmqIo {
  public:
   using Id = std::uint64_t;

@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "app/open_files.hpp"
 #include "ingest/fake_engine.hpp"
 #include "ingest/zmq_io.hpp"
 #include "tests/app/free_port.hpp"
+#include "tests/skip.hpp"
 
 using namespace kvrelay::engine_io;
 using kvrelay::demo::FakeEngine;
@@ -109,7 +111,9 @@ TEST_CASE("zmq io: a replay endpoint ZeroMQ refuses leaves the source and the th
 
 TEST_CASE("zmq io: one I/O thread holds more sources than ZeroMQ's default of 1 023 sockets allows", "[engines][zmq]") {
   constexpr std::size_t kSources = 400;  // three sockets each: 1 200
-  REQUIRE(raise_open_file_limit() >= 4 * kSources + 256);
+  // About four descriptors a source here, and one more for the engine's end of its connection.
+  const auto open_files = kvrelay::raise_open_files_limit();
+  if (open_files.now < 5 * kSources + 256) KVRELAY_SKIP("the hard limit on open files is below 2 256");
   FakeEngine engine(FakeEngineOptions{});
   Seen seen;  // before the thread that calls it, so that it outlives it
   ZmqIo io;

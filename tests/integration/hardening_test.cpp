@@ -591,33 +591,45 @@ reflection::ServerReflectionResponse reflect(
 
 }  // namespace
 
+namespace {
+
+// A reflection stream the relay has answered once, held open (its server thread blocked in
+// its next read), or the status of one it refused.
+struct ReflectionStream {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<reflection::ServerReflectionRequest, reflection::ServerReflectionResponse>>
+      stream;
+  std::optional<grpc::Status> refused;
+
+  explicit ReflectionStream(reflection::ServerReflection::Stub& stub) : stream(stub.ServerReflectionInfo(&context)) {
+    reflection::ServerReflectionRequest list;
+    list.set_list_services("*");
+    reflection::ServerReflectionResponse response;
+    if (!stream->Write(list) || !stream->Read(&response)) refused = stream->Finish();
+  }
+
+  bool close() {
+    stream->WritesDone();
+    return stream->Finish().ok();
+  }
+};
+
+}  // namespace
+
 TEST_CASE("reflection streams are bounded by the listener's threads, and the relay's services do not wait on them",
           "[limits][health]") {
   TestRelay relay;
   auto stub = reflection::ServerReflection::NewStub(relay.wan_channel());
-  reflection::ServerReflectionRequest list;
-  list.set_list_services("*");
-  using Stream = grpc::ClientReaderWriter<reflection::ServerReflectionRequest, reflection::ServerReflectionResponse>;
-  struct Held {
-    grpc::ClientContext context;
-    std::unique_ptr<Stream> stream;
-  };
-  // Each answered stream holds its thread; one of the first 64 finds none left.
-  std::vector<std::unique_ptr<Held>> held;
-  std::optional<grpc::Status> refused;
-  while (!refused && held.size() < 64) {
-    auto next = std::make_unique<Held>();
-    next->stream = stub->ServerReflectionInfo(&next->context);
-    reflection::ServerReflectionResponse response;
-    if (next->stream->Write(list) && next->stream->Read(&response)) {
-      held.push_back(std::move(next));
-    } else {
-      refused = next->stream->Finish();
-    }
+  // Each answered stream holds one of the listener's 16 threads, and one thread always waits
+  // for the next call: the 16th stream is refused.
+  std::vector<std::unique_ptr<ReflectionStream>> held;
+  std::unique_ptr<ReflectionStream> next;
+  while (held.size() < 64 && !(next = std::make_unique<ReflectionStream>(*stub))->refused) {
+    held.push_back(std::move(next));
   }
-  REQUIRE(refused.has_value());
-  CHECK(refused->error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
-  CHECK(held.size() < 16);
+  REQUIRE(next->refused.has_value());
+  CHECK(next->refused->error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(held.size() == 15);
   // The relay's own calls and health run on other threads.
   grpc::ClientContext info_context;
   v1::RelayInfoRequest info_request;
@@ -625,19 +637,18 @@ TEST_CASE("reflection streams are bounded by the listener's threads, and the rel
   v1::RelayInfo info;
   CHECK(relay.wan().GetRelayInfo(&info_context, info_request, &info).ok());
   CHECK(health(relay.wan_channel(), "dynamo.kvrelay.v1.KvEventRelay") == kvrelay::test::HealthCheckResponse::SERVING);
-  // A stream that ends gives its thread back.
-  held.back()->stream->WritesDone();
-  CHECK(held.back()->stream->Finish().ok());
+  // A stream that ends gives its thread back. The thread waits for calls again only after its
+  // client has the status, so a call in between can still be refused: it is asked again.
+  CHECK(held.back()->close());
   held.pop_back();
-  grpc::ClientContext context;
-  auto again = stub->ServerReflectionInfo(&context);
-  CHECK(reflect(*again, list).list_services_response().service_size() > 0);
-  again->WritesDone();
-  CHECK(again->Finish().ok());
-  for (auto& stream : held) {
-    stream->stream->WritesDone();
-    CHECK(stream->stream->Finish().ok());
+  std::unique_ptr<ReflectionStream> again;
+  for (int attempt = 0; attempt < 100 && !(again && !again->refused); ++attempt) {
+    again = std::make_unique<ReflectionStream>(*stub);
+    if (again->refused) CHECK(again->refused->error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
+  REQUIRE_FALSE(again->refused.has_value());
+  CHECK(again->close());
+  for (auto& stream : held) CHECK(stream->close());
 }
 
 TEST_CASE("reflection v1: the listener's services, and files that describe them whole", "[health]") {

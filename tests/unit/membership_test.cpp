@@ -228,7 +228,9 @@ TEST_CASE("a worker's spec keeps each of its needs once and none of the fields i
   add_needs(*request.mutable_card(), {ingest_v1::WORKER_TYPE_ENCODE, ingest_v1::WORKER_TYPE_DECODE});
   add_needs(*request.mutable_card(), {ingest_v1::WORKER_TYPE_AGGREGATED});
   request.mutable_card()->GetReflection()->MutableUnknownFields(request.mutable_card())->AddVarint(999, 1);
-  request.GetReflection()->MutableUnknownFields(&request)->AddVarint(999, 1);
+  auto* source = request.add_kv_sources();
+  source->mutable_push();
+  source->GetReflection()->MutableUnknownFields(source)->AddVarint(999, 1);
 
   const ingest_v1::WorkerSpec spec = worker_spec(request);
   REQUIRE(spec.card().needs_size() == 2);
@@ -237,6 +239,8 @@ TEST_CASE("a worker's spec keeps each of its needs once and none of the fields i
   CHECK(std::vector<int>(spec.card().needs(1).all_of().begin(), spec.card().needs(1).all_of().end()) ==
         std::vector<int>{ingest_v1::WORKER_TYPE_AGGREGATED});
   CHECK(spec.card().GetReflection()->GetUnknownFields(spec.card()).empty());
+  REQUIRE(spec.kv_sources_size() == 1);
+  CHECK(spec.kv_sources(0).GetReflection()->GetUnknownFields(spec.kv_sources(0)).empty());
   // What the projection reads of them is what the request said.
   const auto membership = project_one(cards({spec}));
   CHECK(membership.worker_topology.at(7).needs ==

@@ -76,10 +76,17 @@ TEST_CASE("the producer example reproduces owners, deltas and CBI1 bytes", "[poo
     // Image order inside a clear follows upstream hash-map iteration: any order is valid.
     CHECK(sorted(images) == sorted(expected));
     REQUIRE(delta["base_sequence"].get<std::uint64_t>() == sequence);
-    // The frame's bytes, for the reference's order of the same images.
+    // The frame's bytes, for the reference's order of the same images; the index's own frame
+    // decodes to those images in its order.
     const auto frame = cbi1::encode_delta(format, dc_id, sequence, sequence + 1, expected);
     REQUIRE(frame.has_value());
     CHECK(test::to_hex(*frame) == delta["cbi1_hex"].get<std::string>());
+    const auto own = cbi1::encode_delta(format, dc_id, sequence, sequence + 1, images);
+    REQUIRE(own.has_value());
+    const auto decoded = cbi1::decode(*own, format);
+    REQUIRE(decoded.has_value());
+    REQUIRE(std::holds_alternative<cbi1::DecodedDelta>(*decoded));
+    CHECK(std::get<cbi1::DecodedDelta>(*decoded).images == images);
     ++sequence;
   }
   CHECK(std::all_of(index.filter().words().begin(), index.filter().words().end(),
