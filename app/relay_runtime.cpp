@@ -45,8 +45,8 @@ constexpr std::size_t kMaxScrapeThreads = 32;
 // Reflection is the only synchronous service on a listener: each open reflection stream holds a
 // thread of its own, and one thread always waits for the next call, so the stream that would
 // take the last one is refused (RESOURCE_EXHAUSTED) rather than the process growing a thread
-// per stream; every other service runs on gRPC's callback threads,
-// which this does not bound (docs/protocol/limits.md#admission-limits).
+// per stream. Every other service runs on gRPC's callback threads, which this does not bound
+// (docs/protocol/limits.md#admission-limits).
 constexpr int kMaxSyncServiceThreads = 16;
 
 // docs/protocol/decisions.md#d4: stable across restarts of one pod, fresh incarnation every start.

@@ -25,6 +25,9 @@ namespace mp = msgpack::type;
 // Deeper than any producer's batch (an extra key inside an entry inside a list inside an event
 // inside the batch is 6), low enough that a hostile payload cannot nest without bound.
 constexpr std::size_t kMaxNesting = 32;
+// Partial KV-cache groups a source remembers (docs/protocol/engine-sources.md#groups): a model
+// has a handful; group indices are the engine's to choose, so their number is bounded too.
+constexpr std::size_t kMaxPartialGroups = 1024;
 
 struct Refusal {
   EventRejection reason;
@@ -572,6 +575,10 @@ class EventDecoder::EventReader {
     const bool partial = is_partial_kind(*kind);
     if (fields.kind == EventKind::kStored && group) {
       if (partial) {
+        if (decoder_.partial_groups_.size() >= kMaxPartialGroups && !decoder_.partial_groups_.contains(*group)) {
+          return malformed(fmt::format("group_idx {}: the source already names {} partial KV-cache groups", *group,
+                                       kMaxPartialGroups));
+        }
         decoder_.partial_groups_.insert(*group);
       } else {
         decoder_.partial_groups_.erase(*group);

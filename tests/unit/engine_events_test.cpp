@@ -420,6 +420,27 @@ TEST_CASE("a hybrid model's sliding-window and Mamba groups are ignored, their r
   CHECK(relearnt.result.ignored_group == 0);
 }
 
+TEST_CASE("a source remembers a bounded number of partial KV-cache groups", "[engine_events]") {
+  EventDecoder decoder(standard_config());
+  const auto sliding_window = [](std::uint64_t group) {
+    return stored_map({.block_hashes = {group + 1},
+                       .token_ids = token_run(0, 4),
+                       .more = {{"group_idx", group}, {"kv_cache_spec_kind", "sliding_window"}}});
+  };
+  Array first;
+  for (std::uint64_t group = 0; group < 1024; ++group) first.push_back(sliding_window(group));
+  const auto known = decode(decoder, batch(std::move(first)));
+  CHECK(known.result.ignored_group == 1024);
+  CHECK(known.result.rejections(EventRejection::kMalformedEvent) == 0);
+  // One more group is refused; a group already known is not, and its removals are still ignored.
+  Value removal = removed_map({8});
+  std::get<Map>(removal.data).emplace_back("group_idx", 7);
+  const auto past = decode(decoder, batch({sliding_window(1024), sliding_window(7), std::move(removal)}));
+  CHECK(past.result.rejections(EventRejection::kMalformedEvent) == 1);
+  CHECK(past.result.ignored_group == 2);
+  CHECK(past.result.emitted == 0);
+}
+
 TEST_CASE("extra_keys: multimodal ids with and without offsets, the salt only on the first block", "[engine_events]") {
   EventDecoder decoder(standard_config());
   const std::string image_a = digest("0123456789abcdef");
