@@ -146,7 +146,7 @@ std::expected<void, std::string> load_topology(caf::actor_system& system, const 
 // Logged when it changed, or could not be raised: how many engine sources the relay can hold.
 void log_open_files_limit(const OpenFilesLimit& limit) {
   if (!limit.error.empty()) {
-    spdlog::warn("open files limit {}: cannot raise it to the hard limit: {}", limit.now, limit.error);
+    spdlog::warn("cannot raise the open files limit to the hard limit: {}", limit.error);
   } else if (limit.now != limit.before) {
     spdlog::info("open files limit raised from {} to {}", limit.before, limit.now);
   }

@@ -26,8 +26,10 @@ def tracked_files():
         listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
         return [ROOT / name for name in listed.decode().split("\0") if name and (ROOT / name).is_file()]
     except (OSError, subprocess.CalledProcessError):
-        skipped = {".git", "build", "build-asan"}
-        return [p for p in ROOT.rglob("*") if p.is_file() and not skipped.intersection(p.relative_to(ROOT).parts)]
+        def ignored(path):
+            parts = path.relative_to(ROOT).parts
+            return parts[0].startswith("build") or bool({".git", ".cache", "node_modules", "__pycache__"} & set(parts))
+        return [p for p in ROOT.rglob("*") if p.is_file() and not ignored(p)]
 
 
 def unfenced_lines(text):
@@ -69,12 +71,15 @@ def main():
             by_name.setdefault(path.name, []).append(path)
     broken = []
 
+    def shown(path):
+        return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
     def check(source, line_no, target, anchor, what):
-        where = f"{source.relative_to(ROOT)}:{line_no}"
+        where = f"{shown(source)}:{line_no}"
         if target is None or not target.exists():
             broken.append(f"{where}: no {what}")
         elif anchor and (target.suffix != ".md" or anchor not in anchors(target)):
-            broken.append(f"{where}: {target.relative_to(ROOT)} has no anchor #{anchor}")
+            broken.append(f"{where}: {shown(target)} has no anchor #{anchor}")
 
     for path in files:
         if path.suffix == ".md":

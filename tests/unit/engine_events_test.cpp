@@ -433,12 +433,16 @@ TEST_CASE("a source remembers a bounded number of partial KV-cache groups", "[en
   CHECK(known.result.ignored_group == 1024);
   CHECK(known.result.rejections(EventRejection::kMalformedEvent) == 0);
   // One more group is refused; a group already known is not, and its removals are still ignored.
-  Value removal = removed_map({8});
-  std::get<Map>(removal.data).emplace_back("group_idx", 7);
-  const auto past = decode(decoder, batch({sliding_window(1024), sliding_window(7), std::move(removal)}));
+  const auto removed_in = [](std::uint64_t block, std::uint64_t group) {
+    Value removal = removed_map({block});
+    std::get<Map>(removal.data).emplace_back("group_idx", group);
+    return removal;
+  };
+  const auto past =
+      decode(decoder, batch({sliding_window(1024), sliding_window(7), removed_in(8, 7), removed_in(1025, 1024)}));
   CHECK(past.result.rejections(EventRejection::kMalformedEvent) == 1);
   CHECK(past.result.ignored_group == 2);
-  CHECK(past.result.emitted == 0);
+  CHECK(past.result.emitted == 1);  // the refused group was never learnt partial: its removal is read
 }
 
 TEST_CASE("extra_keys: multimodal ids with and without offsets, the salt only on the first block", "[engine_events]") {
