@@ -384,7 +384,7 @@ void forget_sources(Self self, const EndpointKey& endpoint, std::uint64_t worker
 // RESOURCE_EXHAUSTED.
 caf::error refuse(Self self, std::string_view call, membership_limits::CountRefusal refusal) {
   static RateLimitedLog log;
-  log.warn(fmt::format("refused {}: {}", call, refusal.message));
+  log.warn([&] { return fmt::format("refused {}: {}", call, refusal.message); });
   if (self->state.config.metrics != nullptr) self->state.config.metrics->ingest_limit_refused(refusal.limit);
   return ingest_refusal(std::move(refusal.message));
 }
@@ -432,13 +432,14 @@ void remove_worker(Self self, const ingest_v1::RemoveWorkerRequest& request) {
     if (const auto worker = cards->second.find(request.worker_id()); worker != cards->second.end()) {
       forget_sources(self, endpoint, worker->first, source_ranks(worker->second), metrics::ResetReason::kWorkerRemoved);
       cards->second.erase(worker);
-      state.catalog_bytes[endpoint] = membership::catalog_bytes(endpoint, cards->second);
       if (cards->second.empty()) {
         // Availability lives and dies with membership: an endpoint that comes back is
         // UNKNOWN until its next SetAvailability, never judged on a stale live set.
         state.workers.erase(cards);
         state.availability.erase(endpoint);
         state.catalog_bytes.erase(endpoint);
+      } else {
+        state.catalog_bytes[endpoint] = membership::catalog_bytes(endpoint, cards->second);
       }
       reconcile(self);
     }

@@ -87,10 +87,11 @@ class StreamLimit {
   bool await_at_least(std::size_t count, std::chrono::milliseconds timeout) const {
     return await([&] { return count_->in_use >= count; }, timeout);
   }
-  // For a drain: until at most `count` permits are in use, or `deadline`.
-  bool await_at_most(std::size_t count, std::chrono::system_clock::time_point deadline) const {
+  // For a drain: until no permit is in use, or `deadline`; how many still are (0: drained).
+  std::size_t await_drained(std::chrono::system_clock::time_point deadline) const {
     std::unique_lock lock(count_->mutex);
-    return count_->changed.wait_until(lock, deadline, [&] { return count_->in_use <= count; });
+    count_->changed.wait_until(lock, deadline, [&] { return count_->in_use == 0; });
+    return count_->in_use;
   }
 
   std::size_t max() const { return max_; }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "actors/crash_report.hpp"
+#include "core/enum_names.hpp"
 #include "core/wire_validation.hpp"
 
 namespace kvrelay {
@@ -52,12 +53,6 @@ void count_entries(Self self, const std::vector<v1::TopologyEntry>& entries) {
   self->state.metrics->set_readiness_entries(ready, unavailable, unknown);
 }
 
-std::string_view without_prefix(const std::string& name, std::string_view prefix) {
-  std::string_view view(name);
-  if (view.starts_with(prefix)) view.remove_prefix(prefix.size());
-  return view;
-}
-
 // One line per (namespace, model) whose readiness changed from the `published` revision's,
 // with what it misses: the operator's record of when routers in other data centers started or
 // stopped sending it traffic.
@@ -74,15 +69,10 @@ void log_transitions(const v1::ServingReadinessUpdate& published, const std::vec
       before.erase(found);  // what is left once every entry is seen is gone
     }
     if (was == entry.state()) continue;
-    std::vector<std::string_view> missing;
-    for (const int role : entry.missing_roles()) {
-      missing.push_back(without_prefix(v1::WorkerRole_Name(static_cast<v1::WorkerRole>(role)), "WORKER_ROLE_"));
-    }
-    const std::string from =
-        was ? std::string(without_prefix(v1::ServingReadinessState_Name(*was), "SERVING_READINESS_STATE_"))
-            : std::string("(new)");
-    spdlog::info("readiness: namespace={} model={}: {} -> {}{}{}", entry.namespace_(), entry.canonical_model_id(), from,
-                 without_prefix(v1::ServingReadinessState_Name(entry.state()), "SERVING_READINESS_STATE_"),
+    std::vector<std::string> missing;
+    for (const int role : entry.missing_roles()) missing.push_back(role_name(role));
+    spdlog::info("readiness: namespace={} model={}: {} -> {}{}{}", entry.namespace_(), entry.canonical_model_id(),
+                 was ? state_name(*was) : std::string("(new)"), state_name(entry.state()),
                  missing.empty() ? "" : ", missing ", fmt::join(missing, ","));
   }
   for (const auto& [key, gone] : before) spdlog::info("readiness: namespace={} model={}: gone", key.first, key.second);

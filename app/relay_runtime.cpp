@@ -521,8 +521,7 @@ const StreamLimit& limit_of(const RelayRuntime::Impl& impl, std::string_view kin
 // tell from a call it cancelled itself.
 void await_streams_ended(const RelayRuntime::Impl& impl, std::chrono::system_clock::time_point deadline) {
   const std::size_t wan = impl.relay_service->await_streams_ended(deadline);
-  const StreamLimit& ingest = impl.ingest_service->streams();
-  const std::size_t feeders = ingest.await_at_most(0, deadline) ? 0 : ingest.in_use();
+  const std::size_t feeders = impl.ingest_service->streams().await_drained(deadline);
   if (wan + feeders > 0) {
     spdlog::warn("drain: --drain-timeout-ms passed with {} WAN and {} ingest streams still open; they are cancelled",
                  wan, feeders);

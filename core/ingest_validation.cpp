@@ -9,7 +9,6 @@
 #include "core/network_address.hpp"
 #include "core/pool_load.hpp"
 #include "core/unicode_text.hpp"
-#include "core/wire_validation.hpp"
 
 namespace kvrelay::ingest_check {
 

@@ -10,7 +10,6 @@
 
 #include "core/ingest_validation.hpp"
 #include "core/unicode_text.hpp"
-#include "core/wire_validation.hpp"
 
 namespace kvrelay::membership {
 namespace {
@@ -328,6 +327,38 @@ void fill(wan_v1::ModelRegistration* out, const Registration& registration) {
   for (const auto& alias : aliases) out->add_aliases(alias);
 }
 
+// What a descriptor says of the endpoint's cards: its name and registrations.
+wan_v1::KvPoolDescriptor named_descriptor(const EndpointMembership& membership) {
+  wan_v1::KvPoolDescriptor out;
+  auto* endpoint = out.mutable_serving_endpoint();
+  endpoint->set_namespace_(membership.endpoint.ns);
+  endpoint->set_component(membership.endpoint.component);
+  endpoint->set_endpoint(membership.endpoint.endpoint);
+  for (const auto& registration : membership.registrations) fill(out.add_registrations(), registration);
+  return out;
+}
+
+// Needs are an OR of ANDs, so a repeated role or AND-term means nothing: each is kept once, in
+// the order first given. A card then holds at most one term per set of worker types, however
+// many its request repeated (each is walked at every membership change).
+void keep_distinct_needs(ingest_v1::ModelCard& card) {
+  google::protobuf::RepeatedPtrField<ingest_v1::RoleConjunction> distinct;
+  std::vector<std::vector<int>> seen;  // each kept term's roles, sorted
+  for (const auto& conjunction : card.needs()) {
+    std::vector<int> roles;
+    for (const int role : conjunction.all_of()) {
+      if (std::ranges::find(roles, role) == roles.end()) roles.push_back(role);
+    }
+    std::vector<int> key = roles;
+    std::ranges::sort(key);
+    if (std::ranges::find(seen, key) != seen.end()) continue;
+    seen.push_back(std::move(key));
+    auto* kept = distinct.Add();
+    for (const int role : roles) kept->add_all_of(static_cast<ingest_v1::WorkerType>(role));
+  }
+  card.mutable_needs()->Swap(&distinct);
+}
+
 }  // namespace
 
 // ---- EndpointMembership ----
@@ -389,21 +420,6 @@ wan_v1::KvPoolId pool_id(const IndexerDomain& domain, std::uint64_t dc_id) {
   return id;
 }
 
-namespace {
-
-// What a descriptor says of the endpoint's cards: its name and registrations.
-wan_v1::KvPoolDescriptor named_descriptor(const EndpointMembership& membership) {
-  wan_v1::KvPoolDescriptor out;
-  auto* endpoint = out.mutable_serving_endpoint();
-  endpoint->set_namespace_(membership.endpoint.ns);
-  endpoint->set_component(membership.endpoint.component);
-  endpoint->set_endpoint(membership.endpoint.endpoint);
-  for (const auto& registration : membership.registrations) fill(out.add_registrations(), registration);
-  return out;
-}
-
-}  // namespace
-
 std::optional<wan_v1::KvPoolDescriptor> descriptor(const EndpointMembership& membership,
                                                    const wan_v1::ProducerIdentity& producer) {
   if (!membership.materializable()) return std::nullopt;
@@ -420,31 +436,6 @@ std::size_t catalog_bytes(const EndpointKey& endpoint, const WorkerCards& worker
   if (workers.empty()) return 0;
   return named_descriptor(finish(draft_endpoint(endpoint, workers), {})).ByteSizeLong();
 }
-
-namespace {
-
-// Needs are an OR of ANDs, so a repeated role or AND-term means nothing: each is kept once, in
-// the order first given. A card then holds at most one term per set of worker types, however
-// many its request repeated (each is walked at every membership change).
-void keep_distinct_needs(ingest_v1::ModelCard& card) {
-  google::protobuf::RepeatedPtrField<ingest_v1::RoleConjunction> distinct;
-  std::vector<std::vector<int>> seen;  // each kept term's roles, sorted
-  for (const auto& conjunction : card.needs()) {
-    std::vector<int> roles;
-    for (const int role : conjunction.all_of()) {
-      if (std::ranges::find(roles, role) == roles.end()) roles.push_back(role);
-    }
-    std::vector<int> key = roles;
-    std::ranges::sort(key);
-    if (std::ranges::find(seen, key) != seen.end()) continue;
-    seen.push_back(std::move(key));
-    auto* kept = distinct.Add();
-    for (const int role : roles) kept->add_all_of(static_cast<ingest_v1::WorkerType>(role));
-  }
-  card.mutable_needs()->Swap(&distinct);
-}
-
-}  // namespace
 
 ingest_v1::WorkerSpec worker_spec(const ingest_v1::PutWorkerRequest& request) {
   ingest_v1::WorkerSpec spec;

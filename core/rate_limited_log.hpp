@@ -42,6 +42,16 @@ class RateLimitedLog {
     return current;
   }
 
+  // The message, made only now if it is a function that makes it.
+  template <class Message>
+  static decltype(auto) text_of(const Message& what) {
+    if constexpr (std::is_invocable_v<const Message&>) {
+      return what();
+    } else {
+      return (what);
+    }
+  }
+
   template <class Message>
   void log(spdlog::level::level_enum level, const Message& what) {
     const auto now = std::chrono::steady_clock::now();
@@ -51,11 +61,7 @@ class RateLimitedLog {
       ++suppressed_;
       return;
     }
-    if constexpr (std::is_invocable_v<const Message&>) {
-      spdlog::log(level, "{} ({} similar suppressed)", one_line(what()), suppressed_);
-    } else {
-      spdlog::log(level, "{} ({} similar suppressed)", one_line(what), suppressed_);
-    }
+    spdlog::log(level, "{} ({} similar suppressed)", one_line(text_of(what)), suppressed_);
     last_ = now;
     generation_ = current;
     suppressed_ = 0;

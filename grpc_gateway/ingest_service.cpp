@@ -67,7 +67,8 @@ metrics::IngestLimit label_of(ingest_check::Limit limit) {
 // INVALID_ARGUMENT that refuses it.
 std::string refused_oversize(metrics::RelayMetrics* metrics, const google::protobuf::Message& request,
                              const ingest_check::LimitExceeded& over, std::string_view peer) {
-  rejected_input_log().warn(fmt::format("refused {} from {}: {}", request.GetDescriptor()->name(), peer, over.message));
+  rejected_input_log().warn(
+      [&] { return fmt::format("refused {} from {}: {}", request.GetDescriptor()->name(), peer, over.message); });
   if (metrics != nullptr) metrics->ingest_limit_refused(label_of(over.limit));
   return over.message;
 }
@@ -223,7 +224,7 @@ class EventBatchReader final
     const std::int64_t receipt_ns = steady_now_ns();
     if (ends_stream(batch.get())) return;
     if (auto problem = malformed(batch.get(), &ingest_check::kv_event_batch)) {
-      rejected_input_log().warn(fmt::format("rejected KV event batch from {}: {}", peer(), *problem));
+      rejected_input_log().warn([&] { return fmt::format("rejected KV event batch from {}: {}", peer(), *problem); });
       if (metrics() != nullptr) metrics()->batch(metrics::BatchResult::kMalformed);
       return answer(BatchOutcome{});
     }
@@ -262,7 +263,7 @@ class LoadReportReader final : public IngestReader<ingest_v1::LoadReport, LoadOu
   void forward(std::shared_ptr<const ingest_v1::LoadReport> report) override {
     if (ends_stream(report.get())) return;
     if (auto problem = malformed(report.get(), &ingest_check::load_report)) {
-      rejected_input_log().warn(fmt::format("rejected load report from {}: {}", peer(), *problem));
+      rejected_input_log().warn([&] { return fmt::format("rejected load report from {}: {}", peer(), *problem); });
       if (metrics() != nullptr) metrics()->load_reports(metrics::LoadReportResult::kMalformed, 1);
       return answer(LoadOutcome{0, 1});
     }
@@ -326,7 +327,7 @@ ingest_check::Problem IngestService::checked(const Call& call, const grpc::ByteB
 
 ingest_check::Problem IngestService::invalid(const Call& call, std::string problem) {
   rejected_input_log().warn(
-      fmt::format("rejected {} from {}: {}", metrics::label(call.rpc), call.context->peer(), problem));
+      [&] { return fmt::format("rejected {} from {}: {}", metrics::label(call.rpc), call.context->peer(), problem); });
   if (metrics_ != nullptr) metrics_->ingest_request_invalid(call.rpc);
   return problem;
 }

@@ -95,7 +95,7 @@ std::size_t RelayService::await_streams_ended(std::chrono::system_clock::time_po
   std::size_t open = 0;
   for (const StreamLimit* limit :
        {&catalog_streams_, &readiness_streams_, &load_streams_, &serving_load_streams_, &pool_streams_}) {
-    if (!limit->await_at_most(0, deadline)) open += limit->in_use();
+    open += limit->await_drained(deadline);
   }
   return open;
 }
@@ -119,8 +119,9 @@ RawStream* RelayService::refuse(grpc::CallbackServerContext* context, metrics::R
     config_.metrics->stream_refused(rpc, result.empty() ? metrics::refusal_result(status) : result);
   }
   static std::array<RateLimitedLog, metrics::kLabelCount<metrics::Rpc>> refused_logs;
-  refused_logs[static_cast<std::size_t>(rpc)].warn(
-      fmt::format("refused {} from {}{}: {}", metrics::label(rpc), context->peer(), caller, status.message));
+  refused_logs[static_cast<std::size_t>(rpc)].warn([&] {
+    return fmt::format("refused {} from {}{}: {}", metrics::label(rpc), context->peer(), caller, status.message);
+  });
   return new Refused<RawStream>(to_grpc(context, status));
 }
 

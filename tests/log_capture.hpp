@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/rate_limited_log.hpp"
@@ -27,12 +28,11 @@ class AwaitableSink final : public spdlog::sinks::base_sink<std::mutex> {
     return {lines_.begin(), lines_.end()};
   }
 
-  // Until `holds(lines)` or the timeout; whether it held.
+  // Until `holds(lines)` or the timeout; whether it held. `holds` reads the lines in place.
   template <class Holds>
   bool await(Holds holds, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
-    return logged_.wait_for(lock, timeout,
-                            [&] { return holds(std::vector<std::string>(lines_.begin(), lines_.end())); });
+    return logged_.wait_for(lock, timeout, [&] { return holds(std::as_const(lines_)); });
   }
 
  protected:
@@ -70,11 +70,12 @@ class CapturedLog {
 
   // Until a line holds every one of `parts`, or the timeout; whether one did.
   bool await(const std::vector<std::string_view>& parts, std::chrono::milliseconds timeout) const {
-    return sink_->await([&](const std::vector<std::string>& logged) { return count_in(logged, parts) > 0; }, timeout);
+    return sink_->await([&](const auto& logged) { return count_in(logged, parts) > 0; }, timeout);
   }
 
  private:
-  static std::size_t count_in(const std::vector<std::string>& logged, const std::vector<std::string_view>& parts) {
+  template <class Lines>
+  static std::size_t count_in(const Lines& logged, const std::vector<std::string_view>& parts) {
     return static_cast<std::size_t>(std::count_if(logged.begin(), logged.end(), [&](const std::string& line) {
       return std::all_of(parts.begin(), parts.end(),
                          [&](std::string_view part) { return line.find(part) != std::string::npos; });

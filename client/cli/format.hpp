@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "core/enum_names.hpp"
 #include "core/pool_label.hpp"
 #include "dynamo/kvrelay/v1/relay.pb.h"
 
@@ -22,23 +23,6 @@ inline std::string json_of(const google::protobuf::Message& message) {
   return text;
 }
 
-// Enum names without their type prefix: WORKER_ROLE_DECODE -> DECODE.
-inline std::string short_name(const std::string& name, std::string_view prefix) {
-  return name.starts_with(prefix) ? name.substr(prefix.size()) : name;
-}
-inline std::string role_name(int role) {
-  return v1::WorkerRole_IsValid(role) ? short_name(v1::WorkerRole_Name(role), "WORKER_ROLE_")
-                                      : fmt::format("?{}", role);
-}
-inline std::string state_name(int state) {
-  return v1::ServingReadinessState_IsValid(state)
-             ? short_name(v1::ServingReadinessState_Name(state), "SERVING_READINESS_STATE_")
-             : fmt::format("?{}", state);
-}
-inline std::string data_status_name(int status) {
-  return v1::DataStatus_IsValid(status) ? short_name(v1::DataStatus_Name(status), "DATA_STATUS_")
-                                        : fmt::format("?{}", status);
-}
 // An optional figure of a serving-load window: "-" when unset (its view is not COMPLETE).
 inline std::string gauge(bool set, std::uint64_t value) { return set ? std::to_string(value) : "-"; }
 // A model's requests in flight, awaiting their first token / generating.

@@ -589,10 +589,6 @@ reflection::ServerReflectionResponse reflect(
   return response;
 }
 
-}  // namespace
-
-namespace {
-
 // A reflection stream the relay has answered once, held open (its server thread blocked in
 // its next read), or the status of one it refused.
 struct ReflectionStream {

@@ -398,7 +398,7 @@ int listening_socket(int port) {
 }  // namespace
 
 TEST_CASE("metrics: the listener listens again after its socket fails", "[metrics]") {
-  const kvrelay::test::CapturedLog log;
+  const CapturedLog log;
   auto server = kvrelay::PageServer::start(
       "127.0.0.1", 0, "/page", [] { return std::string("served\n"); }, "text/plain");
   REQUIRE(server.has_value());
